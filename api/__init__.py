@@ -1,0 +1,1 @@
+"""FastAPI front end: the composition root of the API process."""

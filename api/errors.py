@@ -1,0 +1,105 @@
+"""One mapping from domain errors to HTTP, and error bodies in the OpenAI shape.
+
+Every error a client sees is ``{"error": {"code", "message", "param", "type"}}``; no stack
+trace ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A failure to report to the client with a status, a stable code and a message."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.param = param
+        self.headers = headers
+        self.extra = extra or {}
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, "not_found", f"{what} not found")
+
+
+def invalid(param: str, message: str) -> ApiError:
+    return ApiError(400, "invalid_request", message, param=param)
+
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_error",
+    500: "server_error",
+}
+
+
+def error_body(status: int, code: str, message: str, param: str | None = None, **extra: Any) -> dict:
+    body = {"code": code, "message": message, "param": param, "type": _TYPES.get(status, "api_error")}
+    body.update(extra)
+    return {"error": body}
+
+
+def _field_name(loc: Any) -> str:
+    # ("body", "seconds") -> "seconds"; ("query", "limit") -> "limit".
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
+    return ".".join(parts) or "body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every failure through one JSON error shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(
+            error_body(exc.status, exc.code, exc.message, exc.param, **exc.extra),
+            status_code=exc.status,
+            headers=exc.headers,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        field = _field_name(first.get("loc", ("body",)))
+        message = f"{field}: {first.get('msg', 'invalid value')}"
+        details = [{"param": _field_name(e.get("loc", ())), "message": e.get("msg", "")} for e in errors]
+        return JSONResponse(error_body(422, "invalid_request", message, field, details=details), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
+        return JSONResponse(
+            error_body(exc.status_code, code, str(exc.detail)),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body(500, "internal_error", "internal server error"), status_code=500)

@@ -1,0 +1,1 @@
+"""The ``leasehold`` command: the embedded stack, single processes, and admin commands."""

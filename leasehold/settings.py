@@ -1,0 +1,148 @@
+"""One settings class for every leasehold process.
+
+Values come from ``LEASEHOLD_*`` environment variables and, optionally, a TOML file named by
+``LEASEHOLD_CONFIG_FILE`` (environment wins over the file). Settings are built once at
+process start-up and passed down; nothing reads ``os.environ`` at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_MODEL = "procedural-v1"
+
+
+class Settings(BaseSettings):
+    """Configuration of one leasehold process (API, a worker, or the embedded stack)."""
+
+    model_config = SettingsConfigDict(env_prefix="LEASEHOLD_", extra="ignore")
+
+    # Where the embedded default keeps everything: SQLite files, local objects, keys.
+    data_dir: Path = Field(default=Path(".leasehold"))
+
+    # Temporal. TLS and API key make Temporal Cloud work with the same code.
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    temporal_tls: bool = False
+    temporal_tls_client_cert: Path | None = None
+    temporal_tls_client_key: Path | None = None
+    temporal_tls_server_ca: Path | None = None
+    temporal_api_key: SecretStr | None = None
+    # Prepended to every task-queue name, so several deployments (or tests) share a namespace.
+    queue_prefix: str = ""
+
+    # Object store: a local directory (default) or S3 / MinIO.
+    store_backend: Literal["local", "s3"] = "local"
+    store_local_dir: Path | None = None
+    s3_bucket: str = "leasehold"
+    s3_region: str = "us-east-1"
+    s3_endpoint_url: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+
+    # Relational state beside Temporal (API keys, repositories, secrets).
+    database_url: str | None = None
+
+    # API.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    # The base URL clients use to reach the API (signed download links point here).
+    public_base_url: str | None = None
+    # Key for HMAC-signed local download URLs; generated into the data dir when unset.
+    url_signing_key: SecretStr | None = None
+    signed_url_ttl_seconds: int = 600
+
+    # Video: the model versions served here, and the one a GPU worker loads.
+    models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])
+    gpu_model: str = DEFAULT_MODEL
+    checkpoint_interval_seconds: float = 10.0
+    # "auto" uses CUDA when present, else CPU.
+    device: str = "auto"
+
+    # CI worker labels (runs-on) this worker serves.
+    ci_labels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["linux"])
+    ci_sandbox: Literal["bubblewrap", "docker", "unsafe-process"] = "bubblewrap"
+
+    # Prometheus endpoint of a worker process (0 = pick a free port; None = off).
+    metrics_port: int | None = None
+
+    log_level: str = "INFO"
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _absolute_data_dir(cls, value: Path) -> Path:
+        # Child processes may start elsewhere; they must find the same directory.
+        return value.expanduser().resolve()
+
+    @field_validator("models", "ci_labels", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        # Env vars arrive as "a,b" as often as JSON lists; accept both.
+        if isinstance(value, str) and not value.lstrip().startswith("["):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("LEASEHOLD_CONFIG_FILE")
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    # Derived values -------------------------------------------------------------------
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'leasehold.db').resolve()}"
+
+    @property
+    def resolved_store_dir(self) -> Path:
+        return (self.store_local_dir or self.data_dir / "objects").resolve()
+
+    @property
+    def resolved_public_base_url(self) -> str:
+        return (self.public_base_url or f"http://{self.api_host}:{self.api_port}").rstrip("/")
+
+    def signing_key(self) -> bytes:
+        """The key for local signed URLs: configured, or created once in the data dir."""
+        if self.url_signing_key is not None:
+            return self.url_signing_key.get_secret_value().encode()
+        path = self.data_dir / "url-signing-key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
+        return path.read_text().strip().encode()
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as LEASEHOLD_* variables, for starting child processes."""
+        env: dict[str, str] = {}
+        for name, value in self.model_dump(exclude_none=True).items():
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            if isinstance(value, list):
+                value = ",".join(str(v) for v in value)
+            env[f"LEASEHOLD_{name.upper()}"] = str(value)
+        return env

@@ -1,0 +1,6 @@
+"""Imports every module that declares tables on ``leasehold.database.Base``.
+
+Later features add their table modules here so ``init_database`` creates them.
+"""
+
+import leasehold.database  # noqa: F401  (ApiKey)

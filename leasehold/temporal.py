@@ -1,0 +1,32 @@
+"""Connecting to Temporal the same way from every process (dev server, cluster or Cloud)."""
+
+from __future__ import annotations
+
+from temporalio.client import Client, TLSConfig
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from leasehold.settings import Settings
+
+
+async def connect(settings: Settings, identity: str | None = None) -> Client:
+    """A client for the configured namespace; TLS and API key make Temporal Cloud work."""
+    tls: TLSConfig | bool = settings.temporal_tls
+    if settings.temporal_tls and (settings.temporal_tls_client_cert or settings.temporal_tls_server_ca):
+        tls = TLSConfig(
+            client_cert=settings.temporal_tls_client_cert.read_bytes() if settings.temporal_tls_client_cert else None,
+            client_private_key=settings.temporal_tls_client_key.read_bytes()
+            if settings.temporal_tls_client_key
+            else None,
+            server_root_ca_cert=settings.temporal_tls_server_ca.read_bytes()
+            if settings.temporal_tls_server_ca
+            else None,
+        )
+    api_key = settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        tls=tls if api_key is None else (tls or True),
+        api_key=api_key,
+        data_converter=pydantic_data_converter,
+        identity=identity,
+    )

@@ -1,0 +1,59 @@
+"""Running a Temporal worker as a process: connect, serve health/metrics, stop on a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from leasehold.health_server import serve_health
+from leasehold.settings import Settings
+from leasehold.temporal import connect
+
+log = logging.getLogger(__name__)
+
+
+async def run_worker(
+    settings: Settings,
+    name: str,
+    build: Callable[[Client], Worker],
+    on_sigterm: Callable[[], Awaitable[None] | None] | None = None,
+) -> None:
+    """Run the worker ``build`` makes until SIGINT/SIGTERM, then shut it down gracefully.
+
+    ``on_sigterm`` runs first on SIGTERM (the GPU worker turns it into a preemption
+    checkpoint). ``/healthz`` answers 200 once the worker is polling.
+    """
+    state = {"ready": False}
+    server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
+    log.info("%s worker health and metrics on http://127.0.0.1:%s", name, server.server_address[1])
+
+    client = await connect(settings, identity=f"leasehold-{name}")
+    worker = build(client)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    background: set[asyncio.Task] = set()
+
+    def _on_signal(sig: signal.Signals) -> None:
+        log.info("%s worker received %s; shutting down", name, sig.name)
+        if sig == signal.SIGTERM and on_sigterm is not None:
+            result = on_sigterm()
+            if asyncio.iscoroutine(result):
+                task = loop.create_task(result)
+                background.add(task)
+                task.add_done_callback(background.discard)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, _on_signal, sig)
+
+    async with worker:
+        state["ready"] = True
+        log.info("%s worker polling %s", name, worker.task_queue)
+        await stop.wait()
+        state["ready"] = False
+    server.shutdown()

@@ -1,0 +1,1 @@
+"""The orchestration worker: runs every workflow and the light housekeeping activities."""

@@ -1,0 +1,17 @@
+"""What the orchestration worker hosts: workflows and light (non-GPU, non-sandbox) activities.
+
+Each product adds its workflows and an activity factory here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from leasehold.settings import Settings
+
+# Workflow classes, imported lazily by the worker.
+WORKFLOWS: list[type] = []
+
+# Factories that turn settings into activity callables (constructor injection).
+ACTIVITY_FACTORIES: list[Callable[[Settings], list[Callable[..., Any]]]] = []

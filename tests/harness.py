@@ -1,0 +1,144 @@
+"""Real processes for tests: the API and workers as subprocesses, with fault injection.
+
+Every process is started in its own process group, logs to a file under the test's tmp dir,
+and is killed (whole group) when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from leasehold.devserver import free_port
+from leasehold.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class ManagedProcess:
+    """A subprocess under test control: start, wait healthy, signal, stop."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    health_url: str | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> ManagedProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, timeout: float = 60.0) -> ManagedProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
+            if self.health_url is None:
+                return self
+            try:
+                if httpx.get(self.health_url, timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the process itself (not the group), as a cloud provider would."""
+        os.kill(self.pid, sig)
+
+    def kill9(self) -> None:
+        """kill -9 the whole process group: no chance to clean up."""
+        if self.alive():
+            os.killpg(self.pid, signal.SIGKILL)
+            assert self.proc is not None
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.alive():
+            try:
+                os.killpg(self.pid, signal.SIGCONT)
+                os.killpg(self.pid, signal.SIGTERM)
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def unique_prefix() -> str:
+    """A queue prefix so tests sharing one dev server never see each other's tasks."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+def process_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+    env.update(settings.to_env())
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def start_api(settings: Settings, logs: Path) -> tuple[ManagedProcess, str]:
+    """``leasehold api`` on a free port; returns the process and its base URL."""
+    port = settings.api_port
+    base = f"http://127.0.0.1:{port}"
+    proc = ManagedProcess(
+        "api",
+        [sys.executable, "-m", "cli.main", "api"],
+        process_env(settings, LEASEHOLD_PUBLIC_BASE_URL=base),
+        logs / "api.log",
+        f"{base}/healthz",
+    ).start()
+    return proc, base
+
+
+def start_worker(settings: Settings, kind: str, logs: Path, *args: str, name: str | None = None) -> ManagedProcess:
+    """``leasehold worker <kind> ...`` with its health endpoint on a free port."""
+    port = free_port()
+    name = name or f"worker-{kind}"
+    return ManagedProcess(
+        name,
+        [sys.executable, "-m", "cli.main", "worker", kind, *args],
+        process_env(settings, LEASEHOLD_METRICS_PORT=str(port)),
+        logs / f"{name}.log",
+        f"http://127.0.0.1:{port}/healthz",
+    ).start()

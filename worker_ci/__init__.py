@@ -1,0 +1,1 @@
+"""The CI worker process: runs jobs in sandboxes on leased workers."""

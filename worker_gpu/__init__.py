@@ -1,0 +1,1 @@
+"""The GPU worker process: loads one model version and polls its queue."""
