@@ -1,0 +1,130 @@
+"""Typed payloads of video jobs, shared by the workflow, the GPU activity and the API.
+
+Light on purpose (stdlib + pydantic): the API and the orchestration worker import it.
+Fields are only ever added, with defaults, so old histories still decode.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+
+class VideoStatus(StrEnum):
+    """The OpenAI Videos API statuses."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({VideoStatus.COMPLETED, VideoStatus.FAILED, VideoStatus.CANCELLED})
+
+
+class VideoRequest(BaseModel):
+    """What to generate; validated by the API before a job exists."""
+
+    prompt: str
+    model: str
+    seconds: int
+    width: int
+    height: int
+    seed: int
+
+
+class VideoJobInput(BaseModel):
+    """Start input of ``VideoJobWorkflow``. Queues and timeouts are resolved by the API from settings."""
+
+    job_id: str
+    tenant_id: str
+    user_id: str
+    tier: str
+    request: VideoRequest
+    # SHA-256 of the canonical request body: same idempotency key + other body is a conflict.
+    request_hash: str
+    created_at: datetime
+    expires_after_seconds: int = 7 * 24 * 3600
+    # Where generation runs (the model's queue) and where housekeeping runs.
+    generate_queue: str
+    housekeeping_queue: str
+    heartbeat_timeout_seconds: float = 20.0
+    checkpoint_interval_seconds: float = 10.0
+    # Dispatch priority and fairness (Temporal task-queue Priority); used by admission.
+    priority_key: int | None = None
+    fairness_key: str | None = None
+    fairness_weight: float | None = None
+
+
+class GenerateInput(BaseModel):
+    """Input of the generation activity (one attempt per Temporal activity attempt)."""
+
+    job_id: str
+    request: VideoRequest
+    # Every object of this job lives under this prefix; attempts write under
+    # ``<prefix>/attempt-<n>/`` so a stale attempt can change nothing the job points at.
+    object_prefix: str
+    checkpoint_interval_seconds: float
+
+
+class GenerateProgress(BaseModel):
+    """Heartbeat details: progress and the newest checkpoint this attempt knows of."""
+
+    step: int = 0
+    total_steps: int = 0
+    checkpoint_key: str | None = None
+    checkpoint_step: int = 0
+    # When the heartbeat was sent (worker clock, epoch seconds) and the attempt that sent it.
+    sent_at: float = 0.0
+    attempt: int = 0
+
+
+class GenerateResult(BaseModel):
+    """What a successful attempt produced; the workflow records exactly one of these."""
+
+    video_key: str
+    thumbnail_key: str
+    attempt: int
+    width: int
+    height: int
+    frames: int
+    fps: float
+    total_steps: int
+    resumed_from_step: int = 0
+    gpu_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0
+
+
+class CleanupInput(BaseModel):
+    """Delete objects under ``prefix``, except ``keep`` keys."""
+
+    prefix: str
+    keep: list[str] = Field(default_factory=list)
+
+
+class VideoJobState(BaseModel):
+    """The answer of ``VideoJobWorkflow.state``: everything the API shows about a job.
+
+    Live progress comes from the pending activity's heartbeat details (DescribeWorkflowExecution),
+    so progress does not grow the workflow history.
+    """
+
+    job_id: str
+    tenant_id: str
+    user_id: str
+    tier: str
+    request: VideoRequest
+    request_hash: str
+    status: VideoStatus
+    created_at: datetime
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    expires_at: datetime | None = None
+    attempts_started: int = 0
+    error_code: str | None = None
+    error_message: str | None = None
+    result: GenerateResult | None = None
+    deleted: bool = False
