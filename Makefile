@@ -1,0 +1,41 @@
+# The two commands the README opens with: `make up` (the whole stack, embedded) and `make test`.
+# Both bootstrap a virtual environment in .venv on first use.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch; a machine with CUDA can install a CUDA build instead.
+TORCH ?= torch==2.13.0
+
+.PHONY: up test lint typecheck unit bench install system-deps
+
+$(BIN)/.installed: pyproject.toml
+	@command -v git >/dev/null && command -v bwrap >/dev/null || $(MAKE) --no-print-directory system-deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+install: $(BIN)/.installed
+
+# git and bubblewrap (the CI sandbox); needs root or sudo.
+system-deps:
+	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq git bubblewrap >/dev/null
+
+up: $(BIN)/.installed
+	$(BIN)/leasehold up
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench $(BENCH_ARGS)
