@@ -1,1 +1,2 @@
 """Feature subcommands register themselves on ``cli.main.EXTRA_COMMANDS`` when imported here."""
+import cli.repos  # noqa: F401  (leasehold repos ...)

@@ -4,3 +4,4 @@ Later features add their table modules here so ``init_database`` creates them.
 """
 
 import leasehold.database  # noqa: F401  (ApiKey)
+import leasehold.repos  # noqa: F401  (Repository)

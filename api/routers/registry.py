@@ -3,3 +3,8 @@
 from fastapi import APIRouter
 
 ROUTERS: list[APIRouter] = []
+
+# CI: repositories, webhooks, runs and their logs.
+from api.routers import repos as _ci_repos  # noqa: E402
+
+ROUTERS.append(_ci_repos.router)

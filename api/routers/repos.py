@@ -1,0 +1,51 @@
+"""``/v1/repos``: a tenant registers the repositories whose pushes become CI runs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+
+from api.deps import DbDep, PrincipalDep
+from api.errors import ApiError, invalid, not_found
+from api.schemas.ci import RepoCreate, RepoList, RepoOut
+from leasehold.repos import RepoError, RepoExists, add_repo, get_repo, list_repos
+
+router = APIRouter(tags=["ci"])
+
+
+@router.post("/v1/repos", status_code=201)
+async def create_repo(body: RepoCreate, principal: PrincipalDep, db: DbDep) -> RepoOut:
+    """Register a repository for the caller's tenant; the webhook secret is never returned."""
+    try:
+        record = await asyncio.to_thread(
+            add_repo,
+            db,
+            principal.tenant_id,
+            body.name,
+            body.clone_url,
+            body.webhook_secret.get_secret_value(),
+            body.default_branch,
+            body.github_id,
+        )
+    except RepoExists as exc:
+        raise ApiError(409, "repo_exists", exc.message, param=exc.field) from None
+    except RepoError as exc:
+        raise invalid(exc.field, exc.message) from None
+    return RepoOut.from_record(record)
+
+
+@router.get("/v1/repos")
+async def get_repos(principal: PrincipalDep, db: DbDep) -> RepoList:
+    """The caller's repositories."""
+    records = await asyncio.to_thread(list_repos, db, principal.tenant_id)
+    return RepoList(data=[RepoOut.from_record(r) for r in records])
+
+
+@router.get("/v1/repos/{repo_id}")
+async def get_one_repo(repo_id: str, principal: PrincipalDep, db: DbDep) -> RepoOut:
+    """One repository; another tenant's answers 404 like a missing one."""
+    record = await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id)
+    if record is None:
+        raise not_found("repository")
+    return RepoOut.from_record(record)

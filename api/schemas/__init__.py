@@ -1,0 +1,1 @@
+"""Request and response schemas of the public API, one module per resource."""

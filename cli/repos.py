@@ -1,0 +1,84 @@
+"""``leasehold repos add|list``: register a tenant's repositories from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli.main import EXTRA_COMMANDS, UsageError, _settings
+
+
+def _factory(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from leasehold.database import init_database
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return init_database(settings.resolved_database_url)
+
+
+def cmd_repos_add(args: argparse.Namespace) -> int:
+    from leasehold.api_keys import validate_name
+    from leasehold.repos import RepoError, add_repo
+
+    try:
+        validate_name("tenant", args.tenant)
+        record = add_repo(
+            _factory(args),
+            args.tenant,
+            args.name,
+            args.clone_url,
+            args.webhook_secret,
+            args.default_branch,
+            args.github_id,
+        )
+    except RepoError as exc:
+        raise UsageError(f"{exc.field}: {exc.message}") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    # The id on stdout (for scripts); the secret is never echoed.
+    print(record.id)
+    print(f"# tenant={record.tenant_id} name={record.name} clone_url={record.clone_url}", file=sys.stderr)
+    return 0
+
+
+def cmd_repos_list(args: argparse.Namespace) -> int:
+    from leasehold.repos import list_repos
+
+    for record in list_repos(_factory(args), args.tenant):
+        print(
+            json.dumps(
+                {
+                    "id": record.id,
+                    "name": record.name,
+                    "clone_url": record.clone_url,
+                    "default_branch": record.default_branch,
+                }
+            )
+        )
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    repos = sub.add_parser("repos", help="CI repositories")
+    repos_sub = repos.add_subparsers(dest="repos_command", required=True)
+
+    add = repos_sub.add_parser("add", parents=[common], help="register a repository for a tenant")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--name", required=True, help="full name, e.g. acme/widgets")
+    add.add_argument("--clone-url", required=True, help="absolute path, file:// or https:// URL")
+    add.add_argument("--webhook-secret", required=True, help="the secret webhooks are signed with")
+    add.add_argument("--default-branch", default="main")
+    add.add_argument("--github-id", type=int, default=None, help="the host's numeric repository id")
+    add.set_defaults(func=cmd_repos_add)
+
+    ls = repos_sub.add_parser("list", parents=[common], help="a tenant's repositories (JSON lines)")
+    ls.add_argument("--tenant", required=True)
+    ls.set_defaults(func=cmd_repos_list)
+
+
+EXTRA_COMMANDS.append(add_commands)

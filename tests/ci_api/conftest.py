@@ -1,0 +1,93 @@
+"""One CI stack for the whole package: the API, an orchestration worker and a CI worker as
+real processes against the session's dev server. Tests isolate themselves by tenant and
+repository, never by restarting processes (two cores are shared by everyone)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from leasehold.api_keys import create_key
+from leasehold.database import init_database
+from leasehold.devserver import free_port
+from leasehold.settings import Settings
+from tests.gitrepo import GitRemote
+from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix
+
+
+@dataclass
+class CIStack:
+    """The running processes and what a test needs to call them."""
+
+    settings: Settings
+    base_url: str
+    logs: Path
+    root: Path
+    api: ManagedProcess
+    workers: list[ManagedProcess] = field(default_factory=list)
+
+    def new_tenant(self) -> httpx.Client:
+        """An HTTP client holding a fresh tenant's API key (tests never share tenants)."""
+        tenant = f"tenant-{secrets.token_hex(4)}"
+        key = create_key(init_database(self.settings.resolved_database_url), tenant, "user", "paid")
+        client = httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        client.tenant_id = tenant  # type: ignore[attr-defined]
+        return client
+
+    def anonymous(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=30)
+
+    def git_remote(self) -> GitRemote:
+        return GitRemote(self.root / f"git-{secrets.token_hex(4)}")
+
+    def register(self, client: httpx.Client, remote: GitRemote, *, name: str | None = None) -> tuple[str, str, str]:
+        """Register ``remote`` for ``client``'s tenant with a signed webhook; (repo id, name, secret)."""
+        name = name or f"acme/{remote.root.name}"
+        secret = secrets.token_hex(16)
+        response = client.post(
+            "/v1/repos", json={"name": name, "clone_url": remote.clone_url, "webhook_secret": secret}
+        )
+        assert response.status_code == 201, response.text
+        repo_id = response.json()["id"]
+        remote.install_webhook(f"{self.base_url}/v1/hooks/github", secret, name)
+        return repo_id, name, secret
+
+
+@pytest.fixture(scope="package")
+def ci_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("ci-api")
+    logs = root / "logs"
+    logs.mkdir()
+    settings = Settings(
+        data_dir=root / "data",
+        temporal_address=temporal_env.client.service_client.config.target_host,
+        queue_prefix=unique_prefix(),
+        api_port=free_port(),
+        ci_labels=["linux"],
+    )
+    settings.data_dir.mkdir(parents=True)
+    init_database(settings.resolved_database_url)
+    api, base_url = start_api(settings, logs)
+    stack = CIStack(settings=settings, base_url=base_url, logs=logs, root=root, api=api)
+    try:
+        api.wait_healthy(60)
+        yield stack
+    finally:
+        for proc in [*stack.workers, api]:
+            proc.stop()
+
+
+@pytest.fixture(scope="package")
+def ci_engine(ci_stack: CIStack) -> CIStack:
+    """The stack plus the orchestration and CI workers (started once, on first need)."""
+    if not ci_stack.workers:
+        ci_stack.workers.append(start_worker(ci_stack.settings, "orchestration", ci_stack.logs))
+        ci_stack.workers.append(start_worker(ci_stack.settings, "ci", ci_stack.logs, "--labels", "linux"))
+        for worker in ci_stack.workers:
+            worker.wait_healthy(60)
+    return ci_stack
