@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,12 +40,20 @@ STOP_GRACE_SECONDS = 20.0
 HEALTH_TIMEOUT_SECONDS = 120.0
 
 
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: SIGTERM it if the supervisor dies.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when the supervisor dies, even by kill -9."""
+
+    def preexec() -> None:
+        # Runs in the child between fork and exec.
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass
+        # The supervisor may have died between fork and prctl; then no signal will ever come.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
 
 
 @dataclass
@@ -70,8 +79,10 @@ class Child:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            # Own session: a terminal's Ctrl-C reaches only the supervisor, which stops
+            # the children in order.
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent(os.getpid()),
         )
         out.close()
         self.started_at = time.monotonic()
@@ -87,23 +98,38 @@ class Child:
         except httpx.HTTPError:
             return False
 
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+    def terminate(self) -> None:
+        """Ask the child's whole process group to stop (SIGTERM); does not wait."""
         if not self.alive():
             return
         assert self.proc is not None
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
+            pass
+
+    def wait_stopped(self, deadline: float) -> None:
+        """Wait until the child exits; SIGKILL its process group at ``deadline``."""
+        if self.proc is None:
             return
         try:
-            self.proc.wait(timeout=grace)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.warning("%s did not stop within %.0fs; killing it", self.name, grace)
+            log.warning("%s did not stop in time; killing it", self.name)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait()
+        # Anything the child left behind in its group (it normally reaps its own children).
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        self.terminate()
+        self.wait_stopped(time.monotonic() + grace)
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -145,9 +171,15 @@ def _first_key(settings: Settings) -> str | None:
     return key
 
 
-def _wait_healthy(children: list[Child], deadline: float) -> None:
+class _StopRequested(Exception):
+    """SIGINT/SIGTERM arrived while the stack was still starting."""
+
+
+def _wait_healthy(children: list[Child], deadline: float, stop_requested: Callable[[], bool]) -> None:
     pending = list(children)
     while pending:
+        if stop_requested():
+            raise _StopRequested
         for child in list(pending):
             if not child.alive():
                 raise UsageError(
@@ -201,20 +233,57 @@ def build_children(
     return temporal, apps
 
 
-def _wait_temporal(temporal: Child, port: int, deadline: float) -> None:
+def _wait_temporal(temporal: Child, port: int, deadline: float, stop_requested: Callable[[], bool]) -> None:
+    """Wait until the frontend accepts connections and (with the UI) the Web UI answers."""
     import socket
 
+    listening = False
     while time.monotonic() < deadline:
+        if stop_requested():
+            raise _StopRequested
         if not temporal.alive():
             raise UsageError(
                 f"the Temporal dev server exited during start-up; see {temporal.log_path}\n{temporal.log_tail()}"
             )
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
+        if not listening:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    listening = True
+            except OSError:
+                pass
+        if listening and temporal.healthy():
+            return
+        time.sleep(0.2)
     raise UsageError(f"timed out waiting for the Temporal dev server on port {port}")
+
+
+def _print_urls(settings: Settings, api_port: int, temporal_port: int, ui_port: int | None, key: str | None) -> None:
+    out = sys.stdout
+    print("leasehold is up", file=out)
+    print(f"  API:             http://127.0.0.1:{api_port}", file=out)
+    print(f"  OpenAPI docs:    http://127.0.0.1:{api_port}/docs", file=out)
+    if ui_port is not None:
+        print(f"  Temporal Web UI: http://127.0.0.1:{ui_port}", file=out)
+    print(f"  Temporal:        127.0.0.1:{temporal_port} (namespace {settings.temporal_namespace})", file=out)
+    print(f"  Data dir:        {settings.data_dir}  (logs in {settings.data_dir / 'logs'})", file=out)
+    if key:
+        print(f"  API key (shown once; also in {settings.data_dir / 'api-key'}):\n    {key}", file=out)
+    else:
+        print(f"  API key:         in {settings.data_dir / 'api-key'}", file=out)
+    print("Press Ctrl-C to stop.", file=out, flush=True)
+
+
+def _stop_all(temporal: Child, apps: list[Child]) -> None:
+    """Stop in order: the API first (no new work accepted), then the workers together, Temporal last."""
+    api, workers = apps[0], apps[1:]
+    api.stop()
+    for child in workers:
+        child.terminate()
+    # Workers finish or hand back their activities in parallel, under one shared grace period.
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for child in workers:
+        child.wait_stopped(deadline)
+    temporal.stop()
 
 
 def run_stack(settings: Settings, api_port: int, temporal_port: int, ui_port: int, headless: bool = False) -> int:
@@ -225,66 +294,47 @@ def run_stack(settings: Settings, api_port: int, temporal_port: int, ui_port: in
         ports["ui port"] = ui_port
     _check_ports(ports)
     try:
-        temporal_bin = find_temporal_binary()
+        temporal_bin = find_temporal_binary(settings.temporal_binary)
     except MissingBinary as exc:
         raise UsageError(str(exc)) from None
 
-    temporal, apps = build_children(settings, api_port, temporal_port, None if headless else ui_port, temporal_bin)
+    shown_ui_port = None if headless else ui_port
+    temporal, apps = build_children(settings, api_port, temporal_port, shown_ui_port, temporal_bin)
+    if shown_ui_port is not None:
+        temporal.health_url = f"http://127.0.0.1:{shown_ui_port}/"
     stopping = False
 
     def _request_stop(signum: int, _frame: object) -> None:
         nonlocal stopping
+        if not stopping:
+            log.info("received %s; stopping", signal.Signals(signum).name)
         stopping = True
 
-    signal.signal(signal.SIGINT, _request_stop)
-    signal.signal(signal.SIGTERM, _request_stop)
-    started: list[Child] = []
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _request_stop)
     try:
         temporal.start()
-        started.append(temporal)
-        _wait_temporal(temporal, temporal_port, time.monotonic() + HEALTH_TIMEOUT_SECONDS)
+        _wait_temporal(temporal, temporal_port, time.monotonic() + HEALTH_TIMEOUT_SECONDS, lambda: stopping)
         key = _first_key(settings)
         for child in apps:
             child.start()
-            started.append(child)
-        _wait_healthy(apps, time.monotonic() + HEALTH_TIMEOUT_SECONDS)
-
-        out = sys.stdout
-        print("leasehold is up", file=out)
-        print(f"  API:             http://127.0.0.1:{api_port}", file=out)
-        print(f"  OpenAPI docs:    http://127.0.0.1:{api_port}/docs", file=out)
-        if not headless:
-            print(f"  Temporal Web UI: http://127.0.0.1:{ui_port}", file=out)
-        print(
-            f"  Temporal:        127.0.0.1:{temporal_port} (namespace {settings.temporal_namespace})",
-            file=out,
-        )
-        print(f"  Data dir:        {settings.data_dir}  (logs in {settings.data_dir / 'logs'})", file=out)
-        if key:
-            print(f"  API key (shown once; also in {settings.data_dir / 'api-key'}):\n    {key}", file=out)
-        else:
-            print(f"  API key:         in {settings.data_dir / 'api-key'}", file=out)
-        print("Press Ctrl-C to stop.", file=out, flush=True)
-
+        _wait_healthy(apps, time.monotonic() + HEALTH_TIMEOUT_SECONDS, lambda: stopping)
+        _print_urls(settings, api_port, temporal_port, shown_ui_port, key)
         while not stopping:
-            _supervise(temporal, apps)
+            _supervise([temporal, *apps])
             time.sleep(0.5)
         return 0
+    except _StopRequested:
+        return 130
     finally:
-        # Stop in order: the API first (no new work accepted), then workers, Temporal last.
-        for child in reversed(started):
-            if child is not temporal:
-                child.stop()
-        temporal.stop()
+        _stop_all(temporal, apps)
         print("leasehold stopped", file=sys.stdout, flush=True)
 
 
-def _supervise(temporal: Child, apps: list[Child]) -> None:
-    if not temporal.alive():
-        log.error("the Temporal dev server exited; restarting it on the same database")
-        temporal.start()
+def _supervise(children: list[Child]) -> None:
+    """Restart crashed children with exponential back-off (reset after a minute of uptime)."""
     now = time.monotonic()
-    for child in apps:
+    for child in children:
         if child.alive():
             if now - child.started_at > 60:
                 child.restarts = 0
@@ -292,13 +342,7 @@ def _supervise(temporal: Child, apps: list[Child]) -> None:
         if child.next_restart_at == 0.0:
             delay = min(30.0, 0.5 * 2**child.restarts)
             code = child.proc.returncode if child.proc else None
-            log.error(
-                "%s exited with code %s; restarting in %.1fs (log: %s)",
-                child.name,
-                code,
-                delay,
-                child.log_path,
-            )
+            log.error("%s exited with code %s; restarting in %.1fs (log: %s)", child.name, code, delay, child.log_path)
             child.next_restart_at = now + delay
         elif now >= child.next_restart_at:
             child.restarts += 1
