@@ -15,3 +15,20 @@ WORKFLOWS: list[type] = []
 
 # Factories that turn settings into activity callables (constructor injection).
 ACTIVITY_FACTORIES: list[Callable[[Settings], list[Callable[..., Any]]]] = []
+
+
+def _video_activities(settings: Settings) -> list[Callable[..., Any]]:
+    from activities.video_housekeeping import VideoHousekeepingActivities
+    from leasehold.storage import open_store
+
+    return [VideoHousekeepingActivities(open_store(settings)).delete_video_objects]
+
+
+def _register_video() -> None:
+    from workflows.video_job import VideoJobWorkflow
+
+    WORKFLOWS.append(VideoJobWorkflow)
+    ACTIVITY_FACTORIES.append(_video_activities)
+
+
+_register_video()

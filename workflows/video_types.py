@@ -34,6 +34,8 @@ class VideoRequest(BaseModel):
     width: int
     height: int
     seed: int
+    # Sampler steps; ``None`` means the model's catalogue default (tests ask for more, to run longer).
+    steps: int | None = None
 
 
 class VideoJobInput(BaseModel):
@@ -128,3 +130,31 @@ class VideoJobState(BaseModel):
     error_message: str | None = None
     result: GenerateResult | None = None
     deleted: bool = False
+
+
+class CleanupResult(BaseModel):
+    """How many objects a cleanup deleted."""
+
+    deleted: int = 0
+
+
+class VideoErrorType(StrEnum):
+    """``ApplicationError.type`` values of video jobs; the workflow copies them into ``error_code``."""
+
+    # The request cannot be generated (size, length, steps, model): retrying cannot help.
+    INVALID_REQUEST = "InvalidRequest"
+    # The worker got a job for another model version than the one it loaded.
+    MODEL_MISMATCH = "ModelMismatch"
+    # The worker was told it will go away; the job continues from its checkpoint elsewhere.
+    PREEMPTED = "Preempted"
+    # The model failed on this input in a way retrying cannot fix.
+    GENERATION_FAILED = "GenerationFailed"
+    # The job ran out of its overall time budget.
+    TIMED_OUT = "TimedOut"
+    # Anything else the workflow could not classify.
+    INTERNAL = "InternalError"
+
+
+def job_object_prefix(job_id: str) -> str:
+    """Every object of a job (checkpoints, video, thumbnail) lives under this store prefix."""
+    return f"videos/{job_id}"
