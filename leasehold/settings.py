@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     # A GPU attempt whose heartbeats stop this long loses its job to another worker.
     video_heartbeat_timeout_seconds: float = 20.0
 
+    # The S3 endpoint clients outside the deployment reach (e.g. http://localhost:9000 when the
+    # services talk to http://minio:9000); presigned download URLs are signed for it.
+    s3_public_endpoint_url: str | None = None
+    # Interface a worker's /metrics and /healthz bind to (0.0.0.0 in containers, for scrapers).
+    metrics_host: str = "127.0.0.1"
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

@@ -224,24 +224,33 @@ class S3ObjectStore:
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         create_bucket: bool = False,
+        public_endpoint_url: str | None = None,
     ) -> None:
         import boto3  # boto3 stays off the workflow import path
         from botocore.config import Config
 
         self.bucket = bucket
-        self._client = boto3.client(
-            "s3",
-            region_name=region,
-            endpoint_url=endpoint_url,
-            aws_access_key_id=access_key_id,
-            aws_secret_access_key=secret_access_key,
-            config=Config(
-                retries={"max_attempts": 5, "mode": "standard"},
-                connect_timeout=5,
-                read_timeout=30,
-                s3={"addressing_style": "path"} if endpoint_url else None,
-            ),
-        )
+
+        def make_client(endpoint: str | None) -> Any:
+            return boto3.client(
+                "s3",
+                region_name=region,
+                endpoint_url=endpoint,
+                aws_access_key_id=access_key_id,
+                aws_secret_access_key=secret_access_key,
+                config=Config(
+                    retries={"max_attempts": 5, "mode": "standard"},
+                    connect_timeout=5,
+                    read_timeout=30,
+                    s3={"addressing_style": "path"} if endpoint else None,
+                    signature_version="s3v4",
+                ),
+            )
+
+        self._client = make_client(endpoint_url)
+        # A SigV4 signature covers the host, so links for users outside the deployment's
+        # network must be signed for the address they will use.
+        self._presign_client = make_client(public_endpoint_url) if public_endpoint_url else self._client
         if create_bucket:
             self.ensure_bucket(region)
 
@@ -343,7 +352,7 @@ class S3ObjectStore:
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": check_key(key)}
         if filename:
             params["ResponseContentDisposition"] = f'attachment; filename="{filename}"'
-        return str(self._client.generate_presigned_url("get_object", Params=params, ExpiresIn=ttl_seconds))
+        return str(self._presign_client.generate_presigned_url("get_object", Params=params, ExpiresIn=ttl_seconds))
 
 
 def open_store(settings: Settings) -> ObjectStore:
@@ -357,5 +366,6 @@ def open_store(settings: Settings) -> ObjectStore:
             secret_access_key=(
                 settings.s3_secret_access_key.get_secret_value() if settings.s3_secret_access_key else None
             ),
+            public_endpoint_url=settings.s3_public_endpoint_url,
         )
     return LocalObjectStore(settings.resolved_store_dir, settings.signing_key(), settings.resolved_public_base_url)

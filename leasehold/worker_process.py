@@ -29,8 +29,8 @@ async def run_worker(
     checkpoint). ``/healthz`` answers 200 once the worker is polling.
     """
     state = {"ready": False}
-    server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
-    log.info("%s worker health and metrics on http://127.0.0.1:%s", name, server.server_address[1])
+    server = serve_health(settings.metrics_host, settings.metrics_port or 0, lambda: state["ready"])
+    log.info("%s worker health and metrics on http://%s:%s", name, settings.metrics_host, server.server_address[1])
 
     client = await connect(settings, identity=f"leasehold-{name}")
     worker = build(client)
