@@ -7,6 +7,7 @@ process start-up and passed down; nothing reads ``os.environ`` at import time.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -100,8 +101,10 @@ class Settings(BaseSettings):
     @field_validator("models", "ci_labels", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
-        # Env vars arrive as "a,b" as often as JSON lists; accept both.
-        if isinstance(value, str) and not value.lstrip().startswith("["):
+        # Env vars arrive as "a,b" as often as JSON lists; accept both (NoDecode leaves JSON to us).
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
