@@ -92,7 +92,10 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     from leasehold.database import init_database
 
     settings = _settings(args)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"data dir {settings.data_dir} is not writable: {exc.strerror or exc}") from None
     try:
         key = create_key(init_database(settings.resolved_database_url), args.tenant, args.user, args.tier)
     except ValueError as exc:
@@ -140,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     create = keys_sub.add_parser("create", parents=[common], help="create a key (printed once)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--user", required=True)
-    create.add_argument("--tier", required=True, choices=["paid", "free"])
+    # Checked by create_key, not argparse, so a bad tier is one line, not a usage dump.
+    create.add_argument("--tier", required=True, metavar="{paid,free}")
     create.set_defaults(func=cmd_keys_create)
 
     for add in EXTRA_COMMANDS:
