@@ -8,3 +8,8 @@ ROUTERS: list[APIRouter] = []
 from api.routers import repos as _ci_repos  # noqa: E402
 
 ROUTERS.append(_ci_repos.router)
+
+# Video: the OpenAI-compatible /v1/videos.
+from api.routers import videos as _videos  # noqa: E402
+
+ROUTERS.append(_videos.router)
