@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     # Interface a worker's /metrics and /healthz bind to (0.0.0.0 in containers, for scrapers).
     metrics_host: str = "127.0.0.1"
 
+    # CPU threads torch uses on a GPU worker. Fixed, because float results (and so the
+    # video's bytes) may depend on how work is split across threads.
+    video_torch_threads: int = 1
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

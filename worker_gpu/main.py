@@ -1,34 +1,68 @@
-"""``leasehold worker gpu --model M``: one model version, one queue."""
+"""``leasehold worker gpu --model M``: loads one model version, polls its queue, one job at a time.
+
+SIGTERM is the preemption notice: the running generation checkpoints at once and fails its
+attempt as ``Preempted`` so Temporal re-dispatches it without waiting for a heartbeat
+timeout; then the worker exits.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.video_generation import VideoGenerationActivities
 from leasehold.settings import Settings
+from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
-from workflows.queues import video_queue
+from worker_gpu.encoding import H264Encoder
+from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
+from worker_gpu.models import LOADERS, load_model
+from workflows.queues import GPU_GRACEFUL_SHUTDOWN, GPU_MAX_HEARTBEAT_THROTTLE, video_queue
+from workflows.video_models import get_model
+
+log = logging.getLogger(__name__)
 
 
-@activity.defn(name="gpu_worker_info")
-def gpu_worker_info() -> str:
-    """Which model this worker serves (replaced by the generation activity)."""
-    return "placeholder"
+class UnknownModel(SystemExit):
+    """The worker was asked for a model version it cannot load (exits with a one-line reason)."""
 
 
-def build_worker(client: Client, settings: Settings) -> Worker:
+def build_activities(settings: Settings) -> VideoGenerationActivities:
+    """Load the model (before polling, so the first job does not pay for it) and wire the activity."""
+    name = settings.gpu_model
+    if get_model(name) is None or name not in LOADERS:
+        raise UnknownModel(f"leasehold: error: unknown model {name!r}; this worker can load: {', '.join(LOADERS)}")
+    model = load_model(name, settings.device, settings.video_torch_threads)
+    device = str(getattr(model, "device", settings.device))
+    MODEL_INFO.labels(model=name, device=device).set(1)
+    log.info("loaded model %s on %s", name, device)
+    return VideoGenerationActivities(model, H264Encoder(), open_store(settings), PrometheusObserver())
+
+
+def build_worker(client: Client, settings: Settings, activities: VideoGenerationActivities) -> Worker:
     return Worker(
         client,
         task_queue=video_queue(settings.gpu_model, settings.queue_prefix),
-        activities=[gpu_worker_info],
-        activity_executor=ThreadPoolExecutor(max_workers=2),
+        activities=[activities.generate_video],
+        activity_executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate"),
+        # One video per GPU.
         max_concurrent_activities=1,
+        max_heartbeat_throttle_interval=GPU_MAX_HEARTBEAT_THROTTLE,
+        graceful_shutdown_timeout=GPU_GRACEFUL_SHUTDOWN,
     )
 
 
 def main(settings: Settings) -> None:
-    asyncio.run(run_worker(settings, "gpu", lambda c: build_worker(c, settings)))
+    activities = build_activities(settings)
+    asyncio.run(
+        run_worker(
+            settings,
+            "gpu",
+            lambda client: build_worker(client, settings, activities),
+            on_sigterm=activities.notify_preemption,
+        )
+    )

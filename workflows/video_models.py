@@ -60,7 +60,7 @@ PROCEDURAL_V1 = VideoModelSpec(
     default_seconds=4,
     default_size="720x1280",
     fps=8,
-    default_steps=24,
+    default_steps=50,
     max_steps=1000,
 )
 

@@ -1,0 +1,133 @@
+"""Starting and inspecting video jobs directly through Temporal (no API), for video-core tests."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import av
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from leasehold.settings import Settings
+from leasehold.storage import LocalObjectStore, open_store
+from tests.harness import ManagedProcess, start_worker
+from workflows.queues import orchestration_queue, video_queue
+from workflows.video_job import VideoJobWorkflow
+from workflows.video_types import GenerateProgress, VideoJobInput, VideoJobState, VideoRequest, job_object_prefix
+
+MODEL = "procedural-v1"
+# Short, so lease loss is detected within seconds in tests.
+HEARTBEAT_TIMEOUT = 3.0
+
+
+def new_job_id() -> str:
+    return f"video_{uuid.uuid4().hex}"
+
+
+def request(prompt: str = "a red balloon over a blue ocean", seed: int = 7, steps: int = 20, **kw: int) -> VideoRequest:
+    return VideoRequest(
+        prompt=prompt,
+        model=MODEL,
+        seconds=kw.get("seconds", 2),
+        width=kw.get("width", 256),
+        height=kw.get("height", 256),
+        seed=seed,
+        steps=steps,
+    )
+
+
+async def start_job(
+    client: Client,
+    settings: Settings,
+    req: VideoRequest,
+    job_id: str | None = None,
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+) -> WorkflowHandle[VideoJobWorkflow, VideoJobState]:
+    job_id = job_id or new_job_id()
+    job = VideoJobInput(
+        job_id=job_id,
+        tenant_id="tenant-a",
+        user_id="user-a",
+        tier="paid",
+        request=req,
+        request_hash="test",
+        created_at=datetime.now(UTC),
+        generate_queue=video_queue(req.model, settings.queue_prefix),
+        housekeeping_queue=orchestration_queue(settings.queue_prefix),
+        heartbeat_timeout_seconds=heartbeat_timeout,
+        checkpoint_interval_seconds=settings.checkpoint_interval_seconds,
+    )
+    return await client.start_workflow(
+        VideoJobWorkflow.run, job, id=f"video-{job_id}", task_queue=orchestration_queue(settings.queue_prefix)
+    )
+
+
+def start_gpu(settings: Settings, logs: Path, name: str = "gpu") -> ManagedProcess:
+    return start_worker(settings, "gpu", logs, "--model", MODEL, name=name).wait_healthy(120)
+
+
+def start_orchestration(settings: Settings, logs: Path) -> ManagedProcess:
+    return start_worker(settings, "orchestration", logs).wait_healthy(60)
+
+
+async def pending_progress(handle: WorkflowHandle) -> tuple[GenerateProgress | None, int, bool]:
+    """(last heartbeat details, attempt, started) of the pending generation activity."""
+    desc = await handle.describe()
+    for pending in desc.raw_description.pending_activities:
+        started = pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        progress = None
+        if pending.heartbeat_details.payloads:
+            [progress] = pydantic_data_converter.payload_converter.from_payloads(
+                pending.heartbeat_details.payloads, [GenerateProgress]
+            )
+        return progress, pending.attempt, started
+    return None, 0, False
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], within: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {within}s waiting for {what}")
+
+
+async def wait_for_step(handle: WorkflowHandle, step: int, within: float = 60.0) -> GenerateProgress:
+    """Wait until the running attempt has heartbeated at least ``step``."""
+    found: list[GenerateProgress] = []
+
+    async def reached() -> bool:
+        progress, _attempt, _started = await pending_progress(handle)
+        if progress is not None and progress.step >= step:
+            found.append(progress)
+            return True
+        return False
+
+    await wait_for(reached, within, f"step {step}")
+    return found[-1]
+
+
+def store_of(settings: Settings) -> LocalObjectStore:
+    store = open_store(settings)
+    assert isinstance(store, LocalObjectStore)
+    return store
+
+
+def job_keys(settings: Settings, job_id: str) -> list[str]:
+    return store_of(settings).list(job_object_prefix(job_id) + "/")
+
+
+def probe_mp4(data: bytes) -> tuple[str, int, int, int]:
+    """(codec, width, height, decoded frame count) of an MP4."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        frames = sum(1 for _ in container.decode(stream))
+        return stream.codec_context.name, stream.width, stream.height, frames

@@ -1,0 +1,75 @@
+"""H.264 MP4 and WebP thumbnail encoding with PyAV, deterministic to the byte.
+
+The same frames always give the same file: x264 runs single-threaded (its output depends on
+how work is split across threads), and the container is written with ``bitexact`` so no
+library version or creation time ends up in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import av
+import numpy as np
+
+from activities.video_generation import EncodedVideo
+
+VIDEO_CODEC = "libx264"
+THUMBNAIL_CODEC = "libwebp"
+
+
+class H264Encoder:
+    """Frames (uint8, frames x height x width x 3) -> ``video.mp4`` and ``thumbnail.webp``."""
+
+    def __init__(self, crf: int = 23, preset: str = "medium") -> None:
+        self._crf = crf
+        self._preset = preset
+
+    def encode(self, frames: np.ndarray, fps: int, directory: Path, progress: Callable[[], None]) -> EncodedVideo:
+        count, height, width, _ = frames.shape
+        video_path = directory / "video.mp4"
+        with av.open(str(video_path), "w", format="mp4", options={"fflags": "+bitexact"}) as container:
+            stream = container.add_stream(VIDEO_CODEC, rate=fps)
+            stream.width = width
+            stream.height = height
+            stream.pix_fmt = "yuv420p"
+            stream.thread_count = 1
+            stream.options = {
+                "crf": str(self._crf),
+                "preset": self._preset,
+                "threads": "1",
+                "x264-params": "threads=1:lookahead-threads=1:sliced-threads=0",
+                "flags": "+bitexact",
+            }
+            for index in range(count):
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[index]), format="rgb24")
+                frame.pts = index
+                container.mux(stream.encode(frame))
+                if index % 8 == 0:
+                    progress()
+            container.mux(stream.encode(None))
+
+        thumbnail_path = directory / "thumbnail.webp"
+        thumbnail_path.write_bytes(encode_thumbnail(frames[count // 2]))
+        return EncodedVideo(
+            video_path=video_path,
+            video_content_type="video/mp4",
+            thumbnail_path=thumbnail_path,
+            thumbnail_content_type="image/webp",
+            thumbnail_extension="webp",
+            frames=count,
+        )
+
+
+def encode_thumbnail(frame: np.ndarray) -> bytes:
+    """One RGB frame as a WebP image."""
+    height, width, _ = frame.shape
+    codec = av.CodecContext.create(THUMBNAIL_CODEC, "w")
+    codec.width = width
+    codec.height = height
+    codec.pix_fmt = "yuv420p"
+    codec.options = {"quality": "85"}
+    image = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24").reformat(format="yuv420p")
+    packets = codec.encode(image) + codec.encode(None)
+    return b"".join(bytes(p) for p in packets)
