@@ -1,0 +1,130 @@
+"""Settings: LEASEHOLD_* variables, CSV lists, a TOML config file, and the round trip to child processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from leasehold.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("LEASEHOLD_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = Settings()
+    assert s.store_backend == "local"
+    assert s.data_dir == (tmp_path / ".leasehold").resolve()
+    assert s.resolved_database_url == f"sqlite:///{(tmp_path / '.leasehold' / 'leasehold.db').resolve()}"
+    assert s.resolved_store_dir == (tmp_path / ".leasehold" / "objects").resolve()
+    assert s.models == ["procedural-v1"]
+    assert s.ci_labels == ["linux"]
+
+
+def test_env_vars(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LEASEHOLD_TEMPORAL_ADDRESS", "temporal:7233")
+    monkeypatch.setenv("LEASEHOLD_TEMPORAL_NAMESPACE", "prod")
+    monkeypatch.setenv("LEASEHOLD_TEMPORAL_API_KEY", "secret-key")
+    monkeypatch.setenv("LEASEHOLD_TEMPORAL_TLS", "true")
+    monkeypatch.setenv("LEASEHOLD_STORE_BACKEND", "s3")
+    monkeypatch.setenv("LEASEHOLD_S3_ENDPOINT_URL", "http://minio:9000")
+    monkeypatch.setenv("LEASEHOLD_S3_SECRET_ACCESS_KEY", "minio-secret")
+    monkeypatch.setenv("LEASEHOLD_API_PORT", "9001")
+    monkeypatch.setenv("LEASEHOLD_DATA_DIR", str(tmp_path / "d"))
+    s = Settings()
+    assert s.temporal_address == "temporal:7233"
+    assert s.temporal_namespace == "prod"
+    assert s.temporal_tls is True
+    assert isinstance(s.temporal_api_key, SecretStr)
+    assert s.temporal_api_key.get_secret_value() == "secret-key"
+    assert "secret-key" not in repr(s)
+    assert s.store_backend == "s3"
+    assert s.s3_endpoint_url == "http://minio:9000"
+    assert s.api_port == 9001
+    assert s.data_dir == (tmp_path / "d").resolve()
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("procedural-v1", ["procedural-v1"]),
+        ("a, b ,c", ["a", "b", "c"]),
+        ('["a", "b"]', ["a", "b"]),
+        ("a,,b,", ["a", "b"]),
+    ],
+)
+def test_csv_and_json_lists(monkeypatch: pytest.MonkeyPatch, raw: str, expected: list[str]) -> None:
+    monkeypatch.setenv("LEASEHOLD_MODELS", raw)
+    monkeypatch.setenv("LEASEHOLD_CI_LABELS", raw)
+    s = Settings()
+    assert s.models == expected
+    assert s.ci_labels == expected
+
+
+def test_invalid_value_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEASEHOLD_STORE_BACKEND", "ftp")
+    with pytest.raises(ValidationError):
+        Settings()
+
+
+def test_toml_config_file_and_env_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "leasehold.toml"
+    config.write_text(
+        'temporal_address = "file-host:7233"\n'
+        'temporal_namespace = "from-file"\n'
+        'models = ["m1", "m2"]\n'
+        "api_port = 8100\n"
+        f'data_dir = "{tmp_path / "from-file"}"\n'
+    )
+    monkeypatch.setenv("LEASEHOLD_CONFIG_FILE", str(config))
+    monkeypatch.setenv("LEASEHOLD_TEMPORAL_NAMESPACE", "from-env")
+    s = Settings()
+    assert s.temporal_address == "file-host:7233"
+    assert s.models == ["m1", "m2"]
+    assert s.api_port == 8100
+    assert s.data_dir == (tmp_path / "from-file").resolve()
+    # The environment beats the file; explicit arguments beat both.
+    assert s.temporal_namespace == "from-env"
+    assert Settings(temporal_namespace="from-arg").temporal_namespace == "from-arg"
+
+
+def test_to_env_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    original = Settings(
+        data_dir=tmp_path / "data",
+        temporal_address="127.0.0.1:7999",
+        temporal_api_key=SecretStr("tk"),
+        queue_prefix="t1.",
+        store_backend="s3",
+        s3_secret_access_key=SecretStr("s3-secret"),
+        models=["a", "b"],
+        ci_labels=["linux", "gpu"],
+        metrics_port=0,
+        checkpoint_interval_seconds=1.5,
+    )
+    env = original.to_env()
+    assert env["LEASEHOLD_MODELS"] == "a,b"
+    assert env["LEASEHOLD_TEMPORAL_API_KEY"] == "tk"
+    assert all(name.startswith("LEASEHOLD_") for name in env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    rebuilt = Settings()
+    assert rebuilt.model_dump() == original.model_dump()
+    assert rebuilt.temporal_api_key is not None
+    assert rebuilt.temporal_api_key.get_secret_value() == "tk"
+
+
+def test_signing_key_is_created_once_and_private(tmp_path: Path) -> None:
+    s = Settings(data_dir=tmp_path / "data")
+    key = s.signing_key()
+    assert len(key) >= 32
+    assert Settings(data_dir=tmp_path / "data").signing_key() == key
+    assert (tmp_path / "data" / "url-signing-key").stat().st_mode & 0o777 == 0o600
