@@ -60,3 +60,28 @@ GPU_MAX_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # On SIGTERM the running generation checkpoints and fails as Preempted; this is how long the
 # worker waits for that before it cancels the activity outright.
 GPU_GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+
+
+# CI ---------------------------------------------------------------------------------------
+
+CI_CONTROL = "ci-control"
+
+
+def ci_control_queue(prefix: str = "") -> str:
+    """Git work of CI (mirror fetch, listing workflow files): served by every CI worker."""
+    return f"{prefix}{CI_CONTROL}"
+
+
+# Listing workflow files at a commit: fetch the mirror (may be a first clone) and read blobs.
+CI_LIST_WORKFLOWS_TIMEOUT_SECONDS = 600.0
+CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS = 30.0
+CI_LIST_WORKFLOWS_MAX_ATTEMPTS = 5
+# A job's activity may run this long past its timeout-minutes (checkout, log flush, kill grace).
+CI_JOB_TIMEOUT_MARGIN_SECONDS = 300.0
+# Temporal attempts per job per retry round: worker crashes and lost leases, not job failures
+# (a failing job is a result, never retried automatically).
+CI_JOB_MAX_ATTEMPTS = 3
+# How long a job may wait for a worker with its runs-on labels before it fails.
+CI_JOB_SCHEDULE_TO_START_SECONDS = 24 * 3600.0
+# Manual retries accepted per run: bounds the run workflow's history (see CIRunWorkflow).
+CI_MAX_RETRIES_PER_RUN = 20

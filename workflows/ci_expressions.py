@@ -1,0 +1,410 @@
+"""GitHub Actions expressions (``${{ ... }}`` and ``if:``) for the supported subset.
+
+Pure and deterministic (no I/O): the run workflow evaluates job ``if`` conditions, the job
+activity evaluates step conditions and substitutes ``${{ }}`` in ``run``/``env``/outputs, and
+the parser validates every expression at parse time.
+
+Supported: literals (``'str'`` with ``''`` escapes, numbers, ``true``/``false``/``null``),
+contexts (``github``, ``env``, ``needs``, ``steps``, ``job``, ``runner``), property access
+(``a.b`` and ``a['b']``), ``!``, ``< <= > >= == !=`` (GitHub's loose equality; strings compare
+case-insensitively), ``&&``, ``||``, parentheses, the status functions ``success()``,
+``failure()``, ``always()``, ``cancelled()`` and ``contains``/``startsWith``/``endsWith``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+class ExpressionError(ValueError):
+    """An expression that cannot be parsed or evaluated."""
+
+
+STATUS_FUNCTIONS = frozenset({"success", "failure", "always", "cancelled"})
+STRING_FUNCTIONS = frozenset({"contains", "startswith", "endswith"})
+KNOWN_CONTEXTS = frozenset({"github", "env", "needs", "steps", "job", "runner"})
+# Contexts that arrive in later issues: rejected with a clear message until then.
+DEFERRED_CONTEXTS = {"secrets": "secrets are not supported yet (they arrive with multi-tenant CI secrets)"}
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|0x[0-9a-fA-F]+)
+      | (?P<str>'(?:[^']|'')*')
+      | (?P<op>&&|\|\||==|!=|<=|>=|<|>|!|\(|\)|\[|\]|\.|,)
+      | (?P<ident>[A-Za-z_][A-Za-z0-9_-]*)
+    )""",
+    re.VERBOSE,
+)
+_INTERPOLATION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class StatusFunctions:
+    """Values of ``success()``, ``failure()``, ``cancelled()`` where an expression runs."""
+
+    success: bool = True
+    failure: bool = False
+    cancelled: bool = False
+
+
+# AST nodes are tuples: ("lit", v) ("ctx", name) ("prop", node, key_node) ("not", n)
+# ("and", a, b) ("or", a, b) ("cmp", op, a, b) ("call", name, [args]).
+Node = tuple[Any, ...]
+
+
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ExpressionError(f"unexpected character {text[pos:].strip()[:1]!r} in expression {text.strip()!r}")
+        kind = m.lastgroup
+        assert kind is not None
+        tokens.append((kind, m.group(kind)))
+        pos = m.end()
+    return tokens
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self, value: str | None = None) -> tuple[str, str]:
+        tok = self.peek()
+        if tok is None or (value is not None and tok[1] != value):
+            want = f"{value!r}" if value else "more input"
+            raise ExpressionError(f"expected {want} in expression {self.text.strip()!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Node:
+        if not self.tokens:
+            raise ExpressionError("empty expression")
+        node = self.or_()
+        if self.peek() is not None:
+            raise ExpressionError(f"unexpected {self.peek()[1]!r} in expression {self.text.strip()!r}")  # type: ignore[index]
+        return node
+
+    def or_(self) -> Node:
+        node = self.and_()
+        while self.peek() == ("op", "||"):
+            self.take()
+            node = ("or", node, self.and_())
+        return node
+
+    def and_(self) -> Node:
+        node = self.cmp()
+        while self.peek() == ("op", "&&"):
+            self.take()
+            node = ("and", node, self.cmp())
+        return node
+
+    def cmp(self) -> Node:
+        node = self.unary()
+        tok = self.peek()
+        if tok is not None and tok[0] == "op" and tok[1] in ("==", "!=", "<", "<=", ">", ">="):
+            self.take()
+            node = ("cmp", tok[1], node, self.unary())
+        return node
+
+    def unary(self) -> Node:
+        if self.peek() == ("op", "!"):
+            self.take()
+            return ("not", self.unary())
+        return self.postfix(self.primary())
+
+    def primary(self) -> Node:
+        kind, value = self.take()
+        if kind == "num":
+            number = float(int(value, 16)) if value.lower().startswith("0x") else float(value)
+            return ("lit", number)
+        if kind == "str":
+            return ("lit", value[1:-1].replace("''", "'"))
+        if kind == "op" and value == "(":
+            node = self.or_()
+            self.take(")")
+            return node
+        if kind == "ident":
+            lowered = value.lower()
+            if lowered in ("true", "false"):
+                return ("lit", lowered == "true")
+            if lowered == "null":
+                return ("lit", None)
+            if self.peek() == ("op", "("):
+                self.take()
+                args: list[Node] = []
+                if self.peek() != ("op", ")"):
+                    args.append(self.or_())
+                    while self.peek() == ("op", ","):
+                        self.take()
+                        args.append(self.or_())
+                self.take(")")
+                return ("call", lowered, args)
+            return ("ctx", value)
+        raise ExpressionError(f"unexpected {value!r} in expression {self.text.strip()!r}")
+
+    def postfix(self, node: Node) -> Node:
+        while True:
+            tok = self.peek()
+            if tok == ("op", "."):
+                self.take()
+                kind, value = self.take()
+                if kind != "ident":
+                    raise ExpressionError(f"expected a property name after '.' in {self.text.strip()!r}")
+                node = ("prop", node, ("lit", value))
+            elif tok == ("op", "["):
+                self.take()
+                key = self.or_()
+                self.take("]")
+                node = ("prop", node, key)
+            else:
+                return node
+
+
+def parse(text: str) -> Node:
+    """Parse an expression (without ``${{ }}``); raises ``ExpressionError``."""
+    return _Parser(text).parse()
+
+
+def strip_wrapper(text: str) -> str:
+    """``if:`` may be written as ``${{ expr }}`` or bare ``expr``."""
+    stripped = text.strip()
+    m = _INTERPOLATION.fullmatch(stripped)
+    return m.group(1) if m else stripped
+
+
+# Evaluation ---------------------------------------------------------------------------------
+
+
+def truthy(value: Any) -> bool:
+    if value is None or value is False:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value != 0 and not math.isnan(value)
+    if isinstance(value, str):
+        return value != ""
+    return True
+
+
+def _to_number(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        s = value.strip()
+        if s == "":
+            return 0.0
+        try:
+            return float(int(s, 16)) if s.lower().startswith("0x") else float(s)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def _compare(op: str, a: Any, b: Any) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        x: Any = a.lower()
+        y: Any = b.lower()
+    elif type(a) is type(b) and not isinstance(a, (str, int, float, bool)) and a is not None:
+        # Objects and arrays compare by identity in GitHub; equal only if the same value here.
+        return (a == b) if op == "==" else (a != b) if op == "!=" else False
+    else:
+        x, y = _to_number(a), _to_number(b)
+        if math.isnan(x) or math.isnan(y):
+            return op == "!="
+    if op == "==":
+        return bool(x == y)
+    if op == "!=":
+        return bool(x != y)
+    if op == "<":
+        return bool(x < y)
+    if op == "<=":
+        return bool(x <= y)
+    if op == ">":
+        return bool(x > y)
+    return bool(x >= y)
+
+
+def to_text(value: Any) -> str:
+    """How a value is substituted into ``${{ }}``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> Any:
+    kind = node[0]
+    if kind == "lit":
+        return node[1]
+    if kind == "ctx":
+        name = node[1]
+        if name in DEFERRED_CONTEXTS:
+            raise ExpressionError(DEFERRED_CONTEXTS[name])
+        if name not in context:
+            raise ExpressionError(f"unknown context {name!r}")
+        return context[name]
+    if kind == "prop":
+        base = evaluate(node[1], context, status)
+        key = evaluate(node[2], context, status)
+        if isinstance(base, dict):
+            if key in base:
+                return base[key]
+            # Property names are case-insensitive in GitHub expressions.
+            lowered = str(key).lower()
+            for k, v in base.items():
+                if str(k).lower() == lowered:
+                    return v
+            return None
+        if isinstance(base, list):
+            idx = _to_number(key)
+            return base[int(idx)] if not math.isnan(idx) and 0 <= int(idx) < len(base) else None
+        return None
+    if kind == "not":
+        return not truthy(evaluate(node[1], context, status))
+    if kind == "and":
+        left = evaluate(node[1], context, status)
+        return evaluate(node[2], context, status) if truthy(left) else left
+    if kind == "or":
+        left = evaluate(node[1], context, status)
+        return left if truthy(left) else evaluate(node[2], context, status)
+    if kind == "cmp":
+        return _compare(node[1], evaluate(node[2], context, status), evaluate(node[3], context, status))
+    if kind == "call":
+        name, args = node[1], node[2]
+        if name in STATUS_FUNCTIONS:
+            if args:
+                raise ExpressionError(f"{name}() takes no arguments")
+            return {
+                "success": status.success,
+                "failure": status.failure,
+                "always": True,
+                "cancelled": status.cancelled,
+            }[name]
+        if name in STRING_FUNCTIONS:
+            if len(args) != 2:
+                raise ExpressionError(f"{name}() takes two arguments")
+            hay, needle = (evaluate(a, context, status) for a in args)
+            if name == "contains" and isinstance(hay, list):
+                return any(_compare("==", item, needle) for item in hay)
+            h, n = to_text(hay).lower(), to_text(needle).lower()
+            return n in h if name == "contains" else h.startswith(n) if name == "startswith" else h.endswith(n)
+        raise ExpressionError(f"unknown function {name}()")
+    raise ExpressionError(f"bad expression node {kind}")
+
+
+def uses_status_function(node: Node) -> bool:
+    if node[0] == "call" and node[1] in STATUS_FUNCTIONS:
+        return True
+    return any(isinstance(part, tuple) and uses_status_function(part) for part in node[1:]) or any(
+        isinstance(part, list) and any(uses_status_function(a) for a in part) for part in node[1:]
+    )
+
+
+def evaluate_condition(expr: str | None, status: StatusFunctions, context: dict[str, Any]) -> bool:
+    """An ``if:`` condition; without a status function it means ``success() && (expr)``."""
+    if expr is None or not expr.strip():
+        return status.success
+    node = parse(strip_wrapper(expr))
+    if not uses_status_function(node):
+        return status.success and truthy(evaluate(node, context, status))
+    return truthy(evaluate(node, context, status))
+
+
+def interpolate(text: str, context: dict[str, Any], status: StatusFunctions | None = None) -> str:
+    """Substitute every ``${{ expr }}`` in ``text``."""
+    fns = status or StatusFunctions()
+    return _INTERPOLATION.sub(lambda m: to_text(evaluate(parse(m.group(1)), context, fns)), text)
+
+
+def expressions_in(text: str) -> list[str]:
+    """The ``${{ }}`` bodies in ``text``."""
+    return [m.group(1) for m in _INTERPOLATION.finditer(text)]
+
+
+def context_paths(node: Node) -> list[list[str]]:
+    """Context references in an expression as literal paths (``[["needs", "build", "outputs"]]``);
+    dynamic keys end a path."""
+    found: list[list[str]] = []
+
+    def path_of(n: Node) -> list[str] | None:
+        if n[0] == "ctx":
+            return [n[1]]
+        if n[0] == "prop":
+            base = path_of(n[1])
+            if base is None:
+                return None
+            if n[2][0] == "lit" and isinstance(n[2][1], str):
+                return [*base, n[2][1]]
+            return base
+        return None
+
+    def walk(n: Node) -> None:
+        p = path_of(n)
+        if p is not None:
+            found.append(p)
+            if n[0] == "prop":
+                walk(n[2])
+            return
+        for part in n[1:]:
+            if isinstance(part, tuple):
+                walk(part)
+            elif isinstance(part, list):
+                for a in part:
+                    walk(a)
+
+    walk(node)
+    return found
+
+
+def function_names(node: Node) -> list[str]:
+    names: list[str] = []
+    if node[0] == "call":
+        names.append(node[1])
+    for part in node[1:]:
+        if isinstance(part, tuple):
+            names.extend(function_names(part))
+        elif isinstance(part, list):
+            for a in part:
+                names.extend(function_names(a))
+    return names
+
+
+def github_context(sha: str, ref: str, repository: str, run_id: str, workflow_name: str) -> dict[str, Any]:
+    """The ``github`` context for the supported subset."""
+    if ref.startswith("refs/heads/"):
+        ref_name, ref_type = ref[len("refs/heads/") :], "branch"
+    elif ref.startswith("refs/tags/"):
+        ref_name, ref_type = ref[len("refs/tags/") :], "tag"
+    else:
+        ref_name, ref_type = ref, ""
+    return {
+        "sha": sha,
+        "ref": ref,
+        "ref_name": ref_name,
+        "ref_type": ref_type,
+        "repository": repository,
+        "repository_owner": repository.split("/", 1)[0],
+        "event_name": "push",
+        "run_id": run_id,
+        "workflow": workflow_name,
+    }
