@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     # video's bytes) may depend on how work is split across threads.
     video_torch_threads: int = 1
 
+    # CI runs (the API passes these into each push, so workflows never read config): a job
+    # attempt whose heartbeats stop this long runs again as a new attempt; a cancelled job
+    # gets SIGKILL this long after SIGTERM; a finished run accepts job retries this long.
+    ci_heartbeat_timeout_seconds: float = 15.0
+    ci_cancel_grace_seconds: float = 5.0
+    ci_retry_window_seconds: float = 3 * 24 * 3600.0
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

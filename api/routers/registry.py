@@ -13,3 +13,10 @@ ROUTERS.append(_ci_repos.router)
 from api.routers import videos as _videos  # noqa: E402
 
 ROUTERS.append(_videos.router)
+
+# CI: push triggers, runs, job logs.
+from api.routers import ci_logs as _ci_logs  # noqa: E402
+from api.routers import hooks as _ci_hooks  # noqa: E402
+from api.routers import runs as _ci_runs  # noqa: E402
+
+ROUTERS += [_ci_hooks.router, _ci_runs.router, _ci_logs.router]

@@ -1,0 +1,182 @@
+"""Push triggers: GitHub's webhook format and a generic, API-key authenticated form.
+
+A push is made durable by starting ``CIPushWorkflow`` under a deterministic id (repository +
+commit + ref) before answering 2xx; that workflow reads the workflow files at the commit and
+starts one ``CIRunWorkflow`` per file, whose id is again deterministic (repository + commit +
+file). A redelivered webhook, or the same push sent twice, therefore lands on the same push
+and the same runs instead of creating new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
+from api.errors import ApiError, not_found
+from api.schemas.ci import PushAccepted, PushOut, PushRequest, WebhookAnswer
+from leasehold.repos import RepoRecord, get_repo, webhook_candidates
+from leasehold.settings import Settings
+from workflows import search_attributes as sa
+from workflows.ci_ids import push_workflow_id
+from workflows.ci_start import push_state, start_push
+from workflows.ci_types import CIPushInput
+
+router = APIRouter(tags=["ci"])
+log = logging.getLogger(__name__)
+
+ZERO_SHA = re.compile(r"^0+$")
+SHA = re.compile(r"^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$")
+# The largest push payload accepted (GitHub caps payloads at 25 MB).
+MAX_WEBHOOK_BYTES = 25 * 1024 * 1024
+# GitHub waits 10 s for an answer; a slow Temporal must not make us miss that.
+START_TIMEOUT_SECONDS = 5.0
+
+
+def signature_of(secret: str, body: bytes) -> str:
+    """``sha256=<hex>``: what GitHub sends in ``X-Hub-Signature-256``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _unauthorized(code: str, message: str) -> ApiError:
+    return ApiError(401, code, message)
+
+
+def _payload(request: Request, body: bytes) -> dict[str, Any]:
+    """The JSON payload, whether sent as ``application/json`` or GitHub's form encoding."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        if content_type == "application/x-www-form-urlencoded":
+            values = parse_qs(body.decode(), strict_parsing=False).get("payload", [])
+            data = json.loads(values[0]) if values else None
+        else:
+            data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_payload", "the webhook body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_payload", "the webhook body must be a JSON object")
+    return data
+
+
+def _push_input(settings: Settings, repo: RepoRecord, sha: str, ref: str, delivery: str | None) -> CIPushInput:
+    return CIPushInput(
+        tenant_id=repo.tenant_id,
+        repo_id=repo.id,
+        repo_full_name=repo.name,
+        clone_url=repo.clone_url,
+        commit_sha=sha.lower(),
+        ref=ref,
+        received_at=datetime.now(UTC),
+        queue_prefix=settings.queue_prefix,
+        heartbeat_timeout_seconds=settings.ci_heartbeat_timeout_seconds,
+        cancel_grace_seconds=settings.ci_cancel_grace_seconds,
+        retry_window_seconds=settings.ci_retry_window_seconds,
+        delivery_id=delivery,
+    )
+
+
+async def record_push(
+    client: Client, settings: Settings, repo: RepoRecord, sha: str, ref: str, delivery: str | None
+) -> str:
+    """Durably record a push (idempotent on repository + commit + ref); returns the push id."""
+    try:
+        return await asyncio.wait_for(
+            start_push(client, _push_input(settings, repo, sha, ref, delivery)), timeout=START_TIMEOUT_SECONDS
+        )
+    except (RPCError, TimeoutError) as exc:
+        log.warning("could not record a push of %s %s@%s: %s", repo.id, ref, sha[:12], exc)
+        raise ApiError(503, "temporal_unavailable", "could not record the push; deliver it again") from None
+
+
+@router.post("/v1/hooks/github", responses={401: {}, 202: {}})
+async def github_webhook(request: Request, db: DbDep, client: ClientDep, settings: SettingsDep) -> JSONResponse:
+    """GitHub-format webhooks: ``push`` records a push; ``ping`` answers 200; others are ignored.
+
+    The signature is checked before anything else happens; an unknown repository answers the
+    same 401 as a wrong signature, so the endpoint reveals nothing about what is registered.
+    """
+    signature = request.headers.get("x-hub-signature-256", "")
+    if not signature:
+        raise _unauthorized("missing_signature", "X-Hub-Signature-256 is required")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_WEBHOOK_BYTES:
+        raise ApiError(413, "payload_too_large", "the webhook body is too large")
+    body = await request.body()
+    if len(body) > MAX_WEBHOOK_BYTES:
+        raise ApiError(413, "payload_too_large", "the webhook body is too large")
+    payload = _payload(request, body)
+    repository = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
+    assert isinstance(repository, dict)
+    full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
+    host_id = repository.get("id") if isinstance(repository.get("id"), int | str) else None
+
+    candidates = await asyncio.to_thread(webhook_candidates, db, full_name, host_id)
+    # Every candidate's signature is computed and compared in constant time.
+    verified = [c.repo for c in candidates if hmac.compare_digest(signature_of(c.webhook_secret, body), signature)]
+    if not verified:
+        raise _unauthorized("invalid_signature", "the signature does not match a registered repository's secret")
+
+    event = request.headers.get("x-github-event", "")
+    delivery = request.headers.get("x-github-delivery")
+    if event == "ping":
+        return JSONResponse(WebhookAnswer(event="ping", status="ok").model_dump(), status_code=200)
+    if event != "push":
+        answer = WebhookAnswer(event=event or "unknown", status="ignored", reason="only push events start runs")
+        return JSONResponse(answer.model_dump(), status_code=202)
+
+    ref = payload.get("ref")
+    after = payload.get("after")
+    if not isinstance(ref, str) or not ref.startswith("refs/"):
+        raise ApiError(400, "invalid_payload", "a push payload needs 'ref' (refs/...)", param="ref")
+    if payload.get("deleted") is True or (isinstance(after, str) and ZERO_SHA.match(after)):
+        answer = WebhookAnswer(event="push", status="ignored", reason="deletion of " + ref)
+        return JSONResponse(answer.model_dump(), status_code=200)
+    if not isinstance(after, str) or not SHA.match(after):
+        raise ApiError(400, "invalid_payload", "a push payload needs 'after' (a commit sha)", param="after")
+
+    pushes = []
+    for repo in verified:
+        pid = await record_push(client, settings, repo, after, ref, delivery)
+        log.info("push %s for %s %s@%s (delivery %s)", pid, repo.id, ref, after[:12], delivery)
+        pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=after.lower(), ref=ref))
+    answer = WebhookAnswer(event="push", status="accepted", pushes=pushes)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+
+
+@router.post("/v1/hooks/push", status_code=202)
+async def generic_push(
+    body: PushRequest, principal: PrincipalDep, db: DbDep, client: ClientDep, settings: SettingsDep
+) -> PushAccepted:
+    """The generic trigger: the caller's repository, a commit and a ref."""
+    repo = await asyncio.to_thread(get_repo, db, principal.tenant_id, body.repo_id)
+    if repo is None:
+        raise not_found("repository")
+    pid = await record_push(client, settings, repo, body.commit_sha, body.ref, None)
+    return PushAccepted(id=pid, repo_id=repo.id, commit_sha=body.commit_sha.lower(), ref=body.ref)
+
+
+@router.get("/v1/pushes/{push}")
+async def get_push(push: str, principal: PrincipalDep, client: ClientDep) -> PushOut:
+    """A push and the runs it created so far (another tenant's push answers 404)."""
+    try:
+        description = await client.get_workflow_handle(push_workflow_id(push)).describe()
+        if description.typed_search_attributes.get(sa.TENANT_ID) != principal.tenant_id:
+            raise not_found("push")
+        state = await push_state(client, push)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise not_found("push") from None
+        raise
+    return PushOut.from_state(state, description.typed_search_attributes.get(sa.REPO_ID) or "")
