@@ -45,8 +45,11 @@ class CIStack:
     def git_remote(self) -> GitRemote:
         return GitRemote(self.root / f"git-{secrets.token_hex(4)}")
 
-    def register(self, client: httpx.Client, remote: GitRemote, *, name: str | None = None) -> tuple[str, str, str]:
-        """Register ``remote`` for ``client``'s tenant with a signed webhook; (repo id, name, secret)."""
+    def register(
+        self, client: httpx.Client, remote: GitRemote, *, name: str | None = None, hook: bool = True
+    ) -> tuple[str, str, str]:
+        """Register ``remote`` for ``client``'s tenant (with a signed webhook unless ``hook`` is
+        false); returns (repo id, name, secret)."""
         name = name or f"acme/{remote.root.name}"
         secret = secrets.token_hex(16)
         response = client.post(
@@ -54,7 +57,8 @@ class CIStack:
         )
         assert response.status_code == 201, response.text
         repo_id = response.json()["id"]
-        remote.install_webhook(f"{self.base_url}/v1/hooks/github", secret, name)
+        if hook:
+            remote.install_webhook(f"{self.base_url}/v1/hooks/github", secret, name)
         return repo_id, name, secret
 
 
