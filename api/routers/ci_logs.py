@@ -112,7 +112,10 @@ def _attempt(state: CIRunState, job_id: str, attempt: int | None) -> JobAttemptS
     if job is None:
         raise not_found("job")
     if attempt is None:
-        return job.current_attempt() or (job.attempts[-1] if job.attempts else None)
+        if job.attempt:
+            return job.current_attempt()
+        # Between a retry and its first attempt, the older attempts are not "the current log".
+        return job.attempts[-1] if job.attempts and job.status in JOB_FINAL_STATUSES else None
     for candidate in job.attempts:
         if candidate.attempt == attempt:
             return candidate

@@ -117,8 +117,9 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
     if len(body) > MAX_WEBHOOK_BYTES:
         raise ApiError(413, "payload_too_large", "the webhook body is too large")
     payload = _payload(request, body)
-    repository = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
-    assert isinstance(repository, dict)
+    repository = payload.get("repository")
+    if not isinstance(repository, dict):
+        repository = {}
     full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
     host_id = repository.get("id") if isinstance(repository.get("id"), int | str) else None
 
