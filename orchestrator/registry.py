@@ -32,3 +32,13 @@ def _register_video() -> None:
 
 
 _register_video()
+
+
+def _register_ci() -> None:
+    from workflows.ci_push import CIPushWorkflow
+    from workflows.ci_run import CIRunWorkflow
+
+    WORKFLOWS.extend([CIPushWorkflow, CIRunWorkflow])
+
+
+_register_ci()

@@ -1,33 +1,86 @@
-"""``leasehold worker ci --labels linux``: runs CI jobs in sandboxes."""
+"""``leasehold worker ci --labels linux``: runs CI jobs in sandboxes.
+
+One process serves two task queues: ``ci_queue(labels)`` (the jobs whose ``runs-on`` equals
+this worker's label set) and the control queue (git work for pushes: every CI worker holds
+mirrors). Job concurrency is ``ci_max_concurrent_jobs``; ``/metrics`` and ``/healthz`` come
+from the shared health server.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
-from temporalio import activity
-from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.ci_git import GitMirror
+from activities.ci_job import CIJobActivities, JobConfig
+from activities.ci_listing import CIListingActivities
+from leasehold.health_server import serve_health
 from leasehold.settings import Settings
-from leasehold.worker_process import run_worker
-from workflows.queues import ci_queue
+from leasehold.storage import open_store
+from leasehold.temporal import connect
+from worker_ci.sandbox import limits_from, make_sandbox
+from workflows.queues import ci_control_queue, ci_queue
+
+log = logging.getLogger(__name__)
+
+CONTROL_CONCURRENCY = 2
 
 
-@activity.defn(name="ci_worker_info")
-def ci_worker_info() -> str:
-    """Placeholder until the CI job activity lands."""
-    return "placeholder"
-
-
-def build_worker(client: Client, settings: Settings) -> Worker:
-    return Worker(
+async def serve(settings: Settings) -> None:
+    """Run until SIGINT/SIGTERM; running jobs are stopped and retried elsewhere as new attempts."""
+    state = {"ready": False}
+    server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
+    log.info("ci worker health and metrics on http://127.0.0.1:%s", server.server_address[1])
+    sandbox = make_sandbox(settings)
+    client = await connect(settings, identity="leasehold-ci")
+    loop = asyncio.get_running_loop()
+    ci_dir = settings.data_dir / "ci"
+    mirror = GitMirror(ci_dir / "mirrors")
+    jobs = CIJobActivities(
+        JobConfig(
+            workspaces=ci_dir / "workspaces",
+            limits=limits_from(settings),
+            disk_bytes=settings.ci_job_disk_bytes,
+            log_flush_seconds=settings.ci_log_flush_seconds,
+            log_max_bytes=settings.ci_log_max_bytes,
+        ),
+        open_store(settings),
+        sandbox,
+        mirror,
         client,
-        task_queue=ci_queue(settings.ci_labels, settings.queue_prefix),
-        activities=[ci_worker_info],
-        activity_executor=ThreadPoolExecutor(max_workers=4),
+        loop,
     )
+    listing = CIListingActivities(mirror)
+    job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
+    job_worker = Worker(
+        client,
+        task_queue=job_queue,
+        activities=[jobs.run_job],
+        activity_executor=ThreadPoolExecutor(max_workers=settings.ci_max_concurrent_jobs, thread_name_prefix="ci-job"),
+        max_concurrent_activities=settings.ci_max_concurrent_jobs,
+    )
+    control_worker = Worker(
+        client,
+        task_queue=ci_control_queue(settings.queue_prefix),
+        activities=[listing.list_workflows],
+        activity_executor=ThreadPoolExecutor(max_workers=CONTROL_CONCURRENCY, thread_name_prefix="ci-control"),
+        max_concurrent_activities=CONTROL_CONCURRENCY,
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with job_worker, control_worker:
+        state["ready"] = True
+        log.info("ci worker (%s sandbox) polling %s and %s", sandbox.name, job_queue, control_worker.task_queue)
+        await stop.wait()
+        state["ready"] = False
+        log.info("ci worker shutting down")
+    server.shutdown()
 
 
 def main(settings: Settings) -> None:
-    asyncio.run(run_worker(settings, "ci", lambda c: build_worker(c, settings)))
+    asyncio.run(serve(settings))

@@ -1,0 +1,551 @@
+"""The CI job activity: one attempt of one job, its steps in a fresh sandbox over a fresh checkout.
+
+Order of an attempt: ask the run workflow for an attempt number (Update ``attempt_started``;
+a stale or cancelled attempt is told not to proceed), fetch the mirror and extract the commit
+into a new workspace, run each step as its own sandboxed process while shipping output in
+numbered chunks and heartbeating, then return a ``JobResult``. The job's own failure (non-zero
+exit, timeout, cancellation) is a result; only infrastructure trouble raises, so Temporal
+retries it as a new attempt. Cancellation arrives through heartbeats; the step's process tree
+gets SIGTERM, then SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import stat
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from activities.ci_git import CommitNotFound, GitError, GitMirror, InvalidRequest
+from activities.ci_logs import LogShipper
+from activities.ci_sandbox import Sandbox, SandboxError, SandboxLimits, SandboxProcess, SandboxRequest
+from leasehold.storage import ObjectStore
+from workflows.ci_expressions import (
+    ExpressionError,
+    StatusFunctions,
+    evaluate_condition,
+    github_context,
+    interpolate,
+)
+from workflows.ci_ids import attempt_log_prefix, idempotency_key
+from workflows.ci_run import JOB_FATAL_ERROR, CIRunWorkflow
+from workflows.ci_types import (
+    ACTIVITY_RUN_JOB,
+    AttemptGrant,
+    AttemptStartRequest,
+    AttemptStatus,
+    JobActivityInput,
+    JobHeartbeat,
+    JobResult,
+    StepResult,
+    StepSpec,
+    StepStatus,
+)
+
+log = logging.getLogger(__name__)
+
+JOBS_TOTAL = Counter("leasehold_ci_jobs_total", "CI job attempts finished on this worker", ["status"])
+JOBS_RUNNING = Gauge("leasehold_ci_jobs_running", "CI job attempts running on this worker")
+
+POLL_SECONDS = 0.2
+HEARTBEAT_SECONDS = 1.0
+DISK_CHECK_SECONDS = 2.0
+MAX_OUTPUT_FILE_BYTES = 1 << 20
+GRANT_TIMEOUT_SECONDS = 30.0
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class JobConfig:
+    """Worker-side settings of job execution (from ``Settings``)."""
+
+    workspaces: Path
+    limits: SandboxLimits
+    disk_bytes: int
+    log_flush_seconds: float = 0.5
+    log_max_bytes: int = 64 << 20
+    identity: str = field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+
+
+class _Stop:
+    """Why a step is being stopped, set by the watcher loop."""
+
+    def __init__(self) -> None:
+        self.reason: AttemptStatus | None = None
+        self.message: str | None = None
+
+
+def _read_output_file(path: Path) -> dict[str, str]:
+    """``name=value`` and ``name<<DELIM`` blocks, read without following symlinks: the job
+    controls this file and must not make the worker read a host file through it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return {}
+        text = f.read(MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+    values: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delim = line.split("<<", 1)
+            body: list[str] = []
+            while i < len(lines) and lines[i] != delim:
+                body.append(lines[i])
+                i += 1
+            i += 1
+            values[name.strip()] = "\n".join(body)
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            values[name.strip()] = value
+    return values
+
+
+def _disk_usage(root: Path, limit: int) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+            if total > limit:
+                return total
+    return total
+
+
+def _remove_tree(path: Path) -> None:
+    def fix(func: Any, p: str, _exc: Any) -> None:
+        # A job may chmod its files read-only; we own them, so make them removable.
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=fix)
+
+
+class CIJobActivities:
+    """Built once per CI worker with its sandbox, store, mirror and Temporal client."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        store: ObjectStore,
+        sandbox: Sandbox,
+        mirror: GitMirror,
+        client: Client,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._sandbox = sandbox
+        self._mirror = mirror
+        self._client = client
+        self._loop = loop
+
+    # Fencing ------------------------------------------------------------------------------
+
+    def _request_attempt(self, inp: JobActivityInput) -> AttemptGrant:
+        info = activity.info()
+        req = AttemptStartRequest(
+            job_id=inp.job.id, round=inp.round, activity_attempt=info.attempt, worker=self._config.identity
+        )
+        handle = self._client.get_workflow_handle(inp.run_workflow_id)
+        coro = handle.execute_update(
+            CIRunWorkflow.attempt_started,
+            req,
+            # Same id on a repeated call: the workflow answers it once.
+            id=f"attempt:{inp.job.id}:{inp.round}:{info.attempt}",
+        )
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout=GRANT_TIMEOUT_SECONDS)
+        except (WorkflowUpdateFailedError, RPCError) as exc:
+            # The run is closed or refuses: this attempt must not run.
+            return AttemptGrant(proceed=False, reason=str(exc))
+        except TimeoutError:
+            future.cancel()
+            raise ApplicationError("the run did not answer the attempt request") from None
+
+    # The activity -------------------------------------------------------------------------
+
+    @activity.defn(name=ACTIVITY_RUN_JOB)
+    def run_job(self, inp: JobActivityInput) -> JobResult:
+        """Run one attempt of a job; see the module docstring."""
+        with activity.shield_thread_cancel_exception():
+            grant = self._request_attempt(inp)
+            if not grant.proceed:
+                log.info("job %s round %s not started: %s", inp.job.id, inp.round, grant.reason)
+                return JobResult(
+                    job_id=inp.job.id, attempt=0, round=inp.round, status=AttemptStatus.CANCELLED, error=grant.reason
+                )
+            JOBS_RUNNING.inc()
+            try:
+                result = _Attempt(self, inp, grant.attempt).run()
+            finally:
+                JOBS_RUNNING.dec()
+            JOBS_TOTAL.labels(result.status.value).inc()
+            return result
+
+
+class _Attempt:
+    """State of one running attempt (one thread)."""
+
+    def __init__(self, owner: CIJobActivities, inp: JobActivityInput, attempt: int) -> None:
+        self.o = owner
+        self.inp = inp
+        self.job = inp.job
+        self.attempt = attempt
+        self.prefix = attempt_log_prefix(inp.tenant_id, inp.run_id, inp.job.id, attempt)
+        self.root = owner._config.workspaces / f"{inp.run_id}-{inp.job.id}-{attempt}-{uuid.uuid4().hex[:8]}"
+        self.mount = owner._sandbox.mount_point(self.root)
+        self.step_index = 0
+        self.cancelled = False
+        self.shutdown = False
+        self.last_heartbeat = 0.0
+        self.log = LogShipper(
+            owner._store,
+            self.prefix,
+            attempt,
+            flush_seconds=owner._config.log_flush_seconds,
+            max_bytes=owner._config.log_max_bytes,
+        )
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+            self.last_heartbeat = now
+            activity.heartbeat(
+                JobHeartbeat(attempt=self.attempt, step=self.step_index, log_next_seq=self.log.summary.next_seq)
+            )
+        if activity.is_cancelled():
+            self.cancelled = True
+        if activity.is_worker_shutdown():
+            self.shutdown = True
+
+    def run(self) -> JobResult:
+        started = datetime.now(UTC)
+        status = AttemptStatus.ERROR
+        exit_code: int | None = None
+        error: str | None = None
+        steps: list[StepResult] = []
+        outputs: dict[str, str] = {}
+        try:
+            self.log.line(f"[leasehold] job {self.job.id} attempt {self.attempt} on {self.o._config.identity}")
+            self._prepare()
+            status, exit_code, error, steps, outputs = self._run_steps()
+        except (InvalidRequest, CommitNotFound) as exc:
+            self.log.line(f"[leasehold] checkout failed: {exc}")
+            self.log.close(AttemptStatus.ERROR, None)
+            raise ApplicationError(str(exc), type=JOB_FATAL_ERROR, non_retryable=True) from exc
+        except (GitError, SandboxError) as exc:
+            self.log.line(f"[leasehold] infrastructure error: {exc}")
+            self.log.close(AttemptStatus.ERROR, None)
+            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        finally:
+            _remove_tree(self.root)
+        if self.shutdown and status != AttemptStatus.SUCCESS:
+            self.log.line("[leasehold] worker shutting down; the job will run again as a new attempt")
+            self.log.close(AttemptStatus.LOST, exit_code)
+            raise ApplicationError("CI worker shut down during the job", type="CIWorkerShutdown")
+        self.log.line(f"[leasehold] job {self.job.id} finished: {status.value}" + (f" ({error})" if error else ""))
+        summary = self.log.close(status, exit_code)
+        return JobResult(
+            job_id=self.job.id,
+            attempt=self.attempt,
+            round=self.inp.round,
+            status=status,
+            exit_code=exit_code,
+            error=error,
+            outputs=outputs,
+            steps=steps,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            log=summary,
+            worker=self.o._config.identity,
+        )
+
+    def _prepare(self) -> None:
+        for sub in ("work", "tmp", "home", "runner"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.heartbeat(force=True)
+        inp = self.inp
+        mirror = self.o._mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, self.heartbeat)
+        self.o._mirror.archive(mirror, inp.commit_sha, self.root / "work", self.heartbeat)
+        self.log.line(f"[leasehold] checked out {inp.repo_full_name}@{inp.commit_sha}")
+
+    def _base_env(self) -> dict[str, str]:
+        inp = self.inp
+        gh = github_context(inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, inp.workflow_name)
+        m = self.mount
+        return {
+            "PATH": PATH,
+            "HOME": f"{m}/home",
+            "TMPDIR": f"{m}/tmp",
+            "LANG": "C.UTF-8",
+            "CI": "true",
+            "CI_RUN_ID": inp.run_id,
+            "CI_JOB": self.job.id,
+            "CI_ATTEMPT": str(self.attempt),
+            "CI_IDEMPOTENCY_KEY": idempotency_key(inp.run_id, self.job.id),
+            "GITHUB_SHA": inp.commit_sha,
+            "GITHUB_REF": inp.ref,
+            "GITHUB_REF_NAME": str(gh["ref_name"]),
+            "GITHUB_REF_TYPE": str(gh["ref_type"]),
+            "GITHUB_REPOSITORY": inp.repo_full_name,
+            "GITHUB_REPOSITORY_OWNER": str(gh["repository_owner"]),
+            "GITHUB_WORKSPACE": f"{m}/work",
+            "GITHUB_RUN_ID": inp.run_id,
+            "GITHUB_RUN_ATTEMPT": str(self.attempt),
+            "GITHUB_JOB": self.job.id,
+            "GITHUB_WORKFLOW": inp.workflow_name,
+            "GITHUB_EVENT_NAME": "push",
+            "RUNNER_OS": "Linux",
+            "RUNNER_TEMP": f"{m}/tmp",
+        }
+
+    def _context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
+        inp = self.inp
+        return {
+            "github": github_context(inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, inp.workflow_name),
+            "env": env,
+            "needs": {k: v.model_dump() for k, v in inp.needs.items()},
+            "steps": steps_ctx,
+            "job": {"status": job_status},
+            "runner": {"os": "Linux", "temp": f"{self.mount}/tmp"},
+        }
+
+    def _run_steps(self) -> tuple[AttemptStatus, int | None, str | None, list[StepResult], dict[str, str]]:
+        inp = self.inp
+        job = self.job
+        base = self._base_env()
+        env_ctx: dict[str, str] = {}
+        steps_ctx: dict[str, Any] = {}
+        results: list[StepResult] = []
+        step_outputs: dict[str, str] = {}
+        failed = False
+        timed_out = False
+        exit_code: int | None = 0
+        error: str | None = None
+        job_deadline = time.monotonic() + job.timeout_minutes * 60
+        try:
+            ctx = self._context(env_ctx, steps_ctx, "success")
+            for k, v in inp.workflow_env.items():
+                env_ctx[k] = interpolate(v, ctx)
+            for k, v in job.env.items():
+                env_ctx[k] = interpolate(v, self._context(env_ctx, steps_ctx, "success"))
+        except ExpressionError as exc:
+            return AttemptStatus.FAILURE, None, f"env: {exc}", results, {}
+        extra_env: dict[str, str] = {}
+        for step in job.steps:
+            self.step_index = step.index
+            self.heartbeat()
+            job_status = "cancelled" if self.cancelled else "failure" if failed else "success"
+            status_fns = StatusFunctions(
+                success=not failed and not self.cancelled and not timed_out,
+                failure=failed or timed_out,
+                cancelled=self.cancelled,
+            )
+            step_env = dict(env_ctx)
+            step_env.update(extra_env)
+            try:
+                for k, v in step.env.items():
+                    step_env[k] = interpolate(v, self._context(step_env, steps_ctx, job_status), status_fns)
+                ctx = self._context(step_env, steps_ctx, job_status)
+                run_it = not timed_out and not self.shutdown and evaluate_condition(step.if_expr, status_fns, ctx)
+                script = interpolate(step.run, ctx, status_fns) if run_it else ""
+                workdir = interpolate(step.working_directory, ctx, status_fns) if step.working_directory else None
+            except ExpressionError as exc:
+                self.log.line(f"[leasehold] step {step.index + 1} ({step.name}): {exc}")
+                results.append(StepResult(index=step.index, name=step.name, status=StepStatus.FAILURE))
+                failed = True
+                error = f"steps[{step.index}]: {exc}"
+                exit_code = None
+                continue
+            if not run_it:
+                results.append(StepResult(index=step.index, name=step.name, status=StepStatus.SKIPPED))
+                if step.id:
+                    steps_ctx[step.id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
+                continue
+            step_started = datetime.now(UTC)
+            outcome, code, values, env_file = self._run_step(step, script, workdir, base, step_env, job_deadline)
+            extra_env.update(env_file)
+            step_outputs.update(values)
+            conclusion = StepStatus.SUCCESS if outcome != StepStatus.SUCCESS and step.continue_on_error else outcome
+            if outcome == StepStatus.TIMED_OUT and time.monotonic() >= job_deadline:
+                timed_out = True
+            results.append(
+                StepResult(
+                    index=step.index,
+                    name=step.name,
+                    status=conclusion,
+                    exit_code=code,
+                    outcome=outcome,
+                    started_at=step_started,
+                    finished_at=datetime.now(UTC),
+                )
+            )
+            if step.id:
+                steps_ctx[step.id] = {"outputs": values, "outcome": outcome.value, "conclusion": conclusion.value}
+            if conclusion != StepStatus.SUCCESS:
+                if not failed:
+                    exit_code = code
+                    error = f"step {step.index + 1} ({step.name}) {outcome.value}" + (
+                        f" with exit code {code}" if code is not None else ""
+                    )
+                failed = True
+        outputs = self._job_outputs(step_outputs, steps_ctx, env_ctx)
+        if self.cancelled:
+            return AttemptStatus.CANCELLED, exit_code, error or "cancelled", results, outputs
+        if timed_out:
+            return (
+                AttemptStatus.TIMED_OUT,
+                exit_code,
+                f"job exceeded timeout-minutes ({job.timeout_minutes})",
+                results,
+                outputs,
+            )
+        if failed:
+            return AttemptStatus.FAILURE, exit_code, error, results, outputs
+        return AttemptStatus.SUCCESS, 0, None, results, outputs
+
+    def _job_outputs(
+        self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]
+    ) -> dict[str, str]:
+        if not self.job.outputs:
+            return step_outputs
+        outputs = {}
+        ctx = self._context(env, steps_ctx, "success")
+        for name, expr in self.job.outputs.items():
+            try:
+                outputs[name] = interpolate(expr, ctx)
+            except ExpressionError as exc:
+                self.log.line(f"[leasehold] output {name}: {exc}")
+        return outputs
+
+    def _run_step(
+        self,
+        step: StepSpec,
+        script: str,
+        workdir: str | None,
+        base: dict[str, str],
+        step_env: dict[str, str],
+        job_deadline: float,
+    ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
+        runner = self.root / "runner"
+        n = step.index
+        (runner / f"step-{n}.sh").write_text(script)
+        for name in (f"output-{n}", f"env-{n}"):
+            (runner / name).write_bytes(b"")
+        env = dict(step_env)
+        env.update(base)
+        env["GITHUB_OUTPUT"] = f"{self.mount}/runner/output-{n}"
+        env["GITHUB_ENV"] = f"{self.mount}/runner/env-{n}"
+        env["GITHUB_STEP"] = str(n)
+        script_path = f"{self.mount}/runner/step-{n}.sh"
+        argv = (
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_path]
+            if step.shell == "bash"
+            else ["sh", "-e", script_path]
+        )
+        cwd = f"{self.mount}/work"
+        if workdir:
+            cwd = workdir if workdir.startswith("/") else f"{cwd}/{workdir}"
+        self.log.line(f"[leasehold] step {n + 1}: {step.name}")
+        deadline = job_deadline
+        if step.timeout_minutes is not None:
+            deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
+        proc = self.o._sandbox.start(
+            SandboxRequest(
+                argv=argv,
+                env=env,
+                root=self.root,
+                cwd=cwd,
+                network=self.job.network,
+                limits=self.o._config.limits,
+                name=f"{self.inp.run_id}-{self.job.id}-{n}",
+            )
+        )
+        stop = self._supervise(proc, deadline)
+        code = proc.poll()
+        values = _read_output_file(runner / f"output-{n}")
+        env_values = _read_output_file(runner / f"env-{n}")
+        if stop.reason == AttemptStatus.CANCELLED:
+            self.log.line("[leasehold] step cancelled")
+            return StepStatus.CANCELLED, code, values, env_values
+        if stop.reason == AttemptStatus.TIMED_OUT:
+            self.log.line(f"[leasehold] step timed out: {stop.message}")
+            return StepStatus.TIMED_OUT, code, values, env_values
+        if stop.reason == AttemptStatus.FAILURE:
+            self.log.line(f"[leasehold] step stopped: {stop.message}")
+            return StepStatus.FAILURE, code, values, env_values
+        if code == 0:
+            return StepStatus.SUCCESS, 0, values, env_values
+        self.log.line(f"[leasehold] step {n + 1} failed with exit code {code}")
+        return StepStatus.FAILURE, code, values, env_values
+
+    def _supervise(self, proc: SandboxProcess, deadline: float) -> _Stop:
+        """Pump output, heartbeat, and stop the tree on cancel, timeout, shutdown or disk quota."""
+        stop = _Stop()
+        reader = threading.Thread(target=self._pump, args=(proc,), daemon=True)
+        reader.start()
+        grace = self.inp.cancel_grace_seconds
+        next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
+        terminated_at: float | None = None
+        while proc.poll() is None:
+            time.sleep(POLL_SECONDS)
+            self.heartbeat()
+            now = time.monotonic()
+            if stop.reason is None:
+                if self.cancelled or self.shutdown:
+                    stop.reason, stop.message = AttemptStatus.CANCELLED, "cancelled"
+                elif now >= deadline:
+                    stop.reason, stop.message = AttemptStatus.TIMED_OUT, "timeout-minutes exceeded"
+                elif now >= next_disk_check:
+                    next_disk_check = now + DISK_CHECK_SECONDS
+                    if _disk_usage(self.root, self.o._config.disk_bytes) > self.o._config.disk_bytes:
+                        stop.reason = AttemptStatus.FAILURE
+                        stop.message = f"workspace exceeded {self.o._config.disk_bytes} bytes"
+                if stop.reason is not None:
+                    proc.terminate_tree()
+                    terminated_at = now
+            elif terminated_at is not None and now - terminated_at >= grace:
+                proc.kill_tree()
+                terminated_at = None
+        # The step's shell is gone: nothing of its tree may outlive it (background jobs).
+        proc.kill_tree()
+        reader.join(timeout=10)
+        return stop
+
+    def _pump(self, proc: SandboxProcess) -> None:
+        fd = proc.stdout.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.log.write(data)

@@ -1,0 +1,44 @@
+"""Control activity of CI: read and parse the workflow files at a pushed commit."""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.ci_git import GitError, GitMirror, InvalidRequest
+from workflows.ci_push import PUSH_GIT_FAILED
+from workflows.ci_spec import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
+from workflows.ci_types import ACTIVITY_LIST_WORKFLOWS, ListWorkflowsInput, ListWorkflowsResult, SpecError, WorkflowFile
+
+
+class CIListingActivities:
+    """Runs on CI workers (they hold the git mirrors), on the control queue."""
+
+    def __init__(self, mirror: GitMirror) -> None:
+        self._mirror = mirror
+
+    @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
+    def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
+        """Fetch the mirror, then parse each ``.github/workflows/*.yml|yaml`` and match ``on.push``."""
+        try:
+            mirror = self._mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
+            found = self._mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
+        except InvalidRequest as exc:
+            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
+        except GitError as exc:
+            # Transient (network, a fetch racing a push): Temporal retries, then the push fails.
+            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        files = []
+        for path, content in found:
+            if content is None:
+                error = SpecError(file=path, message=f"file is larger than {MAX_WORKFLOW_BYTES} bytes")
+                files.append(WorkflowFile(path=path, error=error))
+                continue
+            try:
+                spec = parse_workflow(path, content)
+            except WorkflowSpecError as exc:
+                # The run is still created, and fails with this message.
+                files.append(WorkflowFile(path=path, error=exc.error))
+                continue
+            files.append(WorkflowFile(path=path, spec=spec, triggered=push_triggers(spec.on_push, inp.ref)))
+        return ListWorkflowsResult(files=files)

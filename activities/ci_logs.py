@@ -1,0 +1,135 @@
+"""Shipping a job attempt's output to the object store as numbered chunks.
+
+Each flush (every ``flush_seconds`` or ``chunk_bytes``) takes the next sequence number, so seqs
+are gap-free by construction; a chunk is written once (``create``) under the attempt's prefix.
+A chunk that still cannot be stored after retries keeps its seq: the seq is recorded as a gap
+(in ``end.json``, in the ``LogSummary`` the run state holds, and best effort as a ``.gap``
+marker), so a reader sees a hole, never a silent splice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+
+from leasehold.storage import ObjectStore
+from workflows.ci_ids import log_chunk_key, log_end_key, log_gap_key
+from workflows.ci_types import AttemptStatus, LogEnd, LogSummary
+
+log = logging.getLogger(__name__)
+
+PUT_ATTEMPTS = 4
+PUT_BACKOFF_SECONDS = (0.1, 0.3, 0.8)
+# Producers block above this many unshipped bytes, so a chatty job cannot exhaust memory.
+MAX_BUFFERED_BYTES = 8 << 20
+
+
+class LogShipper:
+    """Thread-safe: the output reader calls ``write``; a background thread flushes."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix: str,
+        attempt: int,
+        flush_seconds: float = 0.5,
+        chunk_bytes: int = 64 << 10,
+        max_bytes: int = 64 << 20,
+    ) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._attempt = attempt
+        self._flush_seconds = flush_seconds
+        self._chunk_bytes = chunk_bytes
+        self._max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._truncated = False
+        self._accepted = 0
+        self.summary = LogSummary(prefix=prefix)
+        self._thread = threading.Thread(target=self._run, name=f"log-{prefix}", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._cond:
+            if self._accepted >= self._max_bytes:
+                if not self._truncated:
+                    self._truncated = True
+                    self._buffer += f"\n[leasehold: log truncated at {self._max_bytes} bytes]\n".encode()
+                    self._cond.notify_all()
+                return
+            data = data[: self._max_bytes - self._accepted]
+            self._accepted += len(data)
+            deadline = time.monotonic() + 60
+            while len(self._buffer) > MAX_BUFFERED_BYTES and not self._closed and time.monotonic() < deadline:
+                self._cond.wait(0.5)
+            self._buffer += data
+            if len(self._buffer) >= self._chunk_bytes:
+                self._cond.notify_all()
+
+    def line(self, text: str) -> None:
+        """A line of leasehold's own (step headers, results)."""
+        self.write(text.encode() + b"\n")
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._closed and len(self._buffer) < self._chunk_bytes:
+                    self._cond.wait(self._flush_seconds)
+                if self._closed and not self._buffer:
+                    return
+                data = bytes(self._buffer[: self._chunk_bytes])
+                del self._buffer[: len(data)]
+                self._cond.notify_all()
+            if data:
+                self._ship(data)
+
+    def _ship(self, data: bytes) -> None:
+        seq = self.summary.next_seq
+        self.summary.next_seq += 1
+        key = log_chunk_key(self._prefix, seq)
+        for i in range(PUT_ATTEMPTS):
+            try:
+                if not self._store.create(key, data, "text/plain"):
+                    log.warning("log chunk %s already existed; kept the first", key)
+                self.summary.bytes += len(data)
+                return
+            except Exception as exc:
+                log.warning("storing log chunk %s failed (try %d): %s", key, i + 1, exc)
+                if i < len(PUT_BACKOFF_SECONDS):
+                    time.sleep(PUT_BACKOFF_SECONDS[i])
+        self.summary.gaps.append(seq)
+        try:
+            self._store.put(log_gap_key(self._prefix, seq), f'{{"seq": {seq}, "bytes": {len(data)}}}'.encode())
+        except Exception as exc:  # the gap is also in end.json and the run state
+            log.warning("storing gap marker for %s failed: %s", key, exc)
+
+    def close(self, status: AttemptStatus, exit_code: int | None) -> LogSummary:
+        """Flush everything, then write ``end.json``; returns what was stored."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=120)
+        end = LogEnd(
+            attempt=self._attempt,
+            next_seq=self.summary.next_seq,
+            gaps=list(self.summary.gaps),
+            status=status,
+            exit_code=exit_code,
+            finished_at=datetime.now(UTC),
+        )
+        for i in range(PUT_ATTEMPTS):
+            try:
+                self._store.put(log_end_key(self._prefix), end.model_dump_json().encode(), "application/json")
+                self.summary.ended = True
+                break
+            except Exception as exc:
+                log.warning("storing end of log %s failed (try %d): %s", self._prefix, i + 1, exc)
+                if i < len(PUT_BACKOFF_SECONDS):
+                    time.sleep(PUT_BACKOFF_SECONDS[i])
+        return self.summary.model_copy()
