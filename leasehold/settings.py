@@ -80,11 +80,14 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
-    # CI engine (worker side: concurrency, sandbox limits, logs; API side: run timeouts).
-    ci_max_concurrent_jobs: int = 2
+    # CI runs (the API passes these into each push, so workflows never read config): a job
+    # attempt whose heartbeats stop this long runs again as a new attempt; a cancelled job
+    # gets SIGKILL this long after SIGTERM; a finished run accepts job retries this long.
     ci_heartbeat_timeout_seconds: float = 15.0
     ci_cancel_grace_seconds: float = 5.0
     ci_retry_window_seconds: float = 3 * 24 * 3600.0
+    # CI worker: concurrent jobs, per-process rlimits and workspace quota of the sandbox, logs.
+    ci_max_concurrent_jobs: int = 2
     ci_job_memory_bytes: int = 4 << 30
     ci_job_max_processes: int = 1024
     ci_job_max_file_bytes: int = 1 << 30
