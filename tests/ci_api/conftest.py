@@ -73,6 +73,9 @@ def ci_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         queue_prefix=unique_prefix(),
         api_port=free_port(),
         ci_labels=["linux"],
+        # Short heartbeats: a cancel reaches a running job at its next heartbeat.
+        ci_heartbeat_timeout_seconds=5.0,
+        ci_cancel_grace_seconds=2.0,
     )
     settings.data_dir.mkdir(parents=True)
     init_database(settings.resolved_database_url)

@@ -95,3 +95,41 @@ def test_generic_push_is_tenant_scoped_and_validated(ci_stack: CIStack) -> None:
     assert first.json()["id"] == again.json()["id"] == push_id(repo_id, "a" * 40, "refs/heads/main")
     # Another tenant cannot see the push.
     assert bob.get(f"/v1/pushes/{first.json()['id']}").status_code == 404
+
+
+def test_matching_by_host_id_form_encoding_and_shared_names(ci_stack: CIStack) -> None:
+    alice, bob = ci_stack.new_tenant(), ci_stack.new_tenant()
+    remote = ci_stack.git_remote()
+    alice_repo, name, alice_secret = ci_stack.register(alice, remote)
+    # Bob registers the same full name with his own secret: a delivery reaches only the
+    # repository whose secret verifies it.
+    bob_repo = bob.post(
+        "/v1/repos",
+        json={"name": name, "clone_url": remote.clone_url, "webhook_secret": "bob-secret-1", "github_id": 987654},
+    ).json()["id"]
+    remote.write("README", "hi\n")
+    sha = remote.commit("first")
+    remote.push()
+    (delivery,) = remote.deliveries()
+    assert delivery.status == 202, delivery.answer
+    assert [p["repo_id"] for p in json.loads(delivery.answer)["pushes"]] == [alice_repo]
+    assert bob.get(f"/v1/pushes/{push_id(bob_repo, sha, 'refs/heads/main')}").status_code == 404
+
+    # The host's numeric id matches too (Bob registered it).
+    by_host_id = json.dumps({"repository": {"id": 987654}}).encode()
+    assert _post(ci_stack, "ping", by_host_id, _sign("bob-secret-1", by_host_id))[0] == 200
+    assert _post(ci_stack, "ping", by_host_id, _sign(alice_secret, by_host_id))[0] == 401
+
+    # GitHub's form encoding: payload=<json>, signed over the raw form body.
+    form = b"payload=" + json.dumps({"repository": {"full_name": name}}).encode().replace(b" ", b"+")
+    with ci_stack.anonymous() as client:
+        response = client.post(
+            "/v1/hooks/github",
+            content=form,
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded",
+                "X-GitHub-Event": "ping",
+                "X-Hub-Signature-256": _sign(alice_secret, form),
+            },
+        )
+    assert response.status_code == 200, response.text
