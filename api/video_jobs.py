@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
+from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
@@ -47,6 +48,7 @@ from api.schemas.videos import Video, VideoCreateRequest, VideoError
 from leasehold.api_keys import Principal
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
+from leasehold.video_deletions import deleted_by, is_deleted, record_deletion
 from workflows import search_attributes as sa
 from workflows import video_models
 from workflows.queues import orchestration_queue, video_queue
@@ -78,7 +80,6 @@ RPC_TIMEOUT = timedelta(seconds=5)
 CANCEL_WAIT_SECONDS = 5.0
 # DELETE of a running job first lets the GPU stop and the workflow clean up its checkpoints.
 DELETE_CANCEL_WAIT_SECONDS = 15.0
-DELETE_GONE_WAIT_SECONDS = 5.0
 # Listing scans visibility; ascending order needs the whole range (SQL visibility cannot ORDER BY).
 LIST_SCAN_LIMIT = 10_000
 LIST_DESCRIBE_CONCURRENCY = 8
@@ -275,10 +276,13 @@ class _Live:
 class VideoJobs:
     """The caller's video jobs (one instance per request, scoped to one principal)."""
 
-    def __init__(self, client: Client, settings: Settings, store: ObjectStore, principal: Principal) -> None:
+    def __init__(
+        self, client: Client, settings: Settings, store: ObjectStore, db: sessionmaker, principal: Principal
+    ) -> None:
         self.client = client
         self.settings = settings
         self.store = store
+        self.db = db
         self.principal = principal
 
     # Submit -----------------------------------------------------------------------------
@@ -289,6 +293,13 @@ class VideoJobs:
             raise ApiError(400, "invalid_request", "Idempotency-Key must be 1-255 characters", "Idempotency-Key")
         job_id = job_id_for(self.principal, idempotency_key)
         request = resolve_request(body, self.settings, job_id)
+        if idempotency_key is not None and await asyncio.to_thread(is_deleted, self.db, job_id):
+            raise ApiError(
+                409,
+                "idempotency_key_reused",
+                "the video created with this Idempotency-Key was deleted; use a new key",
+                "Idempotency-Key",
+            )
         digest = request_hash(request)
         now = datetime.now(UTC)
         spec = _spec(request.model, self.settings)
@@ -379,7 +390,7 @@ class VideoJobs:
                 raise not_found("video") from None
             raise _unavailable(exc) from exc
         memo = await self._owned_memo(desc)
-        if memo is None:
+        if memo is None or await asyncio.to_thread(is_deleted, self.db, job_id):
             raise not_found("video")
         return desc, memo
 
@@ -516,6 +527,8 @@ class VideoJobs:
             bound = _visibility_time(desc.start_time)
             query += f' AND StartTime {"<=" if order == "desc" else ">="} "{bound}"'
         rows: list[tuple[tuple[datetime, str], WorkflowExecution]] = []
+        # Deleted jobs may linger in visibility until Temporal removes them.
+        deleted = await asyncio.to_thread(deleted_by, self.db, self.principal.tenant_id, self.principal.user_id)
         try:
             # Visibility returns newest first and cannot sort otherwise; a page in ascending
             # order therefore reads the whole range (up to a cap).
@@ -523,6 +536,8 @@ class VideoJobs:
                 query, limit=LIST_SCAN_LIMIT, page_size=min(1000, limit + 1) if order == "desc" else 1000
             ):
                 key = (execution.start_time, job_id_of(execution.id))
+                if key[1] in deleted:
+                    continue
                 if after_key is not None and (key >= after_key if order == "desc" else key <= after_key):
                     continue
                 if order == "desc" and len(rows) > limit and execution.start_time != rows[-1][0][0]:
@@ -587,7 +602,7 @@ class VideoJobs:
         return latest
 
     async def delete(self, job_id: str) -> None:
-        """Cancel if running, delete the stored assets, then the execution itself (GET -> 404)."""
+        """Cancel if running, delete the stored assets, then forget the job (GET -> 404)."""
         view = await self.get(job_id)
         handle = self._handle(job_id)
         if not view.terminal:
@@ -599,6 +614,9 @@ class VideoJobs:
             # Let the GPU stop and the workflow delete its checkpoints before the execution goes.
             await self._wait_terminal(job_id, DELETE_CANCEL_WAIT_SECONDS)
         await asyncio.to_thread(self._delete_objects, job_id)
+        # The tombstone makes the job 404 at once; Temporal forgets the execution on its own
+        # schedule (asynchronously, or at retention on a dev server).
+        await asyncio.to_thread(record_deletion, self.db, job_id, self.principal.tenant_id, self.principal.user_id)
         try:
             await self.client.workflow_service.delete_workflow_execution(
                 DeleteWorkflowExecutionRequest(
@@ -609,19 +627,8 @@ class VideoJobs:
                 timeout=RPC_TIMEOUT,
             )
         except RPCError as exc:
-            if not _is_not_found(exc):
-                raise _unavailable(exc) from exc
-        # Deletion is asynchronous on the server; answer once a GET would say 404.
-        deadline = time.monotonic() + DELETE_GONE_WAIT_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                await handle.describe(rpc_timeout=RPC_TIMEOUT)
-            except RPCError as exc:
-                if _is_not_found(exc):
-                    return
-                raise _unavailable(exc) from exc
-            await asyncio.sleep(0.1)
-        log.warning("execution of %s still visible %.0fs after deletion", job_id, DELETE_GONE_WAIT_SECONDS)
+            # The job is already deleted for every caller; the execution goes at retention.
+            log.warning("could not delete the execution of %s: %s", job_id, exc.status)
 
     def _delete_objects(self, job_id: str) -> None:
         # The video, the thumbnail, and anything a stale attempt left behind.

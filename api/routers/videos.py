@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import ValidationError
 
-from api.deps import ClientDep, PrincipalDep, SettingsDep, StoreDep
+from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
 from api.errors import ApiError
 from api.routers.files import content_type_for
 from api.schemas.videos import Video, VideoCreateRequest, VideoDeleted, VideoList
@@ -30,8 +30,10 @@ MAX_FORM_FIELDS = 16
 SSE_MAX_SECONDS = 3600.0
 
 
-def get_jobs(client: ClientDep, settings: SettingsDep, store: StoreDep, principal: PrincipalDep) -> VideoJobs:
-    return VideoJobs(client, settings, store, principal)
+def get_jobs(
+    client: ClientDep, settings: SettingsDep, store: StoreDep, db: DbDep, principal: PrincipalDep
+) -> VideoJobs:
+    return VideoJobs(client, settings, store, db, principal)
 
 
 JobsDep = Annotated[VideoJobs, Depends(get_jobs)]
