@@ -361,4 +361,4 @@ def test_logs_live_tail_reconnect_and_replay(ci_engine: CIStack) -> None:
     assert [c["seq"] for c in tail["chunks"]] == seqs[2:]
     # A finished attempt replays over SSE from from_seq and ends at once.
     replay = sse_events(client, f"{url}?from_seq=1")
-    assert [int(e[0]) for e in replay if e[1] == "log"] == seqs[1:] and replay[-1][1] == "end"
+    assert [e[2]["seq"] for e in replay if e[1] == "log"] == seqs[1:] and replay[-1][1] == "end"
