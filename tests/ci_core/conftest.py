@@ -29,9 +29,19 @@ CANCEL_GRACE_SECONDS = 2.0
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
-             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"},
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(cwd),
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@x",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@x",
+        },
     ).stdout.strip()
 
 
@@ -81,26 +91,26 @@ class CIStack:
             retry_window_seconds=120,
         )
 
-    async def push(self, repo: Repo, sha: str, ref: str = "refs/heads/main", timeout: float = 60) -> CIPushState:
+    async def push(self, repo: Repo, sha: str, ref: str = "refs/heads/main", within: float = 60) -> CIPushState:
         pid = await ci_start.start_push(self.client, self.push_input(repo, sha, ref))
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             state = await ci_start.push_state(self.client, pid)
             if state.status != PushStatus.LISTING:
                 return state
             await asyncio.sleep(0.2)
-        raise AssertionError(f"push {pid} not listed in {timeout}s")
+        raise AssertionError(f"push {pid} not listed in {within}s")
 
-    async def wait_run(self, run_id: str, timeout: float = 90, until=None) -> CIRunState:  # type: ignore[no-untyped-def]
+    async def wait_run(self, run_id: str, within: float = 90, until=None) -> CIRunState:  # type: ignore[no-untyped-def]
         """Poll until the run is finished (or ``until(state)`` holds)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         state = None
         while time.monotonic() < deadline:
             state = await ci_start.run_state(self.client, run_id)
-            if (until(state) if until else state.status in RUN_TERMINAL_STATUSES):
+            if until(state) if until else state.status in RUN_TERMINAL_STATUSES:
                 return state
             await asyncio.sleep(0.2)
-        raise AssertionError(f"run {run_id} not done in {timeout}s: {state}")
+        raise AssertionError(f"run {run_id} not done in {within}s: {state}")
 
     def log_text(self, prefix: str) -> str:
         chunks = []

@@ -1,0 +1,54 @@
+"""Log chunks: gap-free sequence numbers, and a chunk that could not be stored is a visible gap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from activities.ci_logs import LogShipper
+from leasehold.storage import LocalObjectStore
+from workflows.ci_ids import log_chunk_key, log_end_key, log_gap_key, parse_log_key
+from workflows.ci_types import AttemptStatus
+
+
+class FlakyStore(LocalObjectStore):
+    """Refuses to store chunks whose seq is in ``broken``."""
+
+    def __init__(self, root: Path, broken: set[int]) -> None:
+        super().__init__(root, b"k", "http://x")
+        self.broken = broken
+
+    def create(self, key: str, data: bytes, content_type: str | None = None) -> bool:
+        parsed = parse_log_key(key)
+        if parsed and parsed[0] in self.broken:
+            raise OSError("disk on fire")
+        return super().create(key, data, content_type)
+
+
+def test_chunks_are_gap_free_and_end_is_marked(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path, b"k", "http://x")
+    shipper = LogShipper(store, "ci/t/run/job/attempt-1/", 1, flush_seconds=0.05, chunk_bytes=1000)
+    payload = b"".join(b"line %05d\n" % i for i in range(2000))
+    for i in range(0, len(payload), 777):
+        shipper.write(payload[i : i + 777])
+    summary = shipper.close(AttemptStatus.SUCCESS, 0)
+    keys = [k for k in store.list("ci/t/run/job/attempt-1/") if k.endswith(".log")]
+    assert keys == [log_chunk_key("ci/t/run/job/attempt-1/", s) for s in range(summary.next_seq)]
+    assert b"".join(store.get(k) for k in keys) == payload
+    assert all(len(store.get(k)) <= 1000 for k in keys)
+    end = json.loads(store.get(log_end_key("ci/t/run/job/attempt-1/")))
+    assert end["next_seq"] == summary.next_seq and end["gaps"] == [] and summary.ended
+
+
+def test_unstorable_chunk_is_a_visible_gap(tmp_path: Path) -> None:
+    store = FlakyStore(tmp_path, broken={1})
+    prefix = "ci/t/run/job/attempt-2/"
+    shipper = LogShipper(store, prefix, 2, flush_seconds=0.05, chunk_bytes=10)
+    shipper.write(b"a" * 10 + b"b" * 10 + b"c" * 10)
+    summary = shipper.close(AttemptStatus.FAILURE, 1)
+    assert summary.gaps == [1] and summary.next_seq == 3
+    assert store.get(log_chunk_key(prefix, 0)) == b"a" * 10
+    assert not store.exists(log_chunk_key(prefix, 1))
+    assert store.exists(log_gap_key(prefix, 1))
+    assert store.get(log_chunk_key(prefix, 2)) == b"c" * 10
+    assert json.loads(store.get(log_end_key(prefix)))["gaps"] == [1]
