@@ -113,6 +113,16 @@ class Settings(BaseSettings):
     # video's bytes) may depend on how work is split across threads.
     video_torch_threads: int = 1
 
+    # CI secrets: AES-256 keys as "id:base64,id:base64" and the id that seals new values (default:
+    # the last listed). Unset: one key is generated into the data dir (embedded default).
+    secrets_keys: SecretStr | None = None
+    secrets_active_key: str | None = None
+    # CI tenant plans without a row of their own: fairness weight and most running jobs.
+    ci_default_fairness_weight: float = 1.0
+    ci_default_max_concurrent_jobs: int = 8
+    # How often the reconciler polls registered repositories for commits a lost webhook missed.
+    ci_reconcile_interval_seconds: float = 300.0
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:
