@@ -32,7 +32,9 @@ from temporalio.service import RPCError
 
 from activities.ci_git import CommitNotFound, GitError, GitMirror, InvalidRequest
 from activities.ci_logs import LogShipper
+from activities.ci_masking import ADD_MASK, StreamMasker
 from activities.ci_sandbox import Sandbox, SandboxError, SandboxLimits, SandboxProcess, SandboxRequest
+from activities.ci_secrets import NoSecrets, SecretSource
 from leasehold.storage import ObjectStore
 from workflows.ci_expressions import (
     ExpressionError,
@@ -120,6 +122,13 @@ def _read_output_file(path: Path) -> dict[str, str]:
     return values
 
 
+def _shown_name(name: str) -> str:
+    """A step name for the log: a default name made of an ``::add-mask::`` command line must
+    not print the value before the command has run."""
+    cut = name.find(ADD_MASK.decode())
+    return name if cut == -1 else name[: cut + len(ADD_MASK)] + "***"
+
+
 def _disk_usage(root: Path, limit: int) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(root):
@@ -157,8 +166,10 @@ class CIJobActivities:
         mirror: GitMirror,
         client: Client,
         loop: asyncio.AbstractEventLoop,
+        secrets: SecretSource | None = None,
     ) -> None:
         self._config = config
+        self._secrets: SecretSource = secrets or NoSecrets()
         self._store = store
         self._sandbox = sandbox
         self._mirror = mirror
@@ -225,12 +236,17 @@ class _Attempt:
         self.cancelled = False
         self.shutdown = False
         self.last_heartbeat = 0.0
+        # Values of the secrets the job references (missing ones empty); they exist only in
+        # this attempt's memory and sandbox, and the masker hides them from its log.
+        self.secrets: dict[str, str] = {}
+        self.masker = StreamMasker()
         self.log = LogShipper(
             owner._store,
             self.prefix,
             attempt,
             flush_seconds=owner._config.log_flush_seconds,
             max_bytes=owner._config.log_max_bytes,
+            masker=self.masker,
         )
 
     def heartbeat(self, force: bool = False) -> None:
@@ -254,6 +270,7 @@ class _Attempt:
         outputs: dict[str, str] = {}
         try:
             self.log.line(f"[leasehold] job {self.job.id} attempt {self.attempt} on {self.o._config.identity}")
+            self._load_secrets()
             self._prepare()
             status, exit_code, error, steps, outputs = self._run_steps()
         except (InvalidRequest, CommitNotFound) as exc:
@@ -270,6 +287,8 @@ class _Attempt:
             self.log.line("[leasehold] worker shutting down; the job will run again as a new attempt")
             self.log.close(AttemptStatus.LOST, exit_code)
             raise ApplicationError("CI worker shut down during the job", type="CIWorkerShutdown")
+        if error is not None:
+            error = self.masker.mask_text(error)
         self.log.line(f"[leasehold] job {self.job.id} finished: {status.value}" + (f" ({error})" if error else ""))
         summary = self.log.close(status, exit_code)
         return JobResult(
@@ -286,6 +305,32 @@ class _Attempt:
             log=summary,
             worker=self.o._config.identity,
         )
+
+    def _load_secrets(self) -> None:
+        """Fetch exactly the secrets the job names, for its own tenant and repository."""
+        names = list(self.job.secrets)
+        if not names:
+            return
+        inp = self.inp
+        if not inp.secrets_allowed:
+            self.secrets = dict.fromkeys(names, "")
+            self.log.line(
+                "[leasehold] notice: this run builds code from a fork; secrets are not available and "
+                f"these are empty: {', '.join(names)}"
+            )
+            return
+        try:
+            found = self.o._secrets.fetch(inp.tenant_id, inp.repo_id, names)
+        except Exception as exc:
+            # The database or the keys are unavailable: infrastructure, so a new attempt may work.
+            log.warning("fetching secrets for %s/%s failed: %s", inp.run_id, self.job.id, exc)
+            raise ApplicationError("could not read the job's secrets", type="CISecretsUnavailable") from None
+        for value in found.values():
+            self.masker.add(value)
+        missing = [n for n in names if n not in found]
+        if missing:
+            self.log.line(f"[leasehold] notice: secrets not set (empty): {', '.join(missing)}")
+        self.secrets = {n: found.get(n, "") for n in names}
 
     def _prepare(self) -> None:
         for sub in ("work", "tmp", "home", "runner"):
@@ -321,7 +366,7 @@ class _Attempt:
             "GITHUB_RUN_ATTEMPT": str(self.attempt),
             "GITHUB_JOB": self.job.id,
             "GITHUB_WORKFLOW": inp.workflow_name,
-            "GITHUB_EVENT_NAME": "push",
+            "GITHUB_EVENT_NAME": inp.event,
             "RUNNER_OS": "Linux",
             "RUNNER_TEMP": f"{m}/tmp",
         }
@@ -335,6 +380,7 @@ class _Attempt:
             "steps": steps_ctx,
             "job": {"status": job_status},
             "runner": {"os": "Linux", "temp": f"{self.mount}/tmp"},
+            "secrets": self.secrets,
         }
 
     def _run_steps(self) -> tuple[AttemptStatus, int | None, str | None, list[StepResult], dict[str, str]]:
@@ -434,6 +480,18 @@ class _Attempt:
     def _job_outputs(
         self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]
     ) -> dict[str, str]:
+        # Outputs go into the run's history and the API: one holding a secret is dropped.
+        kept: dict[str, str] = {}
+        for name, value in self._raw_outputs(step_outputs, steps_ctx, env).items():
+            if self.masker.reveals_secret(value):
+                self.log.line(f"[leasehold] output {name} skipped: it may contain a secret")
+            else:
+                kept[name] = value
+        return kept
+
+    def _raw_outputs(
+        self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]
+    ) -> dict[str, str]:
         if not self.job.outputs:
             return step_outputs
         outputs = {}
@@ -473,7 +531,7 @@ class _Attempt:
         cwd = f"{self.mount}/work"
         if workdir:
             cwd = workdir if workdir.startswith("/") else f"{cwd}/{workdir}"
-        self.log.line(f"[leasehold] step {n + 1}: {step.name}")
+        self.log.line(f"[leasehold] step {n + 1}: {_shown_name(step.name)}")
         deadline = job_deadline
         if step.timeout_minutes is not None:
             deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)

@@ -7,7 +7,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.ci_git import GitError, GitMirror, InvalidRequest
 from workflows.ci_push import PUSH_GIT_FAILED
-from workflows.ci_spec import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
+from workflows.ci_spec import (
+    MAX_WORKFLOW_BYTES,
+    WorkflowSpecError,
+    parse_workflow,
+    pull_request_triggers,
+    push_triggers,
+)
 from workflows.ci_types import ACTIVITY_LIST_WORKFLOWS, ListWorkflowsInput, ListWorkflowsResult, SpecError, WorkflowFile
 
 
@@ -40,5 +46,9 @@ class CIListingActivities:
                 # The run is still created, and fails with this message.
                 files.append(WorkflowFile(path=path, error=exc.error))
                 continue
-            files.append(WorkflowFile(path=path, spec=spec, triggered=push_triggers(spec.on_push, inp.ref)))
+            if inp.event == "pull_request":
+                triggered = pull_request_triggers(spec.on_pull_request, inp.base_ref or "", inp.action or "opened")
+            else:
+                triggered = push_triggers(spec.on_push, inp.ref)
+            files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
         return ListWorkflowsResult(files=files)

@@ -14,6 +14,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from activities.ci_masking import StreamMasker
 from leasehold.storage import ObjectStore
 from workflows.ci_ids import log_chunk_key, log_end_key, log_gap_key
 from workflows.ci_types import AttemptStatus, LogEnd, LogSummary
@@ -37,8 +38,11 @@ class LogShipper:
         flush_seconds: float = 0.5,
         chunk_bytes: int = 64 << 10,
         max_bytes: int = 64 << 20,
+        masker: StreamMasker | None = None,
     ) -> None:
         self._store = store
+        # Every byte passes the job's secret masker before it is buffered, stored or streamed.
+        self._masker = masker
         self._prefix = prefix
         self._attempt = attempt
         self._flush_seconds = flush_seconds
@@ -57,6 +61,12 @@ class LogShipper:
         if not data:
             return
         with self._cond:
+            # Masked before anything else (truncation included), so no cut can split a secret
+            # into pieces the masker no longer recognises.
+            self._append(self._masker.feed(data) if self._masker is not None else data)
+
+    def _append(self, data: bytes) -> None:
+        if data:
             if self._accepted >= self._max_bytes:
                 if not self._truncated:
                     self._truncated = True
@@ -71,6 +81,10 @@ class LogShipper:
             self._buffer += data
             if len(self._buffer) >= self._chunk_bytes:
                 self._cond.notify_all()
+
+    @property
+    def masker(self) -> StreamMasker | None:
+        return self._masker
 
     def line(self, text: str) -> None:
         """A line of leasehold's own (step headers, results)."""
@@ -112,6 +126,8 @@ class LogShipper:
     def close(self, status: AttemptStatus, exit_code: int | None) -> LogSummary:
         """Flush everything, then write ``end.json``; returns what was stored."""
         with self._cond:
+            if self._masker is not None:
+                self._append(self._masker.flush())
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=120)

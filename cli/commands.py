@@ -1,2 +1,3 @@
 """Feature subcommands register themselves on ``cli.main.EXTRA_COMMANDS`` when imported here."""
 import cli.repos  # noqa: F401  (leasehold repos ...)
+import cli.secrets  # noqa: F401  (leasehold secrets ...)

@@ -18,7 +18,10 @@ from temporalio.worker import Worker
 from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
 from activities.ci_listing import CIListingActivities
+from activities.ci_secrets import DatabaseSecretSource
+from leasehold.database import init_database
 from leasehold.health_server import serve_health
+from leasehold.secrets import Keyring
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
@@ -53,6 +56,8 @@ async def serve(settings: Settings) -> None:
         mirror,
         client,
         loop,
+        # Secret values are read here, when a job starts; Temporal only ever carries names.
+        DatabaseSecretSource(init_database(settings.resolved_database_url), Keyring.from_settings(settings)),
     )
     listing = CIListingActivities(mirror)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)

@@ -5,7 +5,7 @@ activity evaluates step conditions and substitutes ``${{ }}`` in ``run``/``env``
 the parser validates every expression at parse time.
 
 Supported: literals (``'str'`` with ``''`` escapes, numbers, ``true``/``false``/``null``),
-contexts (``github``, ``env``, ``needs``, ``steps``, ``job``, ``runner``), property access
+contexts (``github``, ``env``, ``needs``, ``steps``, ``job``, ``runner``, ``secrets``), property access
 (``a.b`` and ``a['b']``), ``!``, ``< <= > >= == !=`` (GitHub's loose equality; strings compare
 case-insensitively), ``&&``, ``||``, parentheses, the status functions ``success()``,
 ``failure()``, ``always()``, ``cancelled()`` and ``contains``/``startsWith``/``endsWith``.
@@ -26,9 +26,9 @@ class ExpressionError(ValueError):
 
 STATUS_FUNCTIONS = frozenset({"success", "failure", "always", "cancelled"})
 STRING_FUNCTIONS = frozenset({"contains", "startswith", "endswith"})
-KNOWN_CONTEXTS = frozenset({"github", "env", "needs", "steps", "job", "runner"})
+KNOWN_CONTEXTS = frozenset({"github", "env", "needs", "steps", "job", "runner", "secrets"})
 # Contexts that arrive in later issues: rejected with a clear message until then.
-DEFERRED_CONTEXTS = {"secrets": "secrets are not supported yet (they arrive with multi-tenant CI secrets)"}
+DEFERRED_CONTEXTS: dict[str, str] = {}
 
 _TOKEN = re.compile(
     r"""\s*(?:

@@ -21,9 +21,12 @@ def _digest(*parts: str, size: int = 24) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:size]
 
 
-def run_id(repo_id: str, commit_sha: str, workflow_path: str) -> str:
-    """``run_<24 hex>`` from repo + full commit sha (lower-case) + workflow file path."""
-    return "run_" + _digest(repo_id, commit_sha.lower(), workflow_path)
+def run_id(repo_id: str, commit_sha: str, workflow_path: str, event: str = "push") -> str:
+    """``run_<24 hex>`` from repo + full commit sha (lower-case) + workflow file path (+ the
+    event when it is not a push: a pull request's run of a commit is not its push run)."""
+    if event == "push":
+        return "run_" + _digest(repo_id, commit_sha.lower(), workflow_path)
+    return "run_" + _digest(repo_id, commit_sha.lower(), workflow_path, event)
 
 
 def push_id(repo_id: str, commit_sha: str, ref: str) -> str:

@@ -59,7 +59,13 @@ class CIPushWorkflow:
             listing = await workflow.execute_activity(
                 ACTIVITY_LIST_WORKFLOWS,
                 ListWorkflowsInput(
-                    repo_id=inp.repo_id, clone_url=inp.clone_url, commit_sha=inp.commit_sha, ref=inp.ref
+                    repo_id=inp.repo_id,
+                    clone_url=inp.clone_url,
+                    commit_sha=inp.commit_sha,
+                    ref=inp.ref,
+                    event=inp.event,
+                    base_ref=inp.pull_request.base_ref if inp.pull_request else None,
+                    action=inp.pull_request.action if inp.pull_request else None,
                 ),
                 result_type=ListWorkflowsResult,
                 task_queue=ci_control_queue(inp.queue_prefix),
@@ -81,7 +87,7 @@ class CIPushWorkflow:
             if not file.triggered:
                 self._state.not_triggered.append(file.path)
                 continue
-            rid = run_id(inp.repo_id, inp.commit_sha, file.path)
+            rid = run_id(inp.repo_id, inp.commit_sha, file.path, inp.event)
             wid = run_workflow_id(rid)
             created = True
             try:
@@ -104,6 +110,8 @@ class CIPushWorkflow:
                         cancel_grace_seconds=inp.cancel_grace_seconds,
                         retry_window_seconds=inp.retry_window_seconds,
                         push_id=self._state.push_id,
+                        event=inp.event,
+                        pull_request=inp.pull_request,
                     ),
                     id=wid,
                     task_queue=orchestration_queue(inp.queue_prefix),

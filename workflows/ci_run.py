@@ -116,6 +116,15 @@ class CIRunWorkflow:
             workflow_path=inp.workflow_path,
             workflow_name=spec.name if spec else inp.workflow_path,
             created_at=inp.created_at,
+            event=inp.event,
+            pull_request=inp.pull_request,
+            secrets_allowed=not (inp.pull_request is not None and inp.pull_request.from_fork),
+            notice=(
+                f"pull request #{inp.pull_request.number} comes from a fork ({inp.pull_request.head_repo}): "
+                "its jobs run without secrets"
+                if inp.pull_request is not None and inp.pull_request.from_fork
+                else None
+            ),
             jobs=[
                 JobState(
                     job_id=j.id,
@@ -321,6 +330,8 @@ class CIRunWorkflow:
             needs=self._needs_context(job),
             round=job.round,
             cancel_grace_seconds=inp.cancel_grace_seconds,
+            event=inp.event,
+            secrets_allowed=self._state.secrets_allowed,
         )
         handle: workflow.ActivityHandle[JobResult] = workflow.start_activity(
             ACTIVITY_RUN_JOB,

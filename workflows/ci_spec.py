@@ -36,6 +36,7 @@ from workflows.ci_types import (
 MAX_WORKFLOW_BYTES = 512 * 1024
 JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 SHELLS = ("bash", "sh")
+SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 WORKFLOW_KEYS = {"name", "on", "env", "jobs"}
 JOB_KEYS = {
@@ -54,10 +55,10 @@ STEP_KEYS = {"id", "name", "run", "env", "working-directory", "shell", "if", "co
 PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore"}
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
-WORKFLOW_ENV_CONTEXTS = {"github"}
+WORKFLOW_ENV_CONTEXTS = {"github", "secrets"}
 JOB_IF_CONTEXTS = {"github", "needs", "env"}
-JOB_ENV_CONTEXTS = {"github", "needs", "env"}
-STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner"}
+JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets"}
+STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets"}
 OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner"}
 
 
@@ -190,6 +191,9 @@ def _check_expression(
             raise ctx.fail(line, key, f"context {root!r} is not available here (available: {allowed})")
         if root == "needs" and needs is not None and len(path) > 1 and path[1] not in needs:
             raise ctx.fail(line, key, f"needs.{path[1]} is not in this job's 'needs'")
+        if root == "secrets" and (len(path) < 2 or not SECRET_NAME.match(path[1])):
+            # The job fetches exactly the secrets it names; a computed name cannot be known.
+            raise ctx.fail(line, key, "secrets must be named literally, as secrets.NAME")
 
 
 def _check_text(ctx: _Ctx, text: str, line: int | None, key: str, contexts: set[str], needs: list[str] | None) -> None:
@@ -270,6 +274,53 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
         tags=values["tags"],
         tags_ignore=values["tags-ignore"],
     )
+
+
+PULL_REQUEST_KEYS = {"branches", "branches-ignore", "types"}
+PULL_REQUEST_TYPES = ("opened", "synchronize", "reopened")
+
+
+def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
+    if isinstance(on, str):
+        return PushFilter(enabled=on == "pull_request")
+    if isinstance(on, list):
+        return PushFilter(enabled="pull_request" in on)
+    if not isinstance(on, _Map) or "pull_request" not in on:
+        return PushFilter(enabled=False)
+    pr = on["pull_request"]
+    line = on.key_lines.get("pull_request")
+    if pr is None:
+        return PushFilter(enabled=True)
+    if not isinstance(pr, _Map):
+        raise ctx.fail(line, "on.pull_request", "must be a mapping of filters or empty")
+    _check_keys(ctx, pr, PULL_REQUEST_KEYS, "on.pull_request.")
+    if "branches" in pr and "branches-ignore" in pr:
+        raise ctx.fail(
+            pr.key_lines["branches-ignore"], "on.pull_request.branches-ignore", "cannot be used with 'branches'"
+        )
+    values = {
+        k: _string_list(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}") if k in pr else None
+        for k in PULL_REQUEST_KEYS
+    }
+    for t in values["types"] or []:
+        if t not in PULL_REQUEST_TYPES:
+            raise ctx.fail(
+                pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
+            )
+    return PushFilter(
+        enabled=True, branches=values["branches"], branches_ignore=values["branches-ignore"], types=values["types"]
+    )
+
+
+def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool:
+    """Whether a pull request into ``base_branch`` with ``action`` triggers the workflow."""
+    if not pr.enabled or action not in (pr.types or PULL_REQUEST_TYPES):
+        return False
+    if pr.branches is not None:
+        return _matches_any(pr.branches, base_branch)
+    if pr.branches_ignore is not None:
+        return not _matches_any(pr.branches_ignore, base_branch)
+    return True
 
 
 def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs: list[str]) -> StepSpec:
@@ -431,6 +482,7 @@ def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
     if "on" not in doc:
         raise ctx.fail(doc.line, "on", "missing 'on'")
     on_push = _push_filter(ctx, doc["on"], doc.key_lines.get("on"))
+    on_pull_request = _pull_request_filter(ctx, doc["on"])
     env = _env(ctx, doc.get("env"), doc.key_lines.get("env"), "env", WORKFLOW_ENV_CONTEXTS, None)
     jobs_raw = doc.get("jobs")
     if not isinstance(jobs_raw, _Map) or not jobs_raw:
@@ -445,7 +497,27 @@ def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
     jobs = [_job(ctx, str(k), v, jobs_raw.key_lines.get(k)) for k, v in jobs_raw.items()]
     _check_graph(ctx, jobs, lines)
     name = _scalar_text(ctx, doc["name"], doc.key_lines.get("name"), "name") if "name" in doc else path
-    return WorkflowSpec(path=path, name=name, on_push=on_push, env=env, jobs=jobs)
+    for job in jobs:
+        job.secrets = job_secret_names(env, job)
+    return WorkflowSpec(path=path, name=name, on_push=on_push, on_pull_request=on_pull_request, env=env, jobs=jobs)
+
+
+def _names_in(expr: str) -> set[str]:
+    return {p[1].upper() for p in context_paths(parse(expr)) if p[0] == "secrets" and len(p) > 1}
+
+
+def job_secret_names(workflow_env: dict[str, str], job: JobSpec) -> list[str]:
+    """The secrets a job references (upper-case, sorted): all its worker will ever fetch."""
+    texts = [*workflow_env.values(), *job.env.values()]
+    names: set[str] = set()
+    for step in job.steps:
+        texts += [step.run, *step.env.values(), step.working_directory or ""]
+        if step.if_expr:
+            names |= _names_in(strip_wrapper(step.if_expr))
+    for text in texts:
+        for expr in expressions_in(text):
+            names |= _names_in(expr)
+    return sorted(names)
 
 
 # on.push filters ----------------------------------------------------------------------------

@@ -103,6 +103,8 @@ class PushFilter(BaseModel):
     branches_ignore: list[str] | None = None
     tags: list[str] | None = None
     tags_ignore: list[str] | None = None
+    # ``on.pull_request.types`` (only for pull-request filters); None means the default three.
+    types: list[str] | None = None
 
 
 class StepSpec(BaseModel):
@@ -140,6 +142,8 @@ class JobSpec(BaseModel):
     # with the host's network. Off by default.
     network: bool = False
     line: int | None = None
+    # Names of the secrets the job references (upper-case): the only ones its worker fetches.
+    secrets: list[str] = Field(default_factory=list)
 
 
 class WorkflowSpec(BaseModel):
@@ -148,6 +152,8 @@ class WorkflowSpec(BaseModel):
     path: str
     name: str
     on_push: PushFilter = Field(default_factory=PushFilter)
+    # ``on.pull_request``: branches/branches-ignore match the base branch.
+    on_pull_request: PushFilter = Field(default_factory=PushFilter)
     env: dict[str, str] = Field(default_factory=dict)
     # In file order; needs form a DAG (validated).
     jobs: list[JobSpec] = Field(default_factory=list)
@@ -187,6 +193,26 @@ class CIPushInput(BaseModel):
     cancel_grace_seconds: float = 5.0
     retry_window_seconds: float = 3 * 24 * 3600
     delivery_id: str | None = None
+    # "push" or "pull_request" (then ``ref`` is ``refs/pull/<n>/head`` and ``pull_request`` is set).
+    event: str = "push"
+    pull_request: PullRequestInfo | None = None
+
+
+class PullRequestInfo(BaseModel):
+    """The pull request a ``pull_request`` run builds (its head commit)."""
+
+    number: int
+    # Branch names (not full refs) of the head and the base.
+    head_ref: str
+    base_ref: str
+    head_repo: str
+    base_repo: str
+    action: str = "opened"
+
+    @property
+    def from_fork(self) -> bool:
+        """Code from outside the repository: it runs without the tenant's secrets."""
+        return self.head_repo.lower() != self.base_repo.lower()
 
 
 class RunRef(BaseModel):
@@ -223,6 +249,10 @@ class ListWorkflowsInput(BaseModel):
     clone_url: str
     commit_sha: str
     ref: str
+    event: str = "push"
+    # For pull requests: the base branch the ``on.pull_request`` filters match, and the action.
+    base_ref: str | None = None
+    action: str | None = None
 
 
 class ListWorkflowsResult(BaseModel):
@@ -250,6 +280,8 @@ class CIRunInput(BaseModel):
     # How long a finished run stays open for job retries before its workflow completes.
     retry_window_seconds: float = 3 * 24 * 3600
     push_id: str | None = None
+    event: str = "push"
+    pull_request: PullRequestInfo | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,6 +309,9 @@ class JobActivityInput(BaseModel):
     # Manual-retry round of this job (0 first); attempts of an older round are stale.
     round: int = 0
     cancel_grace_seconds: float = 5.0
+    event: str = "push"
+    # False for code from a fork: the job's secrets are empty and its log says why.
+    secrets_allowed: bool = True
 
 
 class NeedResult(BaseModel):
@@ -423,6 +458,11 @@ class CIRunState(BaseModel):
     jobs: list[JobState] = Field(default_factory=list)
     # Manual retries accepted so far (bounded, see CIRunWorkflow).
     retries: int = 0
+    event: str = "push"
+    pull_request: PullRequestInfo | None = None
+    # False when the run builds code from a fork: its jobs get no secrets (``notice`` says so).
+    secrets_allowed: bool = True
+    notice: str | None = None
 
     def job(self, job_id: str) -> JobState | None:
         for j in self.jobs:

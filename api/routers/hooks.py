@@ -32,7 +32,7 @@ from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci_ids import push_workflow_id
 from workflows.ci_start import push_state, start_push
-from workflows.ci_types import CIPushInput
+from workflows.ci_types import CIPushInput, PullRequestInfo
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ ZERO_SHA = re.compile(r"^0+$")
 SHA = re.compile(r"^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$")
 # The largest push payload accepted (GitHub caps payloads at 25 MB).
 MAX_WEBHOOK_BYTES = 25 * 1024 * 1024
+# Pull-request actions that build the head commit.
+PR_ACTIONS = ("opened", "synchronize", "reopened")
 # GitHub waits 10 s for an answer; a slow Temporal must not make us miss that.
 START_TIMEOUT_SECONDS = 5.0
 
@@ -70,7 +72,14 @@ def _payload(request: Request, body: bytes) -> dict[str, Any]:
     return data
 
 
-def _push_input(settings: Settings, repo: RepoRecord, sha: str, ref: str, delivery: str | None) -> CIPushInput:
+def _push_input(
+    settings: Settings,
+    repo: RepoRecord,
+    sha: str,
+    ref: str,
+    delivery: str | None,
+    pull_request: PullRequestInfo | None = None,
+) -> CIPushInput:
     return CIPushInput(
         tenant_id=repo.tenant_id,
         repo_id=repo.id,
@@ -84,16 +93,25 @@ def _push_input(settings: Settings, repo: RepoRecord, sha: str, ref: str, delive
         cancel_grace_seconds=settings.ci_cancel_grace_seconds,
         retry_window_seconds=settings.ci_retry_window_seconds,
         delivery_id=delivery,
+        event="pull_request" if pull_request is not None else "push",
+        pull_request=pull_request,
     )
 
 
 async def record_push(
-    client: Client, settings: Settings, repo: RepoRecord, sha: str, ref: str, delivery: str | None
+    client: Client,
+    settings: Settings,
+    repo: RepoRecord,
+    sha: str,
+    ref: str,
+    delivery: str | None,
+    pull_request: PullRequestInfo | None = None,
 ) -> str:
     """Durably record a push (idempotent on repository + commit + ref); returns the push id."""
     try:
         return await asyncio.wait_for(
-            start_push(client, _push_input(settings, repo, sha, ref, delivery)), timeout=START_TIMEOUT_SECONDS
+            start_push(client, _push_input(settings, repo, sha, ref, delivery, pull_request)),
+            timeout=START_TIMEOUT_SECONDS,
         )
     except (RPCError, TimeoutError) as exc:
         log.warning("could not record a push of %s %s@%s: %s", repo.id, ref, sha[:12], exc)
@@ -133,8 +151,12 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
     delivery = request.headers.get("x-github-delivery")
     if event == "ping":
         return JSONResponse(WebhookAnswer(event="ping", status="ok").model_dump(), status_code=200)
+    if event == "pull_request":
+        return await _pull_request(payload, verified, client, settings, delivery)
     if event != "push":
-        answer = WebhookAnswer(event=event or "unknown", status="ignored", reason="only push events start runs")
+        answer = WebhookAnswer(
+            event=event or "unknown", status="ignored", reason="only push and pull_request events start runs"
+        )
         return JSONResponse(answer.model_dump(), status_code=202)
 
     ref = payload.get("ref")
@@ -153,6 +175,52 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
         log.info("push %s for %s %s@%s (delivery %s)", pid, repo.id, ref, after[:12], delivery)
         pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=after.lower(), ref=ref))
     answer = WebhookAnswer(event="push", status="accepted", pushes=pushes)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+async def _pull_request(
+    payload: dict[str, Any], verified: list[RepoRecord], client: Client, settings: Settings, delivery: str | None
+) -> JSONResponse:
+    """``pull_request`` opened/synchronize/reopened: a run of the head commit (``refs/pull/<n>/head``,
+    which the host keeps in the base repository). Code from a fork runs without secrets."""
+    action = _text(payload.get("action")) or ""
+    if action not in PR_ACTIONS:
+        answer = WebhookAnswer(event="pull_request", status="ignored", reason=f"action {action or 'unknown'!r}")
+        return JSONResponse(answer.model_dump(), status_code=202)
+    pr = payload.get("pull_request")
+    number = payload.get("number", pr.get("number") if isinstance(pr, dict) else None)
+    if not isinstance(pr, dict) or not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+        raise ApiError(400, "invalid_payload", "a pull_request payload needs 'number' and 'pull_request'")
+    head, base = _obj(pr.get("head")), _obj(pr.get("base"))
+    sha = _text(head.get("sha"))
+    if sha is None or not SHA.match(sha):
+        raise ApiError(400, "invalid_payload", "pull_request.head.sha must be a commit sha", param="head.sha")
+    head_repo, base_repo, repository = _obj(head.get("repo")), _obj(base.get("repo")), _obj(payload.get("repository"))
+    base_name = _text(base_repo.get("full_name")) or _text(repository.get("full_name")) or ""
+    pushes = []
+    for repo in verified:
+        info = PullRequestInfo(
+            number=number,
+            head_ref=_text(head.get("ref")) or "",
+            base_ref=_text(base.get("ref")) or repo.default_branch,
+            # A deleted fork has no head repository: treat it as foreign code.
+            head_repo=_text(head_repo.get("full_name")) or "(deleted fork)",
+            base_repo=base_name or repo.name,
+            action=action,
+        )
+        ref = f"refs/pull/{number}/head"
+        pid = await record_push(client, settings, repo, sha, ref, delivery, info)
+        log.info("pull request #%s of %s at %s (fork: %s)", number, repo.id, sha[:12], info.from_fork)
+        pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=sha.lower(), ref=ref))
+    answer = WebhookAnswer(event="pull_request", status="accepted", pushes=pushes)
     return JSONResponse(answer.model_dump(mode="json"), status_code=202)
 
 

@@ -20,3 +20,8 @@ from api.routers import hooks as _ci_hooks  # noqa: E402
 from api.routers import runs as _ci_runs  # noqa: E402
 
 ROUTERS += [_ci_hooks.router, _ci_runs.router, _ci_logs.router]
+
+# CI: tenant and repository secrets (write-only).
+from api.routers import secrets as _ci_secrets  # noqa: E402
+
+ROUTERS.append(_ci_secrets.router)

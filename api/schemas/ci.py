@@ -190,6 +190,12 @@ class RunOut(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     retries: int = 0
+    # "push" or "pull_request"; for a pull request from a fork, secrets_allowed is false and
+    # notice says why its jobs saw no secrets.
+    event: str = "push"
+    pull_request: dict | None = None
+    secrets_allowed: bool = True
+    notice: str | None = None
     jobs: list[JobOut] = Field(default_factory=list)
 
     @classmethod

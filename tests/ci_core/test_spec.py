@@ -105,9 +105,9 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
             "a -> b -> a",
         ),
         (
-            wf("  a:\n    runs-on: linux\n    steps:\n      - run: echo ${{ secrets.TOKEN }}\n"),
-            6,
-            "jobs.a.steps[0].run",
+            wf("  a:\n    runs-on: linux\n    if: secrets.TOKEN == 'x'\n    steps:\n      - run: x\n"),
+            5,
+            "jobs.a.if",
             "secrets",
         ),
         (

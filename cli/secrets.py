@@ -1,0 +1,115 @@
+"""``leasehold secrets set|list|delete|rotate``: a tenant's CI secrets from the command line.
+
+``set`` reads the value from stdin (never from an argument, which would land in shell history
+and in ``ps``); nothing prints a value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli.main import EXTRA_COMMANDS, UsageError, _settings
+
+
+def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from leasehold.database import init_database
+    from leasehold.secrets import Keyring
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return init_database(settings.resolved_database_url), Keyring.from_settings(settings)
+
+
+def _check_scope(factory: Any, args: argparse.Namespace) -> None:
+    from leasehold.api_keys import validate_name
+    from leasehold.repos import get_repo
+
+    try:
+        validate_name("tenant", args.tenant)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.repo is not None and get_repo(factory, args.tenant, args.repo) is None:
+        raise UsageError(f"repository {args.repo!r} is not registered for tenant {args.tenant!r}")
+
+
+def cmd_secrets_set(args: argparse.Namespace) -> int:
+    from leasehold.secrets import SecretError, put_secret
+
+    factory, keyring = _open(args)
+    _check_scope(factory, args)
+    value = sys.stdin.read()
+    # A trailing newline comes from `echo` or a file, not from the secret.
+    if value.endswith("\n"):
+        value = value[:-1].removesuffix("\r")
+    try:
+        info, created = put_secret(factory, keyring, args.tenant, args.repo, args.name, value)
+    except SecretError as exc:
+        raise UsageError(f"{exc.field}: {exc.message}") from None
+    scope = f"repository {args.repo}" if args.repo else f"tenant {args.tenant}"
+    print(f"{'created' if created else 'updated'} secret {info.name} for {scope}", file=sys.stderr)
+    return 0
+
+
+def cmd_secrets_list(args: argparse.Namespace) -> int:
+    from leasehold.secrets import list_secrets
+
+    factory, _ = _open(args)
+    _check_scope(factory, args)
+    for info in list_secrets(factory, args.tenant, args.repo):
+        print(json.dumps({"name": info.name, "repo_id": info.repo_id, "updated_at": info.updated_at.isoformat()}))
+    return 0
+
+
+def cmd_secrets_delete(args: argparse.Namespace) -> int:
+    from leasehold.secrets import SecretError, delete_secret
+
+    factory, _ = _open(args)
+    _check_scope(factory, args)
+    try:
+        removed = delete_secret(factory, args.tenant, args.repo, args.name)
+    except SecretError as exc:
+        raise UsageError(f"{exc.field}: {exc.message}") from None
+    if not removed:
+        raise UsageError(f"no secret {args.name!r}")
+    return 0
+
+
+def cmd_secrets_rotate(args: argparse.Namespace) -> int:
+    from leasehold.secrets import rotate_secrets
+
+    factory, keyring = _open(args)
+    print(f"re-sealed {rotate_secrets(factory, keyring)} secret(s) under key {keyring.active}", file=sys.stderr)
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    scoped = argparse.ArgumentParser(add_help=False, parents=[common])
+    scoped.add_argument("--tenant", required=True)
+    scoped.add_argument("--repo", default=None, help="a repository id: the secret is only that repository's")
+    secrets = sub.add_parser("secrets", help="CI secrets (write-only)")
+    secrets_sub = secrets.add_subparsers(dest="secrets_command", required=True)
+
+    put = secrets_sub.add_parser(
+        "set", parents=[scoped], help="create or replace a secret; the value is read from stdin"
+    )
+    put.add_argument("name")
+    put.set_defaults(func=cmd_secrets_set)
+
+    ls = secrets_sub.add_parser("list", parents=[scoped], help="secret names and update times (JSON lines)")
+    ls.set_defaults(func=cmd_secrets_list)
+
+    rm = secrets_sub.add_parser("delete", parents=[scoped], help="delete a secret")
+    rm.add_argument("name")
+    rm.set_defaults(func=cmd_secrets_delete)
+
+    rotate = secrets_sub.add_parser("rotate", parents=[common], help="re-seal every secret under the active key")
+    rotate.set_defaults(func=cmd_secrets_rotate)
+
+
+EXTRA_COMMANDS.append(add_commands)

@@ -1,0 +1,122 @@
+"""Helpers of the tenancy tests: push a workflow for real, wait for runs, read logs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.ci_api.conftest import CIStack
+from tests.gitrepo import GitRemote
+
+WORKFLOW_PATH = ".github/workflows/ci.yml"
+TERMINAL = {"success", "failure", "cancelled"}
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90.0, interval: float = 0.3) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class Pushed:
+    client: httpx.Client
+    remote: GitRemote
+    repo_id: str
+    name: str
+    secret: str
+    sha: str
+    run_id: str
+
+
+def done_push(client: httpx.Client, pid: str) -> dict | None:
+    response = client.get(f"/v1/pushes/{pid}")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] != "failed", body
+    return body if body["status"] == "done" else None
+
+
+def runs_of_push(client: httpx.Client, answer: str) -> list[str]:
+    """Run ids of the (single) push a webhook answer names, once listed."""
+    pid = json.loads(answer)["pushes"][0]["id"]
+    push = wait_for("the push to list its runs", lambda: done_push(client, pid))
+    return [r["run_id"] for r in push["runs"]]
+
+
+def push_workflow(
+    stack: CIStack,
+    yaml_text: str,
+    *,
+    client: httpx.Client | None = None,
+    before_push: Callable[[httpx.Client, str], None] | None = None,
+    files: dict[str, str] | None = None,
+) -> Pushed:
+    """A fresh repository with one workflow file, pushed for real; waits until its run exists.
+    ``before_push(client, repo_id)`` runs after registration (e.g. to store secrets)."""
+    client = client or stack.new_tenant()
+    remote = stack.git_remote()
+    repo_id, name, secret = stack.register(client, remote)
+    if before_push is not None:
+        before_push(client, repo_id)
+    remote.write(WORKFLOW_PATH, yaml_text)
+    for path, text in (files or {}).items():
+        remote.write(path, text)
+    sha = remote.commit("ci")
+    remote.push()
+    delivery = remote.deliveries()[-1]
+    assert delivery.status == 202, delivery.answer
+    (rid,) = runs_of_push(client, delivery.answer)
+    return Pushed(client, remote, repo_id, name, secret, sha, rid)
+
+
+def get_run(client: httpx.Client, rid: str) -> dict:
+    response = client.get(f"/v1/runs/{rid}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_run(client: httpx.Client, rid: str, statuses: set[str] = TERMINAL, timeout: float = 120.0) -> dict:
+    return wait_for(
+        f"run {rid} in {statuses}", lambda: (r := get_run(client, rid))["status"] in statuses and r, timeout
+    )
+
+
+def job(run: dict, job_id: str) -> dict:
+    return next(j for j in run["jobs"] if j["id"] == job_id)
+
+
+def log_text(client: httpx.Client, rid: str, job_id: str) -> str:
+    page = client.get(f"/v1/runs/{rid}/jobs/{job_id}/logs")
+    assert page.status_code == 200, page.text
+    return "".join(c["text"] for c in page.json()["chunks"])
+
+
+def sse_text(client: httpx.Client, rid: str, job_id: str) -> str:
+    """Every ``log`` event's text of a finished job's stream."""
+    texts: list[str] = []
+    url = f"/v1/runs/{rid}/jobs/{job_id}/logs/stream"
+    with client.stream("GET", url, timeout=httpx.Timeout(60, read=60)) as response:
+        assert response.status_code == 200
+        kind = ""
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                kind = line[6:].strip()
+            elif line.startswith("data:"):
+                data = json.loads(line[5:])
+                if kind == "log":
+                    texts.append(data["text"])
+                if kind == "end":
+                    break
+    return "".join(texts)
