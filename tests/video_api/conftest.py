@@ -30,8 +30,10 @@ MODEL = "procedural-v1"
 SIZE = "180x320"
 SECONDS = 1
 FAST_STEPS = 4
-# Enough steps that a job is still running when the test cancels or watches it.
-SLOW_STEPS = 400
+# Enough steps that a job is still running when the test cancels it (it never finishes).
+SLOW_STEPS = 1000
+# A job that runs a few seconds: long enough to be seen mid-way, short enough to wait for.
+MEDIUM_STEPS = 150
 
 
 @dataclass

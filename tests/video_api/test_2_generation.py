@@ -14,6 +14,7 @@ import pytest
 
 from tests.video_api.conftest import (
     FAST_STEPS,
+    MEDIUM_STEPS,
     MODEL,
     SECONDS,
     SIZE,
@@ -111,7 +112,7 @@ def test_cancel_of_a_running_job_stops_generation(gpu_stack: VideoStack) -> None
 
 def test_events_stream_progress_and_resume_from_last_event_id(gpu_stack: VideoStack) -> None:
     caller = gpu_stack.caller()
-    video_id = create(caller, steps=40, prompt="clouds over hills")["id"]
+    video_id = create(caller, steps=MEDIUM_STEPS, prompt="clouds over hills")["id"]
     url = f"/v1/videos/{video_id}/events"
     seen: list[dict[str, Any]] = []
     with caller.http.stream("GET", url, timeout=60) as response:
@@ -119,6 +120,7 @@ def test_events_stream_progress_and_resume_from_last_event_id(gpu_stack: VideoSt
         assert response.headers["content-type"].startswith("text/event-stream")
         for event in sse_events(response):
             seen.append(event)
+            assert event["data"]["status"] in ("queued", "in_progress"), f"ended before the test could drop: {seen}"
             if event["data"]["status"] == "in_progress" and event["data"]["progress"] > 0:
                 break  # drop the connection mid-job
     assert seen, "no events before the disconnect"
