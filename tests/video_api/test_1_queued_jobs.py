@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.video_api.conftest import MODEL, SECONDS, SIZE, Caller, VideoStack, create, wait_for
+from tests.video_api.conftest import MODEL, SECONDS, SIZE, Caller, VideoStack, create
 
 
 def _error(response: httpx.Response) -> dict[str, Any]:
@@ -300,14 +300,3 @@ def test_delete_of_a_queued_job_forgets_it(video_stack: VideoStack) -> None:
     replay = caller.http.post("/v1/videos", json=body, headers=key)
     assert replay.status_code == 409
     assert _error(replay)["param"] == "Idempotency-Key"
-
-
-def test_a_queued_job_reports_its_status_while_it_waits(video_stack: VideoStack) -> None:
-    caller = video_stack.caller()
-    video_id = create(caller)["id"]
-    try:
-        video = wait_for(caller, video_id, lambda v: v["status"] == "queued", timeout=5)
-        assert video["progress"] == 0
-        assert video["attempt"] == 0
-    finally:
-        caller.http.post(f"/v1/videos/{video_id}/cancel")
