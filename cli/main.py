@@ -166,4 +166,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Under ``python -m cli.main`` this file runs as ``__main__``, a second copy beside the
+    # ``cli.main`` that feature modules import; run that one, so there is a single
+    # EXTRA_COMMANDS registry and a single UsageError class.
+    from cli.main import main as _main
+
+    sys.exit(_main())

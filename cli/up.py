@@ -13,6 +13,7 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,7 +29,6 @@ from leasehold.devserver import (
     dev_server_command,
     find_temporal_binary,
     free_port,
-    port_is_free,
 )
 from leasehold.settings import Settings
 
@@ -152,8 +152,15 @@ def _check_ports(ports: dict[str, int]) -> None:
     for name, port in ports.items():
         if not (0 < port < 65536):
             raise UsageError(f"{name} {port} is not a valid port")
-        if not port_is_free(port):
-            raise UsageError(f"{name} {port} is already in use (choose another with --{name.replace(' ', '-')})")
+        flag = f"--{name.replace(' ', '-')}"
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except PermissionError:
+                raise UsageError(f"{name} {port} needs privileges (choose one above 1023 with {flag})") from None
+            except OSError:
+                raise UsageError(f"{name} {port} is already in use (choose another with {flag})") from None
 
 
 def _first_key(settings: Settings) -> str | None:
@@ -235,8 +242,6 @@ def build_children(
 
 def _wait_temporal(temporal: Child, port: int, deadline: float, stop_requested: Callable[[], bool]) -> None:
     """Wait until the frontend accepts connections and (with the UI) the Web UI answers."""
-    import socket
-
     listening = False
     while time.monotonic() < deadline:
         if stop_requested():
