@@ -75,6 +75,8 @@ MEMO_KEY = "job"
 # A GET must stay fast even when no orchestration worker can answer the state query; it then
 # answers from the execution's description alone.
 QUERY_TIMEOUT = timedelta(seconds=2)
+# A download needs the result keys, which only the query has: worth waiting longer for.
+CONTENT_QUERY_TIMEOUT = timedelta(seconds=10)
 RPC_TIMEOUT = timedelta(seconds=5)
 # A queued job's cancel is answered once the workflow has closed, which takes one workflow task.
 CANCEL_WAIT_SECONDS = 5.0
@@ -405,9 +407,9 @@ class VideoJobs:
         memo: JobMemo | None = await execution.memo_value(MEMO_KEY, None, type_hint=JobMemo)
         return memo
 
-    async def _query_state(self, job_id: str) -> VideoJobState | None:
+    async def _query_state(self, job_id: str, query_timeout: timedelta) -> VideoJobState | None:
         try:
-            return await self._handle(job_id).query(VideoJobWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
+            return await self._handle(job_id).query(VideoJobWorkflow.state, rpc_timeout=query_timeout)
         except (RPCError, WorkflowQueryFailedError) as exc:
             log.info("state query of %s unanswered (%s); answering from the description", job_id, exc)
             return None
@@ -439,10 +441,10 @@ class VideoJobs:
             break
         return live
 
-    async def get(self, job_id: str, with_query: bool = True) -> JobView:
+    async def get(self, job_id: str, with_query: bool = True, query_timeout: timedelta = QUERY_TIMEOUT) -> JobView:
         """The caller's job ``job_id`` (404 if it is missing, deleted, or someone else's)."""
         desc, memo = await self._describe_owned(job_id)
-        state = await self._query_state(job_id) if with_query else None
+        state = await self._query_state(job_id, query_timeout) if with_query else None
         if state is not None and state.deleted:
             raise not_found("video")
         return await self._view(job_id, memo, desc, state)
@@ -639,7 +641,9 @@ class VideoJobs:
 
     async def content_key(self, job_id: str, variant: str) -> str:
         """The store key of a completed job's video or thumbnail."""
-        view = await self.get(job_id)
+        view = await self.get(job_id, query_timeout=CONTENT_QUERY_TIMEOUT)
+        if view.status is VideoStatus.COMPLETED and view.result is None:
+            raise ApiError(503, "temporarily_unavailable", "the video's location cannot be read right now; retry")
         if view.status is not VideoStatus.COMPLETED or view.result is None:
             raise ApiError(
                 409, "video_not_ready", f"the video is {view.status.value}; content exists once it is completed"
