@@ -121,6 +121,7 @@ class Child:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+        log.info("%s stopped (exit code %s)", self.name, self.proc.returncode)
         # Anything the child left behind in its group (it normally reaps its own children).
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)

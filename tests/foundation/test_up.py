@@ -2,7 +2,8 @@
 
 Start it on a temp data dir and free ports, use the key it created, see the Web UI answer,
 watch it restart a crashed child, stop it with Ctrl-C (no process left), start it again on
-the same data dir and find the data, then kill -9 the supervisor and see every child go.
+the same data dir and find the data, stop it with SIGTERM (in order, each child gracefully),
+then kill -9 the supervisor and see every child go.
 """
 
 from __future__ import annotations
@@ -249,7 +250,26 @@ def test_up_stop_restart_and_no_orphans(tmp_path: Path, ports: tuple[int, int, i
         "LeaseholdUpProbe",
     )
 
+    # SIGTERM stops in order, each child gracefully: the API, then the workers, Temporal last.
+    api_log = data_dir / "logs" / "api.log"
+    finished_before = api_log.read_text().count("Finished server process")
+    tree = process_tree(stack.proc.pid)
+    stack.proc.send_signal(signal.SIGTERM)
+    assert stack.proc.wait(timeout=STOP_TIMEOUT) == 0, stack.diagnostics()
+    assert wait_gone(tree, 10) == []
+    stopped = re.findall(r"leasehold\.up: (\S+) stopped \(exit code (-?\d+)\)", stack.err.read_text())
+    names = [name for name, _code in stopped]
+    assert names[0] == "api" and names[-1] == "temporal", stopped
+    assert sorted(names[1:-1]) == ["orchestration", "worker-ci", "worker-gpu"], stopped
+    codes = dict(stopped)
+    assert all(codes[name] == "0" for name in names[1:]), stopped
+    # uvicorn re-raises SIGTERM once it has shut down gracefully, so the API's code is -15.
+    assert codes["api"] in ("0", "-15"), stopped
+    assert api_log.read_text().count("Finished server process") == finished_before + 1
+
     # kill -9 of the supervisor: no chance to clean up, yet every child goes (PDEATHSIG).
+    stack = start_stack(data_dir, ports, "third")
+    stacks.append(stack)
     tree = process_tree(stack.proc.pid)
     assert len(tree) >= 6, tree
     stack.proc.kill()
