@@ -1,0 +1,79 @@
+"""The ``leasehold`` CLI as users run it: keys are printed once and work; mistakes are one line, exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leasehold.api_keys import lookup
+from leasehold.database import init_database
+from leasehold.settings import Settings
+from tests.harness import REPO_ROOT
+
+
+def leasehold(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_keys_create_prints_a_working_key(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = leasehold(
+        "keys", "create", "--tenant", "acme", "--user", "alice", "--tier", "free", "--data-dir", str(data)
+    )
+    assert result.returncode == 0, result.stderr
+    key = result.stdout.strip()
+    assert result.stdout == key + "\n"  # stdout is the key alone, for scripts
+    assert key not in result.stderr
+    principal = lookup(init_database(Settings(data_dir=data).resolved_database_url), key)
+    assert principal is not None
+    assert (principal.tenant_id, principal.user_id, principal.tier) == ("acme", "alice", "free")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--tenant", "acme", "--user", "alice", "--tier", "gold"], "tier must be one of paid, free"),
+        (["--tenant", "bad tenant", "--user", "alice", "--tier", "paid"], "tenant must be"),
+        (["--tenant", "acme", "--user", "../x", "--tier", "paid"], "user must be"),
+    ],
+)
+def test_keys_create_rejects_bad_input_in_one_line(tmp_path: Path, args: list[str], fragment: str) -> None:
+    result = leasehold("keys", "create", *args, "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("leasehold: error: ")
+    assert fragment in result.stderr
+
+
+def test_keys_create_unwritable_data_dir(tmp_path: Path) -> None:
+    result = leasehold("keys", "create", "--tenant", "a", "--user", "b", "--tier", "paid", "--data-dir", "/proc/lh")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == "leasehold: error: data dir /proc/lh is not writable: No such file or directory"
+
+
+def test_invalid_setting_is_one_line(tmp_path: Path) -> None:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}, "LEASEHOLD_API_PORT": "many"}
+    argv = ["keys", "create", "--tenant", "a", "--user", "b", "--tier", "paid", "--data-dir", str(tmp_path / "d")]
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", *argv], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "LEASEHOLD_API_PORT" in result.stderr
