@@ -65,12 +65,6 @@ class GenerationJob:
     steps: int
 
 
-class GenerationState(Protocol):
-    """The whole state between two sampler steps: what a checkpoint holds."""
-
-    step: int
-
-
 class VideoModel(Protocol):
     """A loaded model version. A real diffusion pipeline implements the same five methods."""
 
@@ -78,23 +72,25 @@ class VideoModel(Protocol):
     # Changes whenever the sampler changes in a way that makes old checkpoints meaningless.
     revision: str
 
-    def init_state(self, job: GenerationJob) -> GenerationState:
+    # A state is the whole generation state between two steps (what a checkpoint holds); it
+    # is opaque to the activity except for its ``step`` attribute, the steps done so far.
+    def init_state(self, job: GenerationJob) -> Any:
         """The state before the first step (noise drawn from the job's seed)."""
         ...
 
-    def step(self, state: GenerationState) -> None:
+    def step(self, state: Any) -> None:
         """Advance ``state`` by one sampler step, in place."""
         ...
 
-    def save_state(self, state: GenerationState) -> bytes:
+    def save_state(self, state: Any) -> bytes:
         """Serialize everything ``step`` depends on (latent, step, RNG state)."""
         ...
 
-    def load_state(self, job: GenerationJob, data: bytes) -> GenerationState:
+    def load_state(self, job: GenerationJob, data: bytes) -> Any:
         """Inverse of ``save_state``; raises ``ValueError`` when ``data`` is not a state of ``job``."""
         ...
 
-    def decode(self, state: GenerationState) -> Any:
+    def decode(self, state: Any) -> Any:
         """The finished video as uint8 RGB frames, shape (frames, height, width, 3)."""
         ...
 
@@ -310,7 +306,9 @@ class _Attempt:
             # Not found, timed out, paused, reset, or a failed heartbeat: another attempt
             # owns the job now, or will. Stop the GPU work and write nothing more.
             raise _Stop("lease_lost")
-        if self.owner._preemption.is_set():
+        # SIGTERM (the preemption notice) or any other graceful worker stop: hand the job back
+        # with nothing lost.
+        if self.owner._preemption.is_set() or activity.is_worker_shutdown():
             raise _Stop("preempted")
 
     def checkpoint(self, state: Any) -> None:

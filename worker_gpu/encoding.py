@@ -1,17 +1,23 @@
 """H.264 MP4 and WebP thumbnail encoding with PyAV, deterministic to the byte.
 
-The same frames always give the same file: x264 runs single-threaded (its output depends on
-how work is split across threads), and the container is written with ``bitexact`` so no
-library version or creation time ends up in it.
+The same frames always give the same file, which is what lets a resumed job produce the
+same bytes as an uninterrupted one: x264 runs single-threaded (its output depends on how work
+is split across threads) with macroblock-tree rate control off (measured: with it on, sizes
+whose chroma rows are padded give different bytes from run to run, as if it read
+uninitialised lookahead memory); each frame's row padding is zeroed, since SIMD code reads
+past the visible width; and the container is written ``bitexact``, without a creation time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import av
 import numpy as np
+from av.video.codeccontext import VideoCodecContext
+from av.video.stream import VideoStream
 
 from activities.video_generation import EncodedVideo
 
@@ -30,20 +36,19 @@ class H264Encoder:
         count, height, width, _ = frames.shape
         video_path = directory / "video.mp4"
         with av.open(str(video_path), "w", format="mp4", options={"fflags": "+bitexact"}) as container:
-            stream = container.add_stream(VIDEO_CODEC, rate=fps)
+            stream = cast(VideoStream, container.add_stream(VIDEO_CODEC, rate=fps))
             stream.width = width
             stream.height = height
             stream.pix_fmt = "yuv420p"
-            stream.thread_count = 1
             stream.options = {
                 "crf": str(self._crf),
                 "preset": self._preset,
                 "threads": "1",
-                "x264-params": "threads=1:lookahead-threads=1:sliced-threads=0",
-                "flags": "+bitexact",
+                "x264-params": "threads=1:lookahead-threads=1:sliced-threads=0:mbtree=0",
             }
             for index in range(count):
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[index]), format="rgb24")
+                rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[index]), format="rgb24")
+                frame = _zero_padding(rgb.reformat(format="yuv420p"))
                 frame.pts = index
                 container.mux(stream.encode(frame))
                 if index % 8 == 0:
@@ -62,14 +67,27 @@ class H264Encoder:
         )
 
 
+def _zero_padding(frame: av.VideoFrame) -> av.VideoFrame:
+    """Zero the bytes of each plane outside the picture, so the encoder sees the same input every time."""
+    for plane in frame.planes:
+        buffer = np.frombuffer(memoryview(plane), dtype=np.uint8)
+        rows = buffer.size // plane.line_size
+        view = buffer[: rows * plane.line_size].reshape(rows, plane.line_size)
+        view[:, plane.width :] = 0
+        view[plane.height :, :] = 0
+    return frame
+
+
 def encode_thumbnail(frame: np.ndarray) -> bytes:
     """One RGB frame as a WebP image."""
     height, width, _ = frame.shape
-    codec = av.CodecContext.create(THUMBNAIL_CODEC, "w")
+    codec = cast(VideoCodecContext, av.CodecContext.create(THUMBNAIL_CODEC, "w"))
     codec.width = width
     codec.height = height
     codec.pix_fmt = "yuv420p"
     codec.options = {"quality": "85"}
-    image = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24").reformat(format="yuv420p")
+    image = _zero_padding(
+        av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24").reformat(format="yuv420p")
+    )
     packets = codec.encode(image) + codec.encode(None)
     return b"".join(bytes(p) for p in packets)

@@ -28,7 +28,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -82,15 +82,13 @@ class VideoJobWorkflow:
     @workflow.run
     async def run(self, input: VideoJobInput) -> VideoJobState:
         workflow.upsert_search_attributes(
-            TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.JOB_STATE, VideoStatus.QUEUED.value),
-                    SearchAttributePair(sa.USER_ID, input.user_id),
-                    SearchAttributePair(sa.TENANT_ID, input.tenant_id),
-                    SearchAttributePair(sa.MODEL_VERSION, input.request.model),
-                    SearchAttributePair(sa.TIER, input.tier),
-                ]
-            )
+            [
+                sa.JOB_STATE.value_set(VideoStatus.QUEUED.value),
+                sa.USER_ID.value_set(input.user_id),
+                sa.TENANT_ID.value_set(input.tenant_id),
+                sa.MODEL_VERSION.value_set(input.request.model),
+                sa.TIER.value_set(input.tier),
+            ]
         )
         self._state.started_at = workflow.now()
         prefix = job_object_prefix(input.job_id)
@@ -121,7 +119,9 @@ class VideoJobWorkflow:
             self._set_status(VideoStatus.CANCELLED)
             raise
         except ActivityError as err:
-            if isinstance(err.cause, CancelledError) and workflow.is_cancelled():
+            # The server delivers a cancel to the activity only when this workflow asked for
+            # it, so a cancelled activity means a cancelled job.
+            if isinstance(err.cause, CancelledError):
                 await self._cleanup(input, keep=[])
                 self._state.completed_at = workflow.now()
                 self._set_status(VideoStatus.CANCELLED)

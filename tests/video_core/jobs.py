@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import av
+import httpx
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -131,3 +132,26 @@ def probe_mp4(data: bytes) -> tuple[str, int, int, int]:
         stream = container.streams.video[0]
         frames = sum(1 for _ in container.decode(stream))
         return stream.codec_context.name, stream.width, stream.height, frames
+
+
+def metric(proc: ManagedProcess, name: str, labels: str = "") -> float:
+    """One sample from a worker's /metrics (0 when absent)."""
+    assert proc.health_url is not None
+    text = httpx.get(proc.health_url.replace("/healthz", "/metrics"), timeout=5).text
+    wanted = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(wanted + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def busy_worker(workers: list[ManagedProcess], within: float = 60.0) -> ManagedProcess:
+    """The one worker (of several polling the same queue) that is running a generation."""
+    found: list[ManagedProcess] = []
+
+    async def one_busy() -> bool:
+        found[:] = [w for w in workers if metric(w, "leasehold_gpu_generation_active") == 1.0]
+        return len(found) == 1
+
+    await wait_for(one_busy, within, "a busy GPU worker")
+    return found[0]

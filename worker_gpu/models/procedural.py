@@ -219,7 +219,7 @@ class ProceduralVideoModel:
         )
 
     @torch.inference_mode()
-    def step(self, state: ProceduralState) -> None:  # type: ignore[override]
+    def step(self, state: ProceduralState) -> None:
         steps = state.job.steps
         t = steps - state.step
         a_t = float(state.alpha_bar[t])
@@ -235,7 +235,7 @@ class ProceduralVideoModel:
         state.latent = math.sqrt(a_prev) * x0 + direction * eps + sigma * noise
         state.step += 1
 
-    def save_state(self, state: ProceduralState) -> bytes:  # type: ignore[override]
+    def save_state(self, state: ProceduralState) -> bytes:
         buffer = io.BytesIO()
         torch.save(
             {
@@ -268,7 +268,7 @@ class ProceduralVideoModel:
         return self._state(job, step, latent, rng)
 
     @torch.inference_mode()
-    def decode(self, state: ProceduralState) -> np.ndarray:  # type: ignore[override]
+    def decode(self, state: ProceduralState) -> np.ndarray:
         job = state.job
         out = np.empty((job.frames, job.height, job.width, 3), dtype=np.uint8)
         chunk = 8
