@@ -334,3 +334,17 @@ def test_missing_temporal_binary(tmp_path: Path) -> None:
     )
     assert str(missing) in line
     assert not (tmp_path / "d" / "temporal.db").exists()
+
+
+def test_data_dir_in_use_by_another_stack(tmp_path: Path) -> None:
+    import fcntl
+
+    data = tmp_path / "d"
+    data.mkdir()
+    with (data / "up.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write("4242\n")
+        lock.flush()
+        line = _one_line_error(_run_up(["--data-dir", str(data), "--api-port", str(free_port())]))
+    assert str(data) in line
+    assert "in use by another leasehold up (pid 4242)" in line
