@@ -42,3 +42,12 @@ def _register_ci() -> None:
 
 
 _register_ci()
+
+
+def _register_ci_tenancy() -> None:
+    from workflows.ci_semaphore import CITenantSemaphoreWorkflow
+
+    WORKFLOWS.append(CITenantSemaphoreWorkflow)
+
+
+_register_ci_tenancy()

@@ -112,6 +112,8 @@ class CIPushWorkflow:
                         push_id=self._state.push_id,
                         event=inp.event,
                         pull_request=inp.pull_request,
+                        fairness_weight=inp.fairness_weight,
+                        max_concurrent_jobs=inp.max_concurrent_jobs,
                     ),
                     id=wid,
                     task_queue=orchestration_queue(inp.queue_prefix),

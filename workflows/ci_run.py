@@ -58,13 +58,26 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.ci_expressions import ExpressionError, StatusFunctions, evaluate_condition, github_context
     from workflows.ci_ids import attempt_log_prefix, idempotency_key, run_workflow_id
+    from workflows.ci_semaphore import (
+        SIGNAL_ACQUIRE,
+        SIGNAL_GRANTED,
+        SIGNAL_RELEASE,
+        CITenantSemaphoreWorkflow,
+        semaphore_workflow_id,
+    )
     from workflows.ci_types import (
         ACTIVITY_RUN_JOB,
         JOB_FINAL_STATUSES,
@@ -84,6 +97,10 @@ with workflow.unsafe.imports_passed_through():
         RetryJobResponse,
         RetryRejectedReason,
         RunStatus,
+        SemaphoreState,
+        SlotGrant,
+        SlotRelease,
+        SlotRequest,
     )
     from workflows.queues import (
         CI_JOB_MAX_ATTEMPTS,
@@ -91,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
         CI_JOB_TIMEOUT_MARGIN_SECONDS,
         CI_MAX_RETRIES_PER_RUN,
         ci_queue,
+        orchestration_queue,
     )
 
 # Error types of the job activity that retrying cannot fix.
@@ -142,6 +160,11 @@ class CIRunWorkflow:
         self._cancelling: set[str] = set()
         self._dirty = False
         self._retry_pending = False
+        # Job rounds holding a slot of the tenant's cap, and release signals in flight.
+        self._granted: set[str] = set()
+        # Jobs told to stop waiting for a slot (the run was cancelled meanwhile).
+        self._abort_wait: set[str] = set()
+        self._releases: list[asyncio.Task[None]] = []
 
     # Queries and updates ----------------------------------------------------------------
 
@@ -258,6 +281,8 @@ class CIRunWorkflow:
             except (TimeoutError, asyncio.CancelledError):
                 # Window over, or the finished run was cancelled: nothing more can happen.
                 break
+        # Every slot's release is delivered before the run closes.
+        await asyncio.gather(*self._releases)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._state
 
@@ -282,6 +307,10 @@ class CIRunWorkflow:
         for job_id, handle in list(self._handles.items()):
             self._cancelling.add(job_id)
             handle.cancel()
+        for job_id in list(self._tasks):
+            # Still waiting for a slot of the tenant's cap (no activity yet): stop waiting.
+            if job_id not in self._handles:
+                self._abort_wait.add(job_id)
         self._dirty = True
 
     def _schedule_ready(self) -> None:
@@ -314,6 +343,7 @@ class CIRunWorkflow:
         job.status = JobStatus.QUEUED
         job.queued_at = workflow.now()
         self._cancelling.discard(job.job_id)
+        self._abort_wait.discard(job.job_id)
         act = JobActivityInput(
             run_id=inp.run_id,
             run_workflow_id=run_workflow_id(inp.run_id),
@@ -333,11 +363,15 @@ class CIRunWorkflow:
             event=inp.event,
             secrets_allowed=self._state.secrets_allowed,
         )
-        handle: workflow.ActivityHandle[JobResult] = workflow.start_activity(
+        self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
+
+    def _start_activity(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
+        inp = self._inp
+        self._handles[job_id] = workflow.start_activity(
             ACTIVITY_RUN_JOB,
             act,
             result_type=JobResult,
-            activity_id=f"{job.job_id}#{job.round}",
+            activity_id=f"{job_id}#{round_}",
             task_queue=ci_queue(spec.runs_on, inp.queue_prefix),
             start_to_close_timeout=timedelta(seconds=spec.timeout_minutes * 60 + CI_JOB_TIMEOUT_MARGIN_SECONDS),
             schedule_to_start_timeout=timedelta(seconds=CI_JOB_SCHEDULE_TO_START_SECONDS),
@@ -348,14 +382,22 @@ class CIRunWorkflow:
                 non_retryable_error_types=[JOB_FATAL_ERROR],
             ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            priority=Priority(fairness_key=inp.tenant_id[:64]),
+            # Fair share: the server dispatches round-robin across tenants, by plan weight.
+            priority=Priority(fairness_key=inp.tenant_id[:64], fairness_weight=inp.fairness_weight),
         )
-        self._handles[job.job_id] = handle
-        self._tasks[job.job_id] = asyncio.create_task(self._await_job(job.job_id, job.round, handle))
 
-    async def _await_job(self, job_id: str, round_: int, handle: workflow.ActivityHandle[JobResult]) -> None:
+    async def _run_job(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
+        """One job round: a slot under the tenant's cap (when capped), the activity, the result;
+        the slot is released on every way out of here."""
+        key = f"{job_id}#{round_}"
+        capped = self._inp.max_concurrent_jobs is not None
         try:
-            result = await handle
+            if capped:
+                await self._acquire_slot(job_id, key)
+            if job_id in self._abort_wait:
+                raise asyncio.CancelledError
+            self._start_activity(job_id, round_, spec, act)
+            result = await self._handles[job_id]
             self._record_result(job_id, round_, result)
         except ActivityError as err:
             self._record_error(job_id, round_, err)
@@ -366,6 +408,44 @@ class CIRunWorkflow:
             self._tasks.pop(job_id, None)
             self._cancelling.discard(job_id)
             self._dirty = True
+            if capped:
+                self._granted.discard(key)
+                self._releases.append(asyncio.create_task(self._release_slot(key)))
+
+    async def _acquire_slot(self, job_id: str, key: str) -> None:
+        inp = self._inp
+        assert inp.max_concurrent_jobs is not None
+        req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.max_concurrent_jobs)
+        sem_id = semaphore_workflow_id(inp.tenant_id)
+        try:
+            await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
+        except FailureError:
+            # No semaphore yet (or it just rolled over): start it holding this request. It
+            # outlives this run; a concurrent start by another run makes us signal instead.
+            try:
+                await workflow.start_child_workflow(
+                    CITenantSemaphoreWorkflow.run,
+                    SemaphoreState(tenant_id=inp.tenant_id, limit=inp.max_concurrent_jobs, pending=[req]),
+                    id=sem_id,
+                    task_queue=orchestration_queue(inp.queue_prefix),
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                )
+            except WorkflowAlreadyStartedError:
+                await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
+        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+
+    async def _release_slot(self, key: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.tenant_id)).signal(
+                SIGNAL_RELEASE, SlotRelease(holder=workflow.info().workflow_id, key=key)
+            )
+        except FailureError:
+            workflow.logger.warning("tenant semaphore gone; nothing to release for %s", key)
+
+    @workflow.signal(name=SIGNAL_GRANTED)
+    def slot_granted(self, grant: SlotGrant) -> None:
+        """The tenant semaphore granted a slot to a job round."""
+        self._granted.add(grant.key)
 
     # Recording ----------------------------------------------------------------------------
 

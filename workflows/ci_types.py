@@ -196,6 +196,10 @@ class CIPushInput(BaseModel):
     # "push" or "pull_request" (then ``ref`` is ``refs/pull/<n>/head`` and ``pull_request`` is set).
     event: str = "push"
     pull_request: PullRequestInfo | None = None
+    # The tenant's plan when the push was accepted: its jobs dispatch with this fairness
+    # weight, and at most this many of the tenant's jobs run at once (None: uncapped).
+    fairness_weight: float | None = None
+    max_concurrent_jobs: int | None = None
 
 
 class PullRequestInfo(BaseModel):
@@ -282,6 +286,8 @@ class CIRunInput(BaseModel):
     push_id: str | None = None
     event: str = "push"
     pull_request: PullRequestInfo | None = None
+    fairness_weight: float | None = None
+    max_concurrent_jobs: int | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,6 +521,42 @@ class LogEnd(BaseModel):
     status: AttemptStatus
     exit_code: int | None = None
     finished_at: datetime
+
+
+# --------------------------------------------------------------------------------------------
+# Per-tenant concurrency cap (CITenantSemaphoreWorkflow)
+
+
+class SlotRequest(BaseModel):
+    """Signal ``acquire``: a run asks for a slot for one job round (``key`` = ``<job>#<round>``)."""
+
+    holder: str
+    key: str
+    # The tenant's cap as the run knows it (the newest request's value applies).
+    limit: int
+
+
+class SlotRelease(BaseModel):
+    """Signal ``release``: the job round ended (or was cancelled while waiting)."""
+
+    holder: str
+    key: str
+
+
+class SlotGrant(BaseModel):
+    """Signal ``slot_granted`` to the run: the job may start its activity."""
+
+    key: str
+
+
+class SemaphoreState(BaseModel):
+    """Input (for continue-as-new) and query answer of the tenant semaphore."""
+
+    tenant_id: str
+    limit: int = 1
+    holders: list[SlotRequest] = Field(default_factory=list)
+    pending: list[SlotRequest] = Field(default_factory=list)
+    granted_total: int = 0
 
 
 JobActivityInput.model_rebuild()

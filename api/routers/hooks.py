@@ -21,12 +21,14 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
 from api.errors import ApiError, not_found
 from api.schemas.ci import PushAccepted, PushOut, PushRequest, WebhookAnswer
+from leasehold.ci_plans import TenantPlan, get_plan
 from leasehold.repos import RepoRecord, get_repo, webhook_candidates
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
@@ -79,6 +81,7 @@ def _push_input(
     ref: str,
     delivery: str | None,
     pull_request: PullRequestInfo | None = None,
+    plan: TenantPlan | None = None,
 ) -> CIPushInput:
     return CIPushInput(
         tenant_id=repo.tenant_id,
@@ -95,22 +98,27 @@ def _push_input(
         delivery_id=delivery,
         event="pull_request" if pull_request is not None else "push",
         pull_request=pull_request,
+        fairness_weight=plan.fairness_weight if plan else None,
+        max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
     )
 
 
 async def record_push(
     client: Client,
     settings: Settings,
+    db: sessionmaker,
     repo: RepoRecord,
     sha: str,
     ref: str,
     delivery: str | None,
     pull_request: PullRequestInfo | None = None,
 ) -> str:
-    """Durably record a push (idempotent on repository + commit + ref); returns the push id."""
+    """Durably record a push (idempotent on repository + commit + ref); returns the push id.
+    The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it."""
+    plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
     try:
         return await asyncio.wait_for(
-            start_push(client, _push_input(settings, repo, sha, ref, delivery, pull_request)),
+            start_push(client, _push_input(settings, repo, sha, ref, delivery, pull_request, plan)),
             timeout=START_TIMEOUT_SECONDS,
         )
     except (RPCError, TimeoutError) as exc:
@@ -152,7 +160,7 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
     if event == "ping":
         return JSONResponse(WebhookAnswer(event="ping", status="ok").model_dump(), status_code=200)
     if event == "pull_request":
-        return await _pull_request(payload, verified, client, settings, delivery)
+        return await _pull_request(payload, verified, client, settings, db, delivery)
     if event != "push":
         answer = WebhookAnswer(
             event=event or "unknown", status="ignored", reason="only push and pull_request events start runs"
@@ -171,7 +179,7 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
 
     pushes = []
     for repo in verified:
-        pid = await record_push(client, settings, repo, after, ref, delivery)
+        pid = await record_push(client, settings, db, repo, after, ref, delivery)
         log.info("push %s for %s %s@%s (delivery %s)", pid, repo.id, ref, after[:12], delivery)
         pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=after.lower(), ref=ref))
     answer = WebhookAnswer(event="push", status="accepted", pushes=pushes)
@@ -187,7 +195,12 @@ def _obj(value: Any) -> dict[str, Any]:
 
 
 async def _pull_request(
-    payload: dict[str, Any], verified: list[RepoRecord], client: Client, settings: Settings, delivery: str | None
+    payload: dict[str, Any],
+    verified: list[RepoRecord],
+    client: Client,
+    settings: Settings,
+    db: sessionmaker,
+    delivery: str | None,
 ) -> JSONResponse:
     """``pull_request`` opened/synchronize/reopened: a run of the head commit (``refs/pull/<n>/head``,
     which the host keeps in the base repository). Code from a fork runs without secrets."""
@@ -217,7 +230,7 @@ async def _pull_request(
             action=action,
         )
         ref = f"refs/pull/{number}/head"
-        pid = await record_push(client, settings, repo, sha, ref, delivery, info)
+        pid = await record_push(client, settings, db, repo, sha, ref, delivery, info)
         log.info("pull request #%s of %s at %s (fork: %s)", number, repo.id, sha[:12], info.from_fork)
         pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=sha.lower(), ref=ref))
     answer = WebhookAnswer(event="pull_request", status="accepted", pushes=pushes)
@@ -232,7 +245,7 @@ async def generic_push(
     repo = await asyncio.to_thread(get_repo, db, principal.tenant_id, body.repo_id)
     if repo is None:
         raise not_found("repository")
-    pid = await record_push(client, settings, repo, body.commit_sha, body.ref, None)
+    pid = await record_push(client, settings, db, repo, body.commit_sha, body.ref, None)
     return PushAccepted(id=pid, repo_id=repo.id, commit_sha=body.commit_sha.lower(), ref=body.ref)
 
 

@@ -1,0 +1,53 @@
+"""``leasehold plans set|show``: a CI tenant's fairness weight and concurrency cap."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.main import EXTRA_COMMANDS, UsageError, _settings
+
+
+def cmd_plans_set(args: argparse.Namespace) -> int:
+    from leasehold.api_keys import validate_name
+    from leasehold.ci_plans import set_plan
+    from leasehold.database import init_database
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        validate_name("tenant", args.tenant)
+        plan = set_plan(init_database(settings.resolved_database_url), args.tenant, args.weight, args.max_jobs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(plan.__dict__))
+    return 0
+
+
+def cmd_plans_show(args: argparse.Namespace) -> int:
+    from leasehold.ci_plans import get_plan
+    from leasehold.database import init_database
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    print(json.dumps(get_plan(init_database(settings.resolved_database_url), settings, args.tenant).__dict__))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    common.add_argument("--tenant", required=True)
+    plans = sub.add_parser("plans", help="CI tenant plans (fair-share weight, concurrency cap)")
+    plans_sub = plans.add_subparsers(dest="plans_command", required=True)
+    put = plans_sub.add_parser("set", parents=[common], help="set a tenant's plan; applies to later pushes")
+    put.add_argument("--weight", type=float, required=True, help="fair-share weight (default plan: 1)")
+    put.add_argument("--max-jobs", type=int, required=True, help="most of the tenant's jobs running at once")
+    put.set_defaults(func=cmd_plans_set)
+    show = plans_sub.add_parser("show", parents=[common], help="a tenant's plan (or the defaults)")
+    show.set_defaults(func=cmd_plans_show)
+
+
+EXTRA_COMMANDS.append(add_commands)

@@ -1,0 +1,68 @@
+"""CI tenant plans: the fairness weight a tenant's jobs dispatch with and its concurrency cap.
+
+A tenant without a row gets the defaults from settings. The API resolves the plan when it
+accepts a push and passes it into the run (workflows never read configuration), so a plan
+change applies to runs pushed after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import DateTime, Float, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
+
+from leasehold.database import Base, utcnow
+from leasehold.settings import Settings
+
+MAX_WEIGHT = 1000.0
+MAX_CONCURRENT_JOBS = 10_000
+
+
+class CITenantPlan(Base):
+    """One tenant's CI plan."""
+
+    __tablename__ = "ci_tenant_plans"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fairness_weight: Mapped[float] = mapped_column(Float)
+    max_concurrent_jobs: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+@dataclass(frozen=True)
+class TenantPlan:
+    tenant_id: str
+    fairness_weight: float
+    max_concurrent_jobs: int
+
+
+def validate_plan(fairness_weight: float, max_concurrent_jobs: int) -> None:
+    if not 0 < fairness_weight <= MAX_WEIGHT:
+        raise ValueError(f"the fairness weight must be in (0, {MAX_WEIGHT}]")
+    if not 1 <= max_concurrent_jobs <= MAX_CONCURRENT_JOBS:
+        raise ValueError(f"max concurrent jobs must be 1 to {MAX_CONCURRENT_JOBS}")
+
+
+def get_plan(factory: sessionmaker, settings: Settings, tenant_id: str) -> TenantPlan:
+    """The tenant's plan, or the defaults."""
+    with factory() as session:
+        row = session.get(CITenantPlan, tenant_id)
+    if row is None:
+        return TenantPlan(tenant_id, settings.ci_default_fairness_weight, settings.ci_default_max_concurrent_jobs)
+    return TenantPlan(tenant_id, row.fairness_weight, row.max_concurrent_jobs)
+
+
+def set_plan(factory: sessionmaker, tenant_id: str, fairness_weight: float, max_concurrent_jobs: int) -> TenantPlan:
+    """Create or change a tenant's plan."""
+    validate_plan(fairness_weight, max_concurrent_jobs)
+    with factory.begin() as session:
+        row = session.get(CITenantPlan, tenant_id)
+        if row is None:
+            row = CITenantPlan(tenant_id=tenant_id)
+            session.add(row)
+        row.fairness_weight = fairness_weight
+        row.max_concurrent_jobs = max_concurrent_jobs
+        row.updated_at = utcnow()
+    return TenantPlan(tenant_id, fairness_weight, max_concurrent_jobs)
