@@ -128,9 +128,9 @@ def job_keys(settings: Settings, job_id: str) -> list[str]:
 
 def probe_mp4(data: bytes) -> tuple[str, int, int, int]:
     """(codec, width, height, decoded frame count) of an MP4."""
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         stream = container.streams.video[0]
-        frames = sum(1 for _ in container.decode(stream))
+        frames = len(list(container.decode(stream)))
         return stream.codec_context.name, stream.width, stream.height, frames
 
 
