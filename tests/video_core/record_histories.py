@@ -1,0 +1,84 @@
+"""Record VideoJobWorkflow histories for the replay test: ``python -m tests.video_core.record_histories``.
+
+Re-record only on purpose: the point of the stored histories is that a workflow change which
+would break executions already running fails the replay test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.video_generation import VideoGenerationActivities
+from activities.video_housekeeping import VideoHousekeepingActivities
+from leasehold.devserver import find_temporal_binary
+from leasehold.settings import Settings
+from leasehold.storage import LocalObjectStore
+from tests.video_core.jobs import request, start_job
+from worker_gpu.encoding import H264Encoder
+from worker_gpu.models.procedural import ProceduralVideoModel
+from workflows import search_attributes
+from workflows.queues import orchestration_queue, video_queue
+from workflows.video_job import VideoJobWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def record(client: Client, settings: Settings, store: LocalObjectStore) -> None:
+    model = ProceduralVideoModel(device="cpu", threads=1)
+    model.load()
+    generation = VideoGenerationActivities(model, H264Encoder(), store)
+    housekeeping = VideoHousekeepingActivities(store)
+    pool = ThreadPoolExecutor(max_workers=4)
+    orchestration = Worker(
+        client,
+        task_queue=orchestration_queue(settings.queue_prefix),
+        workflows=[VideoJobWorkflow],
+        activities=[housekeeping.delete_video_objects],
+        activity_executor=pool,
+    )
+    gpu = Worker(
+        client,
+        task_queue=video_queue("procedural-v1", settings.queue_prefix),
+        activities=[generation.generate_video],
+        activity_executor=pool,
+    )
+    async with orchestration, gpu:
+        completed = await start_job(client, settings, request(steps=4, seconds=1))
+        await completed.result()
+        failed = await start_job(client, settings, request(width=100, height=100))
+        await failed.result()
+        cancelled = await start_job(client, settings, request(steps=1000, seconds=4))
+        await asyncio.sleep(2)
+        await cancelled.cancel()
+        with contextlib.suppress(WorkflowFailureError):
+            await cancelled.result()
+        for name, handle in (("completed", completed), ("failed", failed), ("cancelled", cancelled)):
+            history = await handle.fetch_history()
+            (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+async def main() -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_temporal_binary(),
+        search_attributes=search_attributes.ALL,
+        data_converter=pydantic_data_converter,
+        ui=False,
+    )
+    async with env:
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = Settings(data_dir=Path(tmp), queue_prefix="record.")
+            store = LocalObjectStore(Path(tmp) / "objects", b"record", "http://127.0.0.1:1")
+            await record(env.client, settings, store)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

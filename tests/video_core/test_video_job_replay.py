@@ -1,0 +1,22 @@
+"""Replay recorded VideoJobWorkflow histories: a change that would break running jobs fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.video_job import VideoJobWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+@pytest.mark.parametrize("name", ["completed", "failed", "cancelled"])
+async def test_recorded_history_replays(name: str) -> None:
+    history = WorkflowHistory.from_json(f"video-{name}", (HISTORIES / f"{name}.json").read_text())
+    replayer = Replayer(workflows=[VideoJobWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
