@@ -14,12 +14,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
 from leasehold.settings import Settings
-from tests.harness import unique_prefix
+from tests.harness import stop_all_started, unique_prefix
 from workflows import search_attributes
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    del config, items
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No process a test started outlives the session, even when a test forgot to stop it."""
+    del session, exitstatus
+    stop_all_started()
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -46,6 +46,7 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        _STARTED.append(self)
         return self
 
     @property
@@ -142,3 +143,26 @@ def start_worker(settings: Settings, kind: str, logs: Path, *args: str, name: st
         logs / f"{name}.log",
         f"http://127.0.0.1:{port}/healthz",
     ).start()
+
+
+# Every process a test started, so the session can sweep what a failing test left behind.
+_STARTED: list[ManagedProcess] = []
+
+
+def stop_all_started() -> int:
+    """Kill (whole group) every process tests started that is still running; returns how many."""
+    left = [p for p in _STARTED if p.alive()]
+    for proc in left:
+        try:
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for proc in left:
+        assert proc.proc is not None
+        try:
+            proc.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    _STARTED.clear()
+    return len(left)
