@@ -30,6 +30,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities.ci_cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
 from activities.ci_git import CommitNotFound, GitError, GitMirror, InvalidRequest
 from activities.ci_logs import LogShipper
 from activities.ci_masking import ADD_MASK, StreamMasker
@@ -46,6 +47,8 @@ from workflows.ci_expressions import (
 from workflows.ci_ids import attempt_log_prefix, idempotency_key
 from workflows.ci_run import JOB_FATAL_ERROR, CIRunWorkflow
 from workflows.ci_types import (
+    ACTION_CACHE,
+    ACTION_CHECKOUT,
     ACTIVITY_RUN_JOB,
     AttemptGrant,
     AttemptStartRequest,
@@ -80,6 +83,8 @@ class JobConfig:
     disk_bytes: int
     log_flush_seconds: float = 0.5
     log_max_bytes: int = 64 << 20
+    # Largest cache archive a job may save (bytes before compression).
+    cache_max_bytes: int = 2 << 30
     identity: str = field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
 
 
@@ -175,6 +180,7 @@ class CIJobActivities:
         self._mirror = mirror
         self._client = client
         self._loop = loop
+        self._cache = CICache(store, config.cache_max_bytes)
 
     # Fencing ------------------------------------------------------------------------------
 
@@ -239,6 +245,8 @@ class _Attempt:
         # Values of the secrets the job references (missing ones empty); they exist only in
         # this attempt's memory and sandbox, and the masker hides them from its log.
         self.secrets: dict[str, str] = {}
+        # actions/cache steps whose key missed: saved after the job succeeds (the post step).
+        self.cache_saves: list[tuple[str, list[str]]] = []
         self.masker = StreamMasker()
         self.log = LogShipper(
             owner._store,
@@ -273,6 +281,8 @@ class _Attempt:
             self._load_secrets()
             self._prepare()
             status, exit_code, error, steps, outputs = self._run_steps()
+            if status == AttemptStatus.SUCCESS and not self.shutdown:
+                self._save_caches()
         except (InvalidRequest, CommitNotFound) as exc:
             self.log.line(f"[leasehold] checkout failed: {exc}")
             self.log.close(AttemptStatus.ERROR, None)
@@ -413,6 +423,7 @@ class _Attempt:
                 success=not failed and not self.cancelled and not timed_out,
                 failure=failed or timed_out,
                 cancelled=self.cancelled,
+                hash_files=self._hash_files,
             )
             step_env = dict(env_ctx)
             step_env.update(extra_env)
@@ -423,6 +434,7 @@ class _Attempt:
                 run_it = not timed_out and not self.shutdown and evaluate_condition(step.if_expr, status_fns, ctx)
                 script = interpolate(step.run, ctx, status_fns) if run_it else ""
                 workdir = interpolate(step.working_directory, ctx, status_fns) if step.working_directory else None
+                inputs = {k: interpolate(v, ctx, status_fns) for k, v in step.with_inputs.items()} if run_it else {}
             except ExpressionError as exc:
                 self.log.line(f"[leasehold] step {step.index + 1} ({step.name}): {exc}")
                 results.append(StepResult(index=step.index, name=step.name, status=StepStatus.FAILURE))
@@ -436,9 +448,13 @@ class _Attempt:
                     steps_ctx[step.id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
                 continue
             step_started = datetime.now(UTC)
-            outcome, code, values, env_file = self._run_step(step, script, workdir, base, step_env, job_deadline)
+            if step.uses is not None:
+                outcome, code, values, env_file = self._run_action(step, inputs)
+            else:
+                outcome, code, values, env_file = self._run_step(step, script, workdir, base, step_env, job_deadline)
             extra_env.update(env_file)
-            step_outputs.update(values)
+            if step.uses is None:
+                step_outputs.update(values)
             conclusion = StepStatus.SUCCESS if outcome != StepStatus.SUCCESS and step.continue_on_error else outcome
             if outcome == StepStatus.TIMED_OUT and time.monotonic() >= job_deadline:
                 timed_out = True
@@ -476,6 +492,63 @@ class _Attempt:
         if failed:
             return AttemptStatus.FAILURE, exit_code, error, results, outputs
         return AttemptStatus.SUCCESS, 0, None, results, outputs
+
+    def _hash_files(self, patterns: list[str]) -> str:
+        try:
+            return hash_files(self.root / "work", patterns)
+        except CacheError as exc:
+            raise ExpressionError(str(exc)) from None
+
+    def _run_action(
+        self, step: StepSpec, inputs: dict[str, str]
+    ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
+        """A built-in ``uses:`` action, run by the worker itself (nothing of it is sandboxed:
+        it only moves the job's own files between the workspace and the tenant's cache)."""
+        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+        if step.action == ACTION_CHECKOUT:
+            self.log.line(f"[leasehold] {step.uses}: the workspace already holds {self.inp.commit_sha}")
+            return StepStatus.SUCCESS, 0, {}, {}
+        assert step.action == ACTION_CACHE
+        inp = self.inp
+        key = inputs.get("key", "").strip()
+        restore_keys = [k.strip() for k in inputs.get("restore-keys", "").splitlines() if k.strip()]
+        try:
+            if not key or len(key) > 512 or "\n" in key:
+                raise CacheError("the cache key must be one line of at most 512 characters")
+            paths = workspace_paths(inputs.get("path", ""), self.mount)
+            found = self.o._cache.lookup(
+                inp.tenant_id, inp.repo_id, read_scopes(inp.ref, inp.default_branch), key, restore_keys
+            )
+            if found.entry is not None:
+                size = self.o._cache.restore(found.entry, self.root, paths, self.heartbeat)
+                how = "hit" if found.exact else f"restored from {found.entry.key!r}"
+                self.log.line(f"[leasehold] cache {how}: {size} bytes into {', '.join(paths)}")
+            else:
+                self.log.line(f"[leasehold] cache miss for key {key!r}")
+        except Exception as exc:
+            # As on GitHub, a cache problem (a bad path, a broken archive, the store down) is a
+            # warning: the job goes on without the cache.
+            self.log.line(f"[leasehold] warning: cache not restored: {exc}")
+            return StepStatus.SUCCESS, 0, {"cache-hit": "false"}, {}
+        if not found.exact:
+            self.cache_saves.append((key, paths))
+        return StepStatus.SUCCESS, 0, {"cache-hit": "true" if found.exact else "false"}, {}
+
+    def _save_caches(self) -> None:
+        """The post step of each missed actions/cache step: save into this ref's own scope."""
+        inp = self.inp
+        for key, paths in self.cache_saves:
+            try:
+                size = self.o._cache.save(
+                    inp.tenant_id, inp.repo_id, ref_scope(inp.ref), key, self.root, paths, self.heartbeat
+                )
+            except Exception as exc:
+                self.log.line(f"[leasehold] warning: cache {key!r} not saved: {exc}")
+                continue
+            if size is None:
+                self.log.line(f"[leasehold] cache {key!r} not saved: none of its paths exist")
+            else:
+                self.log.line(f"[leasehold] cache {key!r} saved ({size} bytes)")
 
     def _job_outputs(
         self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]

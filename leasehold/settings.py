@@ -122,6 +122,24 @@ class Settings(BaseSettings):
     ci_default_max_concurrent_jobs: int = 8
     # How often the reconciler polls registered repositories for commits a lost webhook missed.
     ci_reconcile_interval_seconds: float = 300.0
+    # Largest actions/cache archive a CI job may save (bytes before compression).
+    ci_cache_max_bytes: int = 2 << 30
+
+    # Video admission. Paid and free jobs share each model's workers through Temporal fairness:
+    # dispatch shares follow these weights while both tiers have a backlog (no tier starves).
+    video_paid_weight: float = 4.0
+    video_free_weight: float = 1.0
+    # Most jobs one user may have waiting (not yet generating), per tier.
+    video_paid_max_queued: int = 5
+    video_free_max_queued: int = 5
+    # New free jobs are refused while a free job's expected queue wait for the model exceeds this.
+    video_free_max_wait_seconds: float = 1800.0
+    # Accept paid jobs for a model no worker serves right now (they wait; the ETA says why).
+    video_paid_admit_without_workers: bool = True
+    # The queue wait the capacity signals size the worker pool for (Little's law).
+    video_target_wait_seconds: float = 300.0
+    # How often the API re-measures queues, workers and job times per model.
+    video_capacity_refresh_seconds: float = 2.0
 
     @field_validator("data_dir", mode="after")
     @classmethod

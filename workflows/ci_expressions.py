@@ -8,7 +8,8 @@ Supported: literals (``'str'`` with ``''`` escapes, numbers, ``true``/``false``/
 contexts (``github``, ``env``, ``needs``, ``steps``, ``job``, ``runner``, ``secrets``), property access
 (``a.b`` and ``a['b']``), ``!``, ``< <= > >= == !=`` (GitHub's loose equality; strings compare
 case-insensitively), ``&&``, ``||``, parentheses, the status functions ``success()``,
-``failure()``, ``always()``, ``cancelled()`` and ``contains``/``startsWith``/``endsWith``.
+``failure()``, ``always()``, ``cancelled()``, ``contains``/``startsWith``/``endsWith``, and
+``hashFiles`` in steps (the worker supplies it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,8 @@ class ExpressionError(ValueError):
 
 STATUS_FUNCTIONS = frozenset({"success", "failure", "always", "cancelled"})
 STRING_FUNCTIONS = frozenset({"contains", "startswith", "endswith"})
+# Functions that read the job's workspace: only steps (on the worker) can evaluate them.
+WORKSPACE_FUNCTIONS = frozenset({"hashfiles"})  # hashFiles (names are case-insensitive)
 KNOWN_CONTEXTS = frozenset({"github", "env", "needs", "steps", "job", "runner", "secrets"})
 # Contexts that arrive in later issues: rejected with a clear message until then.
 DEFERRED_CONTEXTS: dict[str, str] = {}
@@ -49,6 +53,8 @@ class StatusFunctions:
     success: bool = True
     failure: bool = False
     cancelled: bool = False
+    # ``hashFiles(patterns...)`` over the job's workspace; None where there is no workspace.
+    hash_files: Callable[[list[str]], str] | None = None
 
 
 # AST nodes are tuples: ("lit", v) ("ctx", name) ("prop", node, key_node) ("not", n)
@@ -308,6 +314,12 @@ def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> An
                 return any(_compare("==", item, needle) for item in hay)
             h, n = to_text(hay).lower(), to_text(needle).lower()
             return n in h if name == "contains" else h.startswith(n) if name == "startswith" else h.endswith(n)
+        if name in WORKSPACE_FUNCTIONS:
+            if status.hash_files is None:
+                raise ExpressionError(f"{name}() is only available in steps")
+            if not args:
+                raise ExpressionError(f"{name}() takes at least one pattern")
+            return status.hash_files([to_text(evaluate(a, context, status)) for a in args])
         raise ExpressionError(f"unknown function {name}()")
     raise ExpressionError(f"bad expression node {kind}")
 

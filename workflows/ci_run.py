@@ -362,6 +362,7 @@ class CIRunWorkflow:
             cancel_grace_seconds=inp.cancel_grace_seconds,
             event=inp.event,
             secrets_allowed=self._state.secrets_allowed,
+            default_branch=inp.default_branch,
         )
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
 
@@ -383,7 +384,9 @@ class CIRunWorkflow:
             ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             # Fair share: the server dispatches round-robin across tenants, by plan weight.
-            priority=Priority(fairness_key=inp.tenant_id[:64], fairness_weight=inp.fairness_weight),
+            priority=Priority(fairness_key=inp.tenant_id[:64], fairness_weight=inp.fairness_weight)
+            if inp.fair_share
+            else Priority(),
         )
 
     async def _run_job(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:

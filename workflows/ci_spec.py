@@ -16,6 +16,7 @@ from workflows.ci_expressions import (
     DEFERRED_CONTEXTS,
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
+    WORKSPACE_FUNCTIONS,
     ExpressionError,
     context_paths,
     expressions_in,
@@ -24,6 +25,8 @@ from workflows.ci_expressions import (
     strip_wrapper,
 )
 from workflows.ci_types import (
+    ACTION_CACHE,
+    BUILTIN_ACTIONS,
     MAX_JOBS_PER_WORKFLOW,
     MAX_STEPS_PER_JOB,
     JobSpec,
@@ -50,8 +53,13 @@ JOB_KEYS = {
     "outputs",
     "steps",
     "network",
+    "environment",
 }
 STEP_KEYS = {"id", "name", "run", "env", "working-directory", "shell", "if", "continue-on-error", "timeout-minutes"}
+USES_STEP_KEYS = {"id", "name", "uses", "with", "env", "if", "continue-on-error", "timeout-minutes"}
+# ``with:`` inputs of actions/cache leasehold implements (key and path are required).
+CACHE_INPUTS = {"key", "path", "restore-keys"}
+ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore"}
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
@@ -163,7 +171,7 @@ def _check_keys(ctx: _Ctx, mapping: _Map, allowed: set[str], where: str) -> None
     for key in mapping:
         if key not in allowed:
             hint = {
-                "uses": "actions ('uses:') are not supported; use 'run:' steps",
+                "uses": "'uses:' is supported only in steps, for actions/checkout and actions/cache",
                 "strategy": "'strategy' (matrix) is not supported",
                 "services": "'services' is not supported",
                 "container": "'container' is not supported",
@@ -179,8 +187,12 @@ def _check_expression(
         node = parse(expr)
     except ExpressionError as exc:
         raise ctx.fail(line, key, str(exc)) from None
+    # Only steps run where the workspace is (STEP_CONTEXTS is the one set with both).
+    in_step = "steps" in contexts and "secrets" in contexts
     for name in function_names(node):
-        if name not in STATUS_FUNCTIONS and name not in STRING_FUNCTIONS:
+        if name in WORKSPACE_FUNCTIONS and not in_step:
+            raise ctx.fail(line, key, f"{name}() is only available in steps")
+        if name not in STATUS_FUNCTIONS and name not in STRING_FUNCTIONS and name not in WORKSPACE_FUNCTIONS:
             raise ctx.fail(line, key, f"unknown function {name}()")
     for path in context_paths(node):
         root = path[0]
@@ -327,13 +339,15 @@ def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs:
     where = f"jobs.{job_id}.steps[{index}]"
     if not isinstance(raw, _Map):
         raise ctx.fail(line, where, "must be a mapping")
+    if "uses" in raw:
+        return _uses_step(ctx, where, index, raw, needs)
     _check_keys(ctx, raw, STEP_KEYS, f"{where}.")
 
     def ln(key: str) -> int | None:
         return raw.key_lines.get(key, raw.line)
 
     if "run" not in raw:
-        raise ctx.fail(raw.line, where, "a step needs 'run:'")
+        raise ctx.fail(raw.line, where, "a step needs 'run:' (or 'uses:' of actions/checkout or actions/cache)")
     run = _scalar_text(ctx, raw["run"], ln("run"), f"{where}.run")
     if not run.strip():
         raise ctx.fail(ln("run"), f"{where}.run", "must not be empty")
@@ -370,6 +384,81 @@ def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs:
         else None,
         line=raw.line,
     )
+
+
+def _uses_step(ctx: _Ctx, where: str, index: int, raw: _Map, needs: list[str]) -> StepSpec:
+    """``uses:`` of a built-in action; any other action is refused with its line."""
+    if "run" in raw:
+        raise ctx.fail(raw.key_lines.get("run"), f"{where}.run", "a step has either 'run:' or 'uses:', not both")
+    _check_keys(ctx, raw, USES_STEP_KEYS, f"{where}.")
+
+    def ln(key: str) -> int | None:
+        return raw.key_lines.get(key, raw.line)
+
+    uses = _scalar_text(ctx, raw["uses"], ln("uses"), f"{where}.uses").strip()
+    action, _, version = uses.partition("@")
+    if action.lower() not in BUILTIN_ACTIONS or not version:
+        raise ctx.fail(
+            ln("uses"),
+            f"{where}.uses",
+            f"action {uses!r} is not supported (only {', '.join(a + '@<version>' for a in BUILTIN_ACTIONS)}; "
+            "use 'run:' steps)",
+        )
+    inputs: dict[str, str] = {}
+    if "with" in raw:
+        given = raw["with"]
+        if not isinstance(given, _Map):
+            raise ctx.fail(ln("with"), f"{where}.with", "must be a mapping of inputs")
+        for k, v in given.items():
+            kline = given.key_lines.get(k)
+            name = str(k)
+            if action.lower() == ACTION_CACHE and name not in CACHE_INPUTS:
+                raise ctx.fail(
+                    kline, f"{where}.with.{name}", f"unsupported input (supported: {', '.join(sorted(CACHE_INPUTS))})"
+                )
+            text = _scalar_text(ctx, v, kline, f"{where}.with.{name}")
+            _check_text(ctx, text, kline, f"{where}.with.{name}", STEP_CONTEXTS, needs)
+            inputs[name] = text
+    if action.lower() == ACTION_CACHE:
+        for required in ("key", "path"):
+            if not inputs.get(required, "").strip():
+                raise ctx.fail(ln("with"), f"{where}.with.{required}", "actions/cache needs this input")
+    return StepSpec(
+        index=index,
+        id=_step_id(ctx, raw, where, ln("id")) if "id" in raw else None,
+        name=_scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else f"Run {uses}",
+        uses=uses,
+        with_inputs=inputs,
+        env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", STEP_CONTEXTS, needs),
+        if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", STEP_CONTEXTS, needs) if "if" in raw else None,
+        continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
+        if "continue-on-error" in raw
+        else False,
+        timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
+        if "timeout-minutes" in raw
+        else None,
+        line=raw.line,
+    )
+
+
+def _step_id(ctx: _Ctx, raw: _Map, where: str, line: int | None) -> str:
+    step_id = _scalar_text(ctx, raw["id"], line, f"{where}.id")
+    if not JOB_ID.match(step_id):
+        raise ctx.fail(line, f"{where}.id", "must start with a letter or '_' and hold letters, digits, '_', '-'")
+    return step_id
+
+
+def _environment(ctx: _Ctx, value: Any, line: int | None, where: str) -> str:
+    """``environment: name`` or ``environment: {name: ..., url: ...}`` (the url is ignored)."""
+    if isinstance(value, _Map):
+        for k in value:
+            if k not in ("name", "url"):
+                raise ctx.fail(value.key_lines.get(k), f"{where}.{k}", "supported: name, url")
+        value = value.get("name")
+    name = _scalar_text(ctx, value, line, where) if isinstance(value, str) else None
+    if name is None or not ENVIRONMENT_NAME.match(name):
+        raise ctx.fail(line, where, "must be an environment name (letters, digits, '_', '-', '.'; no expressions)")
+    return name
 
 
 def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
@@ -425,6 +514,9 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
         steps=steps,
         network=_bool(ctx, raw["network"], ln("network"), f"{where}.network") if "network" in raw else False,
         line=line,
+        environment=_environment(ctx, raw["environment"], ln("environment"), f"{where}.environment")
+        if "environment" in raw
+        else None,
     )
 
 
@@ -511,7 +603,7 @@ def job_secret_names(workflow_env: dict[str, str], job: JobSpec) -> list[str]:
     texts = [*workflow_env.values(), *job.env.values()]
     names: set[str] = set()
     for step in job.steps:
-        texts += [step.run, *step.env.values(), step.working_directory or ""]
+        texts += [step.run, *step.env.values(), step.working_directory or "", *step.with_inputs.values()]
         if step.if_expr:
             names |= _names_in(strip_wrapper(step.if_expr))
     for text in texts:

@@ -44,6 +44,8 @@ class JobStatus(StrEnum):
     """
 
     WAITING = "waiting"
+    # Ready, but its environment requires a person's approval first (``approve``/``reject``).
+    AWAITING_APPROVAL = "awaiting_approval"
     QUEUED = "queued"
     IN_PROGRESS = "in_progress"
     SUCCESS = "success"
@@ -108,12 +110,13 @@ class PushFilter(BaseModel):
 
 
 class StepSpec(BaseModel):
-    """One ``run:`` step. Expressions stay unevaluated here (``${{ ... }}`` text)."""
+    """One ``run:`` step, or one of the built-in ``uses:`` actions (then ``run`` is empty).
+    Expressions stay unevaluated here (``${{ ... }}`` text)."""
 
     index: int
     id: str | None = None
     name: str
-    run: str
+    run: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     working_directory: str | None = None
     shell: str = "bash"
@@ -121,6 +124,22 @@ class StepSpec(BaseModel):
     continue_on_error: bool = False
     timeout_minutes: float | None = None
     line: int | None = None
+    # ``uses: actions/checkout@...`` or ``actions/cache@...`` (see ``BUILTIN_ACTIONS``), with
+    # its ``with:`` inputs (unevaluated text).
+    uses: str | None = None
+    with_inputs: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def action(self) -> str | None:
+        """``actions/cache`` for ``actions/cache@v4`` (lower-case), ``None`` for a ``run:`` step."""
+        return self.uses.split("@", 1)[0].lower() if self.uses else None
+
+
+# The ``uses:`` actions leasehold implements natively (any version): checkout is a no-op (the
+# workspace already holds the commit); cache restores and saves per-tenant caches.
+ACTION_CHECKOUT = "actions/checkout"
+ACTION_CACHE = "actions/cache"
+BUILTIN_ACTIONS = (ACTION_CHECKOUT, ACTION_CACHE)
 
 
 class JobSpec(BaseModel):
@@ -144,6 +163,8 @@ class JobSpec(BaseModel):
     line: int | None = None
     # Names of the secrets the job references (upper-case): the only ones its worker fetches.
     secrets: list[str] = Field(default_factory=list)
+    # ``environment:`` (its name): when the repository protects it, the job waits for approval.
+    environment: str | None = None
 
 
 class WorkflowSpec(BaseModel):
@@ -200,6 +221,11 @@ class CIPushInput(BaseModel):
     # weight, and at most this many of the tenant's jobs run at once (None: uncapped).
     fairness_weight: float | None = None
     max_concurrent_jobs: int | None = None
+    # False dispatches the jobs FIFO with everyone else's (no fairness key): a benchmark
+    # baseline and an operator's escape hatch.
+    fair_share: bool = True
+    # The repository's default branch (caches of other refs fall back to its scope).
+    default_branch: str | None = None
 
 
 class PullRequestInfo(BaseModel):
@@ -257,10 +283,23 @@ class ListWorkflowsInput(BaseModel):
     # For pull requests: the base branch the ``on.pull_request`` filters match, and the action.
     base_ref: str | None = None
     action: str | None = None
+    # Whose repository: the activity reads its protected environments.
+    tenant_id: str | None = None
+
+
+class EnvironmentRule(BaseModel):
+    """A repository's protection of one deployment environment, as a run sees it."""
+
+    name: str
+    required_approval: bool = False
+    # User ids of the tenant who may approve; empty: any user of the tenant.
+    approvers: list[str] = Field(default_factory=list)
 
 
 class ListWorkflowsResult(BaseModel):
     files: list[WorkflowFile] = Field(default_factory=list)
+    # The repository's protected environments that the files' jobs name (lower-case names).
+    environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
 
 
 class CIRunInput(BaseModel):
@@ -288,6 +327,11 @@ class CIRunInput(BaseModel):
     pull_request: PullRequestInfo | None = None
     fairness_weight: float | None = None
     max_concurrent_jobs: int | None = None
+    fair_share: bool = True
+    default_branch: str | None = None
+    # Protection rules of the environments the jobs name (lower-case name -> rule), resolved
+    # when the push was listed.
+    environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,6 +362,8 @@ class JobActivityInput(BaseModel):
     event: str = "push"
     # False for code from a fork: the job's secrets are empty and its log says why.
     secrets_allowed: bool = True
+    # The repository's default branch: caches fall back to its scope.
+    default_branch: str | None = None
 
 
 class NeedResult(BaseModel):
@@ -435,6 +481,10 @@ class JobState(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
     # Same on every attempt: ``<run id>/<job id>``.
     idempotency_key: str = ""
+    environment: str | None = None
+    # Every approve/reject decision on this job, oldest first (the audit trail; kept across
+    # retry rounds, each decision names its round).
+    approvals: list[ApprovalDecision] = Field(default_factory=list)
 
     def current_attempt(self) -> JobAttemptState | None:
         """The attempt the state points at (the winning one once finished)."""
@@ -491,6 +541,35 @@ class RetryJobResponse(BaseModel):
     round: int
     # The job and every dependent set back to ``waiting``.
     reset_jobs: list[str] = Field(default_factory=list)
+
+
+class ApprovalDecision(BaseModel):
+    """Who decided on a job awaiting approval, when, and what."""
+
+    job_id: str
+    round: int
+    environment: str
+    approved: bool
+    user_id: str
+    at: datetime
+    comment: str | None = None
+
+
+class ApprovalRequest(BaseModel):
+    """Update ``CIRunWorkflow.decide``: approve or reject a job awaiting approval."""
+
+    job_id: str
+    approved: bool
+    user_id: str
+    comment: str | None = None
+
+
+class ApprovalRejectedReason(StrEnum):
+    """``ApplicationError.type`` of a refused decision (the API maps these to HTTP statuses)."""
+
+    UNKNOWN_JOB = "CIUnknownJob"
+    NOT_AWAITING = "CIJobNotAwaitingApproval"
+    NOT_APPROVER = "CINotAnApprover"
 
 
 class RetryRejectedReason(StrEnum):
@@ -560,6 +639,8 @@ class SemaphoreState(BaseModel):
 
 
 JobActivityInput.model_rebuild()
+JobState.model_rebuild()
+CIRunState.model_rebuild()
 
 # Activity names: workflows start activities by name, so they never import subprocess code.
 ACTIVITY_LIST_WORKFLOWS = "ci_list_workflows"

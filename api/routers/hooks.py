@@ -15,7 +15,6 @@ import hmac
 import json
 import logging
 import re
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -28,13 +27,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
 from api.errors import ApiError, not_found
 from api.schemas.ci import PushAccepted, PushOut, PushRequest, WebhookAnswer
-from leasehold.ci_plans import TenantPlan, get_plan
+from leasehold.ci_plans import get_plan
+from leasehold.ci_push_input import push_input
 from leasehold.repos import RepoRecord, get_repo, webhook_candidates
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci_ids import push_workflow_id
 from workflows.ci_start import push_state, start_push
-from workflows.ci_types import CIPushInput, PullRequestInfo
+from workflows.ci_types import PullRequestInfo
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
@@ -74,35 +74,6 @@ def _payload(request: Request, body: bytes) -> dict[str, Any]:
     return data
 
 
-def _push_input(
-    settings: Settings,
-    repo: RepoRecord,
-    sha: str,
-    ref: str,
-    delivery: str | None,
-    pull_request: PullRequestInfo | None = None,
-    plan: TenantPlan | None = None,
-) -> CIPushInput:
-    return CIPushInput(
-        tenant_id=repo.tenant_id,
-        repo_id=repo.id,
-        repo_full_name=repo.name,
-        clone_url=repo.clone_url,
-        commit_sha=sha.lower(),
-        ref=ref,
-        received_at=datetime.now(UTC),
-        queue_prefix=settings.queue_prefix,
-        heartbeat_timeout_seconds=settings.ci_heartbeat_timeout_seconds,
-        cancel_grace_seconds=settings.ci_cancel_grace_seconds,
-        retry_window_seconds=settings.ci_retry_window_seconds,
-        delivery_id=delivery,
-        event="pull_request" if pull_request is not None else "push",
-        pull_request=pull_request,
-        fairness_weight=plan.fairness_weight if plan else None,
-        max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
-    )
-
-
 async def record_push(
     client: Client,
     settings: Settings,
@@ -118,7 +89,7 @@ async def record_push(
     plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
     try:
         return await asyncio.wait_for(
-            start_push(client, _push_input(settings, repo, sha, ref, delivery, pull_request, plan)),
+            start_push(client, push_input(settings, repo, sha, ref, delivery, pull_request, plan)),
             timeout=START_TIMEOUT_SECONDS,
         )
     except (RPCError, TimeoutError) as exc:

@@ -211,7 +211,7 @@ jobs:
   build:
     runs-on: linux
     steps:
-      - uses: actions/checkout@v4
+      - uses: actions/setup-node@v4
 """
 
 

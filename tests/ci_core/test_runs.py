@@ -72,7 +72,7 @@ jobs:
   a:
     runs-on: linux
     steps:
-      - uses: actions/checkout@v4
+      - uses: actions/setup-node@v4
 """
 
 OTHER_BRANCH = """

@@ -72,7 +72,7 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
     ("text", "line", "key", "words"),
     [
         (
-            wf("  a:\n    runs-on: linux\n    steps:\n      - uses: actions/checkout@v4\n"),
+            wf("  a:\n    runs-on: linux\n    steps:\n      - uses: actions/setup-node@v4\n"),
             6,
             "jobs.a.steps[0].uses",
             "uses",
@@ -185,3 +185,49 @@ def test_on_forms() -> None:
     ).on_push.enabled
     spec = parse_workflow("w", wf("  a:\n    runs-on: l\n    steps:\n      - run: x\n", "on: pull_request\n"))
     assert not spec.on_push.enabled
+
+
+BUILTIN_ACTIONS = """
+on: push
+jobs:
+  deploy:
+    runs-on: linux
+    environment: {name: production, url: https://example.invalid}
+    steps:
+      - uses: actions/checkout@v4
+      - id: c
+        uses: actions/cache@v3
+        with:
+          key: deps-${{ hashFiles('a.lock', '!b.lock') }}
+          path: deps
+"""
+
+
+def test_builtin_actions_and_environment() -> None:
+    spec = parse_workflow("w.yml", BUILTIN_ACTIONS)
+    job = spec.jobs[0]
+    assert job.environment == "production"
+    assert [s.action for s in job.steps] == ["actions/checkout", "actions/cache"]
+    assert job.steps[1].with_inputs == {"key": "deps-${{ hashFiles('a.lock', '!b.lock') }}", "path": "deps"}
+    seen: list[list[str]] = []
+    fns = StatusFunctions(hash_files=lambda patterns: seen.append(patterns) or "abc")
+    assert interpolate(job.steps[1].with_inputs["key"], {}, fns) == "deps-abc"
+    assert seen == [["a.lock", "!b.lock"]]
+    with pytest.raises(ExpressionError, match="only available in steps"):
+        interpolate("${{ hashFiles('x') }}", {}, StatusFunctions())
+
+
+@pytest.mark.parametrize(
+    ("step", "key", "words"),
+    [
+        ("- uses: actions/cache@v4\n        with: {key: k}", "jobs.a.steps[0].with.path", "needs this input"),
+        ("- uses: actions/cache@v4\n        with: {key: k, path: p, lookup-only: 1}", "lookup-only", "supported"),
+        ("- uses: actions/checkout", "jobs.a.steps[0].uses", "not supported"),
+        ("- uses: actions/checkout@v4\n        run: echo", "jobs.a.steps[0].run", "not both"),
+    ],
+)
+def test_builtin_action_rejections(step: str, key: str, words: str) -> None:
+    with pytest.raises(WorkflowSpecError) as caught:
+        parse_workflow("w.yml", f"on: push\njobs:\n  a:\n    runs-on: linux\n    steps:\n      {step}\n")
+    assert caught.value.error.key is not None and caught.value.error.key.endswith(key)
+    assert words in caught.value.error.message and caught.value.error.line is not None

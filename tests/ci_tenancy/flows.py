@@ -62,12 +62,13 @@ def push_workflow(
     client: httpx.Client | None = None,
     before_push: Callable[[httpx.Client, str], None] | None = None,
     files: dict[str, str] | None = None,
+    name: str | None = None,
 ) -> Pushed:
     """A fresh repository with one workflow file, pushed for real; waits until its run exists.
     ``before_push(client, repo_id)`` runs after registration (e.g. to store secrets)."""
     client = client or stack.new_tenant()
     remote = stack.git_remote()
-    repo_id, name, secret = stack.register(client, remote)
+    repo_id, name, secret = stack.register(client, remote, name=name)
     if before_push is not None:
         before_push(client, repo_id)
     remote.write(WORKFLOW_PATH, yaml_text)
