@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -14,14 +16,25 @@ from workflows.ci_spec import (
     pull_request_triggers,
     push_triggers,
 )
-from workflows.ci_types import ACTIVITY_LIST_WORKFLOWS, ListWorkflowsInput, ListWorkflowsResult, SpecError, WorkflowFile
+from workflows.ci_types import (
+    ACTIVITY_LIST_WORKFLOWS,
+    EnvironmentRule,
+    ListWorkflowsInput,
+    ListWorkflowsResult,
+    SpecError,
+    WorkflowFile,
+)
+
+# (tenant, repo, environment names) -> the rules of those that require approval.
+EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]
 
 
 class CIListingActivities:
     """Runs on CI workers (they hold the git mirrors), on the control queue."""
 
-    def __init__(self, mirror: GitMirror) -> None:
+    def __init__(self, mirror: GitMirror, environments: EnvironmentRules | None = None) -> None:
         self._mirror = mirror
+        self._environments = environments
 
     @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
     def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
@@ -51,4 +64,9 @@ class CIListingActivities:
             else:
                 triggered = push_triggers(spec.on_push, inp.ref)
             files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
-        return ListWorkflowsResult(files=files)
+        named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
+        rules: dict[str, EnvironmentRule] = {}
+        if named and inp.tenant_id and self._environments is not None:
+            # Read with the listing, so the run carries its protection rules from the start.
+            rules = self._environments(inp.tenant_id, inp.repo_id, named)
+        return ListWorkflowsResult(files=files, environments=rules)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from temporalio.worker import Worker
 
@@ -19,6 +20,7 @@ from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
 from activities.ci_listing import CIListingActivities
 from activities.ci_secrets import DatabaseSecretSource
+from leasehold.ci_environments import environment_rules
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
 from leasehold.secrets import Keyring
@@ -60,7 +62,8 @@ async def serve(settings: Settings) -> None:
         # Secret values are read here, when a job starts; Temporal only ever carries names.
         DatabaseSecretSource(init_database(settings.resolved_database_url), Keyring.from_settings(settings)),
     )
-    listing = CIListingActivities(mirror)
+    db = init_database(settings.resolved_database_url)
+    listing = CIListingActivities(mirror, partial(environment_rules, db))
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
     job_worker = Worker(
         client,

@@ -32,6 +32,15 @@ How the API drives CI (the contract; ``workflows/ci_start.py`` wraps each call):
   that is not failed/cancelled or has a running dependent, or past ``CI_MAX_RETRIES_PER_RUN``.
   A finished run stays open for ``retry_window_seconds``; after that its workflow is closed
   and an update fails with ``RPCError`` NOT_FOUND/"workflow execution already completed".
+* **Approvals**: a job whose ``environment:`` is protected (``CIRunInput.environments``, read
+  from the repository's rules when the push was listed) becomes ``awaiting_approval`` when it
+  is ready, instead of starting. ``ci_start.decide_job`` = Update
+  ``CIRunWorkflow.decide(ApprovalRequest)`` -> the job's ``JobState``: approve starts it (this
+  round only: a retried job asks again), reject fails it (its dependents are skipped). Refused
+  (``ApplicationError.type`` in ``ApprovalRejectedReason``) for an unknown job, a job not
+  awaiting approval, or a user outside the environment's approvers. Every decision (who, when,
+  approve/reject, comment, round) stays in ``JobState.approvals``. Cancelling the run cancels
+  jobs awaiting approval.
 * **Logs**: attempt ``n`` of job ``j`` writes raw output chunks to
   ``ci/<tenant>/<run id>/<job id>/attempt-<n>/<seq:08d>.log`` (seq from 0, gap-free, each an
   atomic write-once put, every ~0.5 s or 64 KiB). A chunk that could not be stored after
@@ -81,11 +90,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ci_types import (
         ACTIVITY_RUN_JOB,
         JOB_FINAL_STATUSES,
+        ApprovalDecision,
+        ApprovalRejectedReason,
+        ApprovalRequest,
         AttemptGrant,
         AttemptStartRequest,
         AttemptStatus,
         CIRunInput,
         CIRunState,
+        EnvironmentRule,
         JobActivityInput,
         JobAttemptState,
         JobResult,
@@ -150,6 +163,7 @@ class CIRunWorkflow:
                     needs=list(j.needs),
                     runs_on=list(j.runs_on),
                     idempotency_key=idempotency_key(inp.run_id, j.id),
+                    environment=j.environment,
                 )
                 for j in (spec.jobs if spec else [])
             ],
@@ -253,6 +267,58 @@ class CIRunWorkflow:
         if self._state.retries >= CI_MAX_RETRIES_PER_RUN:
             raise ApplicationError(f"at most {CI_MAX_RETRIES_PER_RUN} retries per run", type=RetryRejectedReason.LIMIT)
 
+    @workflow.update
+    def decide(self, req: ApprovalRequest) -> JobState:
+        """Approve or reject a job awaiting approval; the decision is kept in the job's state."""
+        job = self._state.job(req.job_id)
+        assert job is not None and job.environment is not None
+        job.approvals.append(
+            ApprovalDecision(
+                job_id=job.job_id,
+                round=job.round,
+                environment=job.environment,
+                approved=req.approved,
+                user_id=req.user_id,
+                at=workflow.now(),
+                comment=req.comment,
+            )
+        )
+        if req.approved:
+            # Ready again; the scheduler now finds this round approved and starts it.
+            job.status = JobStatus.WAITING
+        else:
+            reason = f"rejected by {req.user_id}" + (f": {req.comment}" if req.comment else "")
+            self._finish_job(job, JobStatus.FAILURE, error=reason)
+        self._dirty = True
+        return job
+
+    @decide.validator
+    def _validate_decide(self, req: ApprovalRequest) -> None:
+        job = self._state.job(req.job_id)
+        if job is None:
+            raise ApplicationError(f"no job {req.job_id!r} in this run", type=ApprovalRejectedReason.UNKNOWN_JOB)
+        if job.status != JobStatus.AWAITING_APPROVAL:
+            raise ApplicationError(
+                f"job {req.job_id!r} is {job.status.value}, not awaiting approval",
+                type=ApprovalRejectedReason.NOT_AWAITING,
+            )
+        rule = self._approval_rule(job.job_id)
+        if rule is not None and rule.approvers and req.user_id not in rule.approvers:
+            raise ApplicationError(
+                f"{req.user_id!r} may not approve deployments to {rule.name!r}",
+                type=ApprovalRejectedReason.NOT_APPROVER,
+            )
+
+    def _approval_rule(self, job_id: str) -> EnvironmentRule | None:
+        spec = self._jobs.get(job_id)
+        if spec is None or spec.environment is None:
+            return None
+        rule = self._inp.environments.get(spec.environment.lower())
+        return rule if rule is not None and rule.required_approval else None
+
+    def _awaiting_approval(self) -> bool:
+        return any(j.status == JobStatus.AWAITING_APPROVAL for j in self._state.jobs)
+
     # Main loop --------------------------------------------------------------------------
 
     @workflow.run
@@ -291,7 +357,8 @@ class CIRunWorkflow:
         while True:
             try:
                 self._schedule_ready()
-                if not self._tasks:
+                # A job awaiting approval keeps the run open until someone decides (or cancels).
+                if not self._tasks and not self._awaiting_approval():
                     return
                 self._dirty = False
                 await workflow.wait_condition(lambda: self._dirty)
@@ -311,6 +378,9 @@ class CIRunWorkflow:
             # Still waiting for a slot of the tenant's cap (no activity yet): stop waiting.
             if job_id not in self._handles:
                 self._abort_wait.add(job_id)
+        for job in self._state.jobs:
+            if job.status == JobStatus.AWAITING_APPROVAL:
+                self._finish_job(job, JobStatus.CANCELLED, error="cancelled while awaiting approval")
         self._dirty = True
 
     def _schedule_ready(self) -> None:
@@ -334,6 +404,11 @@ class CIRunWorkflow:
                     status = JobStatus.CANCELLED if self._state.cancel_requested else JobStatus.SKIPPED
                     self._finish_job(job, status)
                     progressed = True
+                    continue
+                if self._approval_rule(job.job_id) is not None and not any(
+                    d.approved and d.round == job.round for d in job.approvals
+                ):
+                    job.status = JobStatus.AWAITING_APPROVAL
                     continue
                 self._start_job(job, spec)
 

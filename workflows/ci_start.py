@@ -20,7 +20,15 @@ from workflows import search_attributes as sa
 from workflows.ci_ids import push_id, push_workflow_id, run_workflow_id
 from workflows.ci_push import CIPushWorkflow
 from workflows.ci_run import CIRunWorkflow
-from workflows.ci_types import CIPushInput, CIPushState, CIRunState, RetryJobRequest, RetryJobResponse
+from workflows.ci_types import (
+    ApprovalRequest,
+    CIPushInput,
+    CIPushState,
+    CIRunState,
+    JobState,
+    RetryJobRequest,
+    RetryJobResponse,
+)
 from workflows.queues import orchestration_queue
 
 
@@ -77,3 +85,8 @@ async def retry_job(client: Client, run: str, job_id: str, requested_by: str | N
     return await run_handle(client, run).execute_update(
         CIRunWorkflow.retry_job, RetryJobRequest(job_id=job_id, requested_by=requested_by)
     )
+
+
+async def decide_job(client: Client, run: str, request: ApprovalRequest) -> JobState:
+    """Approve or reject a job awaiting approval (workflow Update); returns the job's state."""
+    return await run_handle(client, run).execute_update(CIRunWorkflow.decide, request)

@@ -25,3 +25,13 @@ ROUTERS += [_ci_hooks.router, _ci_runs.router, _ci_logs.router]
 from api.routers import secrets as _ci_secrets  # noqa: E402
 
 ROUTERS.append(_ci_secrets.router)
+
+# CI: protected deployment environments of a repository (approvals).
+from api.routers import environments as _ci_environments  # noqa: E402
+
+ROUTERS.append(_ci_environments.router)
+
+# Video: capacity signals (and the capacity tracker that admission and ETAs read).
+from api.routers import capacity as _video_capacity  # noqa: E402
+
+ROUTERS.append(_video_capacity.router)

@@ -17,13 +17,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.deps import ClientDep, DbDep, PrincipalDep
 from api.errors import ApiError, invalid, not_found
-from api.schemas.ci import RetryOut, RunList, RunOut, RunSummary
+from api.schemas.ci import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
 from leasehold.api_keys import Principal
 from leasehold.repos import get_repo
 from workflows import search_attributes as sa
 from workflows.ci_ids import run_id_from_workflow_id
-from workflows.ci_start import cancel_run, retry_job, run_state
-from workflows.ci_types import CIRunState, RetryRejectedReason, RunStatus
+from workflows.ci_start import cancel_run, decide_job, retry_job, run_state
+from workflows.ci_types import ApprovalRejectedReason, ApprovalRequest, CIRunState, RetryRejectedReason, RunStatus
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
@@ -40,6 +40,13 @@ _RETRY_STATUS = {
     RetryRejectedReason.UNKNOWN_JOB.value: (404, "not_found"),
     RetryRejectedReason.NOT_RETRYABLE.value: (409, "job_not_retryable"),
     RetryRejectedReason.LIMIT.value: (409, "retry_limit"),
+}
+
+
+_DECISION_STATUS = {
+    ApprovalRejectedReason.UNKNOWN_JOB.value: (404, "not_found"),
+    ApprovalRejectedReason.NOT_AWAITING.value: (409, "job_not_awaiting_approval"),
+    ApprovalRejectedReason.NOT_APPROVER.value: (403, "not_an_approver"),
 }
 
 
@@ -167,3 +174,47 @@ async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep) 
         log.warning("retry of %s/%s failed: %s", run, job, exc)
         raise _unavailable() from None
     return RetryOut(run_id=answer.run_id, job_id=answer.job_id, round=answer.round, reset_jobs=answer.reset_jobs)
+
+
+async def _decide(
+    run: str, job: str, approved: bool, body: DecisionIn | None, principal: Principal, client: Client
+) -> JobOut:
+    check_job_id(job)
+    state = await load_run(client, principal, run)
+    if state.job(job) is None:
+        raise not_found("job")
+    request = ApprovalRequest(
+        job_id=job, approved=approved, user_id=principal.user_id, comment=body.comment if body else None
+    )
+    try:
+        answer = await decide_job(client, run, request)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type in _DECISION_STATUS:
+            status, code = _DECISION_STATUS[cause.type]
+            raise ApiError(status, code, cause.message, param="job") from None
+        log.warning("decision on %s/%s failed: %s", run, job, cause)
+        raise ApiError(409, "decision_refused", "the run refused the decision") from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise ApiError(409, "run_closed", "the run is closed") from None
+        log.warning("decision on %s/%s failed: %s", run, job, exc)
+        raise _unavailable() from None
+    return JobOut.from_state(answer)
+
+
+@router.post("/v1/runs/{run}/jobs/{job}/approve")
+async def approve(
+    run: str, job: str, principal: PrincipalDep, client: ClientDep, body: DecisionIn | None = None
+) -> JobOut:
+    """Approve a job awaiting approval (a user of the run's tenant, among the environment's
+    approvers when it names any); the decision is recorded in the job's ``approvals``."""
+    return await _decide(run, job, True, body, principal, client)
+
+
+@router.post("/v1/runs/{run}/jobs/{job}/reject")
+async def reject(
+    run: str, job: str, principal: PrincipalDep, client: ClientDep, body: DecisionIn | None = None
+) -> JobOut:
+    """Reject a job awaiting approval: it fails and its dependents are skipped; recorded too."""
+    return await _decide(run, job, False, body, principal, client)

@@ -145,6 +145,15 @@ class AttemptOut(BaseModel):
     log: AttemptLogOut | None = None
 
 
+class ApprovalOut(BaseModel):
+    round: int
+    environment: str
+    decision: Literal["approved", "rejected"]
+    user_id: str
+    at: datetime
+    comment: str | None = None
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -163,11 +172,18 @@ class JobOut(BaseModel):
     error: str | None = None
     outputs: dict[str, str] = Field(default_factory=dict)
     idempotency_key: str = ""
+    # ``environment:`` of the job; a protected one makes it wait in ``awaiting_approval``.
+    environment: str | None = None
+    # Every approve/reject decision (user, time, comment, round): the audit trail.
+    approvals: list[ApprovalOut] = Field(default_factory=list)
 
     @classmethod
     def from_state(cls, job: JobState) -> JobOut:
         data = job.model_dump(mode="json")
         data["id"] = data.pop("job_id")
+        data["approvals"] = [
+            {**a, "decision": "approved" if a.pop("approved") else "rejected"} for a in data.get("approvals", [])
+        ]
         return cls.model_validate(data)
 
 
@@ -261,3 +277,35 @@ class LogPage(BaseModel):
     chunks: list[LogChunkOut] = Field(default_factory=list)
     gaps: list[int] = Field(default_factory=list)
     has_more: bool = False
+
+
+# Environments and approvals ----------------------------------------------------------------
+
+
+class EnvironmentPut(BaseModel):
+    """``PUT /v1/repos/{id}/environments/{name}``: protect (or unprotect) an environment."""
+
+    required_approval: bool = Field(description="jobs naming this environment wait for an approval")
+    approvers: list[str] = Field(
+        default_factory=list, max_length=100, description="user ids who may approve; empty: any user of the tenant"
+    )
+
+
+class EnvironmentOut(BaseModel):
+    object: Literal["ci.environment"] = "ci.environment"
+    repo_id: str
+    name: str
+    required_approval: bool
+    approvers: list[str] = Field(default_factory=list)
+    updated_at: datetime
+
+
+class EnvironmentList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EnvironmentOut]
+
+
+class DecisionIn(BaseModel):
+    """Body of ``POST /v1/runs/{id}/jobs/{job}/approve`` and ``.../reject`` (optional)."""
+
+    comment: str | None = Field(default=None, max_length=1000)

@@ -129,6 +129,18 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("DELETE", "/v1/repos/{repo_id}/secrets/{name}"): expect_404(
         "DELETE", lambda v: f"/v1/repos/{v.pushed.repo_id}/secrets/A_TOKEN"
     ),
+    ("PUT", "/v1/repos/{repo_id}/environments/{name}"): expect_404(
+        "PUT", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments/production", {"required_approval": False}
+    ),
+    ("GET", "/v1/repos/{repo_id}/environments"): expect_404(
+        "GET", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments"
+    ),
+    ("POST", "/v1/runs/{run}/jobs/{job}/approve"): expect_404(
+        "POST", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/approve"
+    ),
+    ("POST", "/v1/runs/{run}/jobs/{job}/reject"): expect_404(
+        "POST", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/reject"
+    ),
 }
 
 
