@@ -136,6 +136,29 @@ class GitMirror:
                 raise CommitNotFound(f"commit {sha} is not in {clone_url}")
         return mirror
 
+    def fetch_heads(
+        self, repo_id: str, clone_url: str, heartbeat: Callable[[], None] | None = None
+    ) -> tuple[Path, dict[str, str]]:
+        """Bring the mirror up to date; returns it and its branches' heads (name -> sha)."""
+        check_request(clone_url, "0" * 40)
+        mirror = self.path(repo_id)
+        with self._locked(repo_id):
+            if not (mirror / "HEAD").exists():
+                tmp = mirror.with_name(mirror.name + ".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                run_git(["clone", "--mirror", "--quiet", "--", clone_url, str(tmp)], heartbeat)
+                tmp.rename(mirror)
+            else:
+                run_git(["remote", "set-url", "origin", "--", clone_url], cwd=mirror)
+                run_git(["fetch", "--prune", "--quiet", "origin"], heartbeat, cwd=mirror)
+            out = run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"], cwd=mirror)
+        heads = {}
+        for line in out.decode(errors="replace").splitlines():
+            sha, _, ref = line.partition(" ")
+            if SHA.match(sha) and ref.startswith("refs/heads/"):
+                heads[ref[len("refs/heads/") :]] = sha
+        return mirror, heads
+
     def workflow_files(self, mirror: Path, sha: str, max_bytes: int) -> list[tuple[str, bytes | None]]:
         """``(path, content)`` of ``.github/workflows/*.yml|yaml`` at ``sha``; content is
         ``None`` for a file larger than ``max_bytes``."""

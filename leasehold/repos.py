@@ -178,6 +178,16 @@ def list_repos(factory: sessionmaker, tenant_id: str) -> list[RepoRecord]:
     return [_record(r) for r in rows]
 
 
+def all_repos(factory: sessionmaker, repo_ids: list[str] | None = None) -> list[RepoRecord]:
+    """Every tenant's repositories (or those of ``repo_ids``), oldest first: for the reconciler."""
+    query = select(Repository).order_by(Repository.created_at, Repository.id)
+    if repo_ids is not None:
+        query = query.where(Repository.id.in_(repo_ids))
+    with factory() as session:
+        rows = session.scalars(query).all()
+    return [_record(r) for r in rows]
+
+
 def webhook_candidates(
     factory: sessionmaker, full_name: str | None, host_id: int | str | None
 ) -> list[WebhookCandidate]:

@@ -4,6 +4,7 @@ Later features add their table modules here so ``init_database`` creates them.
 """
 
 import leasehold.ci_environments
+import leasehold.ci_heads
 import leasehold.ci_plans
 import leasehold.database
 import leasehold.repos

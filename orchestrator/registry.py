@@ -51,3 +51,12 @@ def _register_ci_tenancy() -> None:
 
 
 _register_ci_tenancy()
+
+
+def _register_ci_reconcile() -> None:
+    from workflows.ci_reconcile import CIReconcileWorkflow
+
+    WORKFLOWS.append(CIReconcileWorkflow)
+
+
+_register_ci_reconcile()

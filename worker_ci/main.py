@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
 from activities.ci_listing import CIListingActivities
+from activities.ci_reconcile import CIReconcileActivities
 from activities.ci_secrets import DatabaseSecretSource
 from leasehold.ci_environments import environment_rules
 from leasehold.database import init_database
@@ -28,6 +29,7 @@ from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
 from worker_ci.sandbox import limits_from, make_sandbox
+from workflows.ci_start import ensure_reconcile_schedule
 from workflows.queues import ci_control_queue, ci_queue
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ async def serve(settings: Settings) -> None:
     )
     db = init_database(settings.resolved_database_url)
     listing = CIListingActivities(mirror, partial(environment_rules, db))
+    reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
     job_worker = Worker(
         client,
@@ -75,13 +78,15 @@ async def serve(settings: Settings) -> None:
     control_worker = Worker(
         client,
         task_queue=ci_control_queue(settings.queue_prefix),
-        activities=[listing.list_workflows],
+        activities=[listing.list_workflows, reconcile.list_repos, reconcile.reconcile_repo],
         activity_executor=ThreadPoolExecutor(max_workers=CONTROL_CONCURRENCY, thread_name_prefix="ci-control"),
         max_concurrent_activities=CONTROL_CONCURRENCY,
     )
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # Idempotent: each CI worker makes sure the lost-webhook reconciler is scheduled.
+    await ensure_reconcile_schedule(client, settings.queue_prefix, settings.ci_reconcile_interval_seconds)
     async with job_worker, control_worker:
         state["ready"] = True
         log.info("ci worker (%s sandbox) polling %s and %s", sandbox.name, job_queue, control_worker.task_queue)

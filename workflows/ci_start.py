@@ -7,7 +7,21 @@ whose ``cause`` is an ``ApplicationError`` with ``type`` in ``RetryRejectedReaso
 
 from __future__ import annotations
 
-from temporalio.client import Client, WorkflowHandle
+from datetime import timedelta
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+    WorkflowHandle,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -19,6 +33,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from workflows import search_attributes as sa
 from workflows.ci_ids import push_id, push_workflow_id, run_workflow_id
 from workflows.ci_push import CIPushWorkflow
+from workflows.ci_reconcile import CIReconcileWorkflow
 from workflows.ci_run import CIRunWorkflow
 from workflows.ci_types import (
     ApprovalRequest,
@@ -26,6 +41,7 @@ from workflows.ci_types import (
     CIPushState,
     CIRunState,
     JobState,
+    ReconcileInput,
     RetryJobRequest,
     RetryJobResponse,
 )
@@ -90,3 +106,40 @@ async def retry_job(client: Client, run: str, job_id: str, requested_by: str | N
 async def decide_job(client: Client, run: str, request: ApprovalRequest) -> JobState:
     """Approve or reject a job awaiting approval (workflow Update); returns the job's state."""
     return await run_handle(client, run).execute_update(CIRunWorkflow.decide, request)
+
+
+def reconcile_schedule_id(queue_prefix: str) -> str:
+    """One reconciler schedule per deployment (task-queue prefix)."""
+    return f"{queue_prefix}ci-reconcile"
+
+
+def _reconcile_schedule(queue_prefix: str, interval_seconds: float) -> Schedule:
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            CIReconcileWorkflow.run,
+            ReconcileInput(queue_prefix=queue_prefix),
+            id=f"{reconcile_schedule_id(queue_prefix)}-run",
+            task_queue=orchestration_queue(queue_prefix),
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_seconds))]),
+        # A slow pass (many repositories) is not overlapped by the next one.
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+
+async def ensure_reconcile_schedule(client: Client, queue_prefix: str, interval_seconds: float) -> str:
+    """Create the reconciler's schedule, or bring an existing one to this interval; idempotent
+    (every CI worker calls it at start). Returns the schedule id."""
+    schedule_id = reconcile_schedule_id(queue_prefix)
+    wanted = _reconcile_schedule(queue_prefix, interval_seconds)
+    try:
+        await client.create_schedule(schedule_id, wanted)
+    except ScheduleAlreadyRunningError:
+
+        def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
+            if current.description.schedule.spec.intervals == wanted.spec.intervals:
+                return None
+            return ScheduleUpdate(schedule=wanted)
+
+        await client.get_schedule_handle(schedule_id).update(update)
+    return schedule_id

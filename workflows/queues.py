@@ -85,3 +85,12 @@ CI_JOB_MAX_ATTEMPTS = 3
 CI_JOB_SCHEDULE_TO_START_SECONDS = 24 * 3600.0
 # Manual retries accepted per run: bounds the run workflow's history (see CIRunWorkflow).
 CI_MAX_RETRIES_PER_RUN = 20
+
+# CI reconciler (lost webhooks): its activities run on the control queue (CI workers hold the
+# mirrors and the database); repositories are reconciled a few at a time.
+CI_RECONCILE_REPO_TIMEOUT_SECONDS = 600.0
+CI_RECONCILE_HEARTBEAT_SECONDS = 30.0
+CI_RECONCILE_MAX_ATTEMPTS = 3
+CI_RECONCILE_PARALLEL_REPOS = 4
+# Repositories per workflow run; the rest continue as new (bounds the history).
+CI_RECONCILE_REPOS_PER_RUN = 200
