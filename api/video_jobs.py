@@ -17,10 +17,11 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.enums.v1 import PendingActivityState
@@ -44,7 +45,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.video_generation import GENERATE_VIDEO
 from api.errors import ApiError, invalid, not_found
-from api.schemas.videos import Video, VideoCreateRequest, VideoError
+from api.schemas.videos import Video, VideoCreateRequest, VideoError, VideoQueue
+from api.video_admission import admit
+from api.video_capacity import CapacityTracker
+from api.video_estimates import Estimate, estimate_queued, estimate_running
+from api.video_memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
 from leasehold.api_keys import Principal
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
@@ -69,8 +74,6 @@ log = logging.getLogger(__name__)
 
 JOB_ID_PREFIX = "video_"
 WORKFLOW_ID_PREFIX = "video-"
-WORKFLOW_TYPE = "VideoJobWorkflow"
-MEMO_KEY = "job"
 
 # A GET must stay fast even when no orchestration worker can answer the state query; it then
 # answers from the execution's description alone.
@@ -85,25 +88,8 @@ DELETE_CANCEL_WAIT_SECONDS = 15.0
 # Listing scans visibility; ascending order needs the whole range (SQL visibility cannot ORDER BY).
 LIST_SCAN_LIMIT = 10_000
 LIST_DESCRIBE_CONCURRENCY = 8
-# A rough cost of the stand-in model on one GPU, for ETAs until they are measured.
-SECONDS_PER_STEP_FRAME_MEGAPIXEL = 0.01
 # How often the SSE stream and the cancel/delete waits look at a job.
 WATCH_INTERVAL_SECONDS = 0.5
-
-
-class JobMemo(BaseModel):
-    """Written into the execution's memo at start: what was asked, by whom, and its hash."""
-
-    request_hash: str
-    prompt: str
-    model: str
-    seconds: int
-    width: int
-    height: int
-    seed: int
-    steps: int | None = None
-    created_at: float
-    expires_after_seconds: int
 
 
 @dataclass
@@ -121,6 +107,7 @@ class JobView:
     error_message: str | None = None
     result: GenerateResult | None = None
     eta_seconds: float | None = None
+    estimate: Estimate | None = None
     # Sort key of listings: (start time, job id).
     start_time: datetime = field(default_factory=lambda: datetime.fromtimestamp(0, UTC))
 
@@ -156,6 +143,7 @@ class JobView:
             error=error,
             eta_seconds=self.eta_seconds,
             attempt=self.attempt,
+            **_estimate_fields(self),
         )
 
 
@@ -273,19 +261,30 @@ class _Live:
     started: bool = False
     attempt: int = 0
     progress: GenerateProgress | None = None
+    # When the running attempt started (epoch seconds).
+    started_at: float | None = None
 
 
 class VideoJobs:
     """The caller's video jobs (one instance per request, scoped to one principal)."""
 
     def __init__(
-        self, client: Client, settings: Settings, store: ObjectStore, db: sessionmaker, principal: Principal
+        self,
+        client: Client,
+        settings: Settings,
+        store: ObjectStore,
+        db: sessionmaker,
+        principal: Principal,
+        capacity: CapacityTracker | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.store = store
         self.db = db
         self.principal = principal
+        # Admission and ETAs; without it (an app built without the capacity router) every
+        # job is admitted and ETAs are the model's rough cost.
+        self.capacity = capacity
 
     # Submit -----------------------------------------------------------------------------
 
@@ -303,8 +302,38 @@ class VideoJobs:
                 "Idempotency-Key",
             )
         digest = request_hash(request)
-        now = datetime.now(UTC)
         spec = _spec(request.model, self.settings)
+        async with AsyncExitStack() as admission_scope:
+            fairness: tuple[str, float] | None = None
+            if self.capacity is not None and not (idempotency_key is not None and await self._exists(job_id)):
+                # A replay of an existing job is not a new job: no cap, no admission.
+                await self.capacity.ready()
+                await admission_scope.enter_async_context(
+                    self.capacity.user_lock(self.principal.tenant_id, self.principal.user_id)
+                )
+                admission = admit(self.capacity, self.settings, self.principal, request.model)
+                fairness = (admission.fairness_key, admission.fairness_weight)
+            return await self._start(job_id, request, digest, spec, idempotency_key, fairness)
+
+    async def _exists(self, job_id: str) -> bool:
+        try:
+            await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            if _is_not_found(exc):
+                return False
+            raise _unavailable(exc) from exc
+        return True
+
+    async def _start(
+        self,
+        job_id: str,
+        request: VideoRequest,
+        digest: str,
+        spec: VideoModelSpec,
+        idempotency_key: str | None,
+        fairness: tuple[str, float] | None,
+    ) -> JobView:
+        now = datetime.now(UTC)
         job_input = VideoJobInput(
             job_id=job_id,
             tenant_id=self.principal.tenant_id,
@@ -317,6 +346,8 @@ class VideoJobs:
             housekeeping_queue=orchestration_queue(self.settings.queue_prefix),
             heartbeat_timeout_seconds=self.settings.video_heartbeat_timeout_seconds,
             checkpoint_interval_seconds=self.settings.checkpoint_interval_seconds,
+            fairness_key=fairness[0] if fairness else None,
+            fairness_weight=fairness[1] if fairness else None,
         )
         memo = JobMemo(
             request_hash=digest,
@@ -329,6 +360,8 @@ class VideoJobs:
             steps=request.steps,
             created_at=now.timestamp(),
             expires_after_seconds=job_input.expires_after_seconds,
+            fairness_key=job_input.fairness_key,
+            fairness_weight=job_input.fairness_weight,
         )
         try:
             await self.client.start_workflow(
@@ -356,6 +389,10 @@ class VideoJobs:
             pass  # a closed job with this key: compared below like a running one
         except RPCError as exc:
             raise _unavailable(exc) from exc
+        if self.capacity is not None and fairness is not None:
+            self.capacity.record_submit(
+                job_id, self.principal.tenant_id, self.principal.user_id, self.principal.tier, request.model
+            )
         if idempotency_key is None:
             return self._fresh_view(job_id, memo, spec)
         existing = await self.get(job_id, with_query=False)
@@ -373,7 +410,7 @@ class VideoJobs:
 
     def _fresh_view(self, job_id: str, memo: JobMemo, spec: VideoModelSpec) -> JobView:
         view = JobView(job_id=job_id, memo=memo, status=VideoStatus.QUEUED)
-        view.eta_seconds = _eta(view, spec)
+        self._estimate(view, spec)
         return view
 
     # Read -------------------------------------------------------------------------------
@@ -435,6 +472,8 @@ class VideoJobs:
             if progress is None and pending.activity_type.name != GENERATE_VIDEO:
                 continue
             live.started = started
+            if started and pending.HasField("last_started_time"):
+                live.started_at = pending.last_started_time.ToDatetime(UTC).timestamp()
             # ``attempt`` of a scheduled activity is the attempt it will start as.
             live.attempt = pending.attempt if started else pending.attempt - 1
             live.progress = progress
@@ -482,8 +521,10 @@ class VideoJobs:
             if execution.status != WorkflowExecutionStatus.RUNNING and closed in TERMINAL_STATUSES:
                 if view.status not in TERMINAL_STATUSES:
                     view.status = closed
+        started_at: float | None = None
         if desc is not None and not view.terminal:
             live = await self._live(desc)
+            started_at = live.started_at
             view.attempt = max(view.attempt, live.attempt)
             if live.started and view.status is VideoStatus.QUEUED:
                 # The workflow learns that generation started only when it ends; the pending
@@ -498,8 +539,28 @@ class VideoJobs:
             if view.expires_at is None and view.completed_at is not None:
                 view.expires_at = view.completed_at + timedelta(seconds=memo.expires_after_seconds)
         spec = video_models.get_model(memo.model)
-        view.eta_seconds = _eta(view, spec) if spec is not None else None
+        if spec is not None:
+            self._estimate(view, spec, started_at=started_at)
         return view
+
+    def _estimate(self, view: JobView, spec: VideoModelSpec, started_at: float | None = None) -> None:
+        if view.terminal:
+            view.estimate = None
+            view.eta_seconds = None
+            return
+        if view.status is VideoStatus.IN_PROGRESS:
+            view.estimate = estimate_running(self.capacity, spec, view.memo, view.progress, started_at)
+        else:
+            view.estimate = estimate_queued(
+                self.capacity,
+                spec,
+                view.job_id,
+                view.memo,
+                self.principal.tenant_id,
+                self.principal.user_id,
+                self.principal.tier,
+            )
+        view.eta_seconds = view.estimate.eta_seconds
 
     # List -------------------------------------------------------------------------------
 
@@ -672,23 +733,40 @@ def _visibility_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def estimated_generation_seconds(spec: VideoModelSpec, memo: JobMemo) -> float:
-    """GPU seconds a job should take: cost grows with steps x frames x pixels."""
-    steps = memo.steps or spec.default_steps
-    megapixels = memo.width * memo.height / 1e6
-    return SECONDS_PER_STEP_FRAME_MEGAPIXEL * steps * spec.frame_count(memo.seconds) * megapixels
-
-
-def _eta(view: JobView, spec: VideoModelSpec) -> float | None:
-    """Seconds until done from the model's cost estimate; queue wait is not included yet."""
-    if view.terminal:
-        return None
-    total = estimated_generation_seconds(spec, view.memo)
-    return round(max(0.0, total * (1 - view.progress / 100)), 1)
+# Pollers wait a tenth of the ETA, within these bounds; without an ETA, the upper one.
+MIN_POLL_AFTER_MS = 500
+MAX_POLL_AFTER_MS = 30_000
 
 
 def poll_after_ms(view: JobView) -> int:
-    """How long a poller should wait: a tenth of the ETA, between half a second and five."""
+    """How long a poller should wait: a tenth of the ETA, so it follows the ETA as it moves."""
     if view.eta_seconds is None:
-        return 1000
-    return int(min(5000, max(500, view.eta_seconds * 100)))
+        return MAX_POLL_AFTER_MS
+    return int(min(MAX_POLL_AFTER_MS, max(MIN_POLL_AFTER_MS, view.eta_seconds * 100)))
+
+
+def _estimate_fields(view: JobView) -> dict[str, Any]:
+    """The ETA extension fields of a video object."""
+    estimate = view.estimate
+    if estimate is None or view.terminal:
+        return {}
+    queue = None
+    if estimate.queue is not None and view.status is VideoStatus.QUEUED:
+        q = estimate.queue
+        queue = VideoQueue(
+            position=q.position,
+            ahead=q.ahead,
+            workers_serving=q.workers_serving,
+            completion_rate_per_min=q.completion_rate_per_min,
+            reason=q.reason,
+        )
+    return {
+        "estimated_start_at": _epoch(estimate.estimated_start_at),
+        "estimated_completion_at": _epoch(estimate.estimated_completion_at),
+        "eta_reason": estimate.reason,
+        "queue": queue,
+    }
+
+
+def _epoch(value: float | None) -> int | None:
+    return round(value) if value is not None else None

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
 from api.errors import ApiError
+from api.routers.capacity import capacity_tracker
 from api.routers.files import content_type_for
 from api.schemas.videos import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video_jobs import VideoJobs, poll_after_ms
@@ -31,9 +32,9 @@ SSE_MAX_SECONDS = 3600.0
 
 
 def get_jobs(
-    client: ClientDep, settings: SettingsDep, store: StoreDep, db: DbDep, principal: PrincipalDep
+    request: Request, client: ClientDep, settings: SettingsDep, store: StoreDep, db: DbDep, principal: PrincipalDep
 ) -> VideoJobs:
-    return VideoJobs(client, settings, store, db, principal)
+    return VideoJobs(client, settings, store, db, principal, capacity_tracker(request))
 
 
 JobsDep = Annotated[VideoJobs, Depends(get_jobs)]

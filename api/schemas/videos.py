@@ -73,6 +73,17 @@ class VideoError(BaseModel):
     message: str
 
 
+class VideoQueue(BaseModel):
+    """Why a job is still queued."""
+
+    # 1-based place in the model's dispatch order (Temporal fairness across tiers and users).
+    position: int
+    ahead: int
+    workers_serving: int
+    completion_rate_per_min: float
+    reason: str
+
+
 class Video(BaseModel):
     """The OpenAI video object, plus ``eta_seconds`` and ``attempt``."""
 
@@ -93,6 +104,13 @@ class Video(BaseModel):
     # times generation has started (a retry after a lost worker counts again).
     eta_seconds: float | None = None
     attempt: int = 0
+    # When the job is expected to start generating and to complete (Unix seconds), and why
+    # there is no ETA when ``eta_seconds`` is null while the job is not finished.
+    estimated_start_at: int | None = None
+    estimated_completion_at: int | None = None
+    eta_reason: str | None = None
+    # While queued: where the job stands and what serves its model.
+    queue: VideoQueue | None = None
 
 
 class VideoList(BaseModel):

@@ -1,0 +1,238 @@
+"""ETAs of video jobs: the model of one model version's queue and its workers.
+
+Pure computation over a measured snapshot (``api/video_capacity.py`` takes the snapshots):
+
+* Run time of a job = the model's measured per-job overhead + its steps x the measured time
+  per step for its length and size (frames x pixels), scaled from other sizes until that size
+  has been seen, and from the catalogue's rough cost until anything has been measured.
+* Dispatch order = what Temporal's fairness does with the queued jobs' fairness keys and
+  weights: stride scheduling, each key advancing by ``1 / weight`` per task.
+* Queue wait = list scheduling of the jobs ahead, in that order, onto the workers that serve
+  the model now, each free once its running job's remaining work is done. With equal jobs
+  this is exactly "jobs ahead / completion rate"; with mixed lengths it weighs each job ahead
+  by its own run time, and it follows the live worker count at once (a completion rate
+  measured over a window would lag a reclaimed third of the fleet by that window).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from workflows.video_models import VideoModelSpec
+
+# Until anything is measured: a rough cost of the stand-in model per step x frame x megapixel
+# on one core, and a per-job overhead (encode, upload, dispatch).
+PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL = 0.01
+PRIOR_OVERHEAD_SECONDS = 1.0
+# Weight of a new sample in the running averages (recent jobs count more: capacity changes).
+EWMA_ALPHA = 0.3
+# Temporal's fairness weights live in this range; weights outside it are clamped by the server.
+MIN_FAIRNESS_WEIGHT = 0.001
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What a job's cost depends on."""
+
+    steps: int
+    frames: int
+    width: int
+    height: int
+
+    @property
+    def frame_megapixels(self) -> float:
+        return self.frames * self.width * self.height / 1e6
+
+
+@dataclass
+class QueuedJob:
+    """A job waiting for a worker (its generation activity is scheduled, not started)."""
+
+    job_id: str
+    tenant_id: str
+    user_id: str
+    tier: str
+    created_at: float
+    shape: JobShape
+    fairness_key: str
+    fairness_weight: float
+
+
+@dataclass
+class RunningJob:
+    """A job whose generation activity has started on a worker."""
+
+    job_id: str
+    tenant_id: str
+    user_id: str
+    tier: str
+    shape: JobShape
+    step: int
+    worker: str
+    # False when its heartbeats stopped: the worker is probably gone and the job will be
+    # handed to another one once the heartbeat timeout passes.
+    alive: bool
+    attempt: int = 1
+
+
+@dataclass
+class ModelSnapshot:
+    """One model version's queue and workers at ``taken_at`` (epoch seconds)."""
+
+    model: str
+    taken_at: float
+    queued: list[QueuedJob] = field(default_factory=list)
+    running: list[RunningJob] = field(default_factory=list)
+    # Workers serving the model now: polling recently, or generating with live heartbeats.
+    workers_serving: int = 0
+    # Of those, how many are polling (idle) right now.
+    workers_polling: int = 0
+    # Task-queue statistics (DescribeTaskQueue report_stats): approximate, from the server.
+    backlog: int = 0
+    oldest_queued_age_seconds: float = 0.0
+    add_rate_per_second: float = 0.0
+    dispatch_rate_per_second: float = 0.0
+    completions_per_minute: float = 0.0
+    mean_job_seconds: float | None = None
+    # False until the first refresh succeeded.
+    measured: bool = False
+
+
+class JobCosts:
+    """Measured run times of one model version: per-step time by shape, and per-job overhead."""
+
+    def __init__(self, spec: VideoModelSpec) -> None:
+        self.spec = spec
+        # Seconds per step keyed by frame-megapixels (one entry per length x size seen).
+        self._step_seconds: dict[float, float] = {}
+        # Seconds per step per frame-megapixel across all shapes: scales to unseen shapes.
+        self._per_unit: float | None = None
+        self._overhead: float | None = None
+        self._job_seconds: float | None = None
+        self.samples = 0
+
+    @staticmethod
+    def _blend(old: float | None, new: float) -> float:
+        return new if old is None else old + EWMA_ALPHA * (new - old)
+
+    def observe_step(self, shape: JobShape, seconds_per_step: float) -> None:
+        """A measured time per step of a job of ``shape``."""
+        if seconds_per_step <= 0:
+            return
+        key = round(shape.frame_megapixels, 6)
+        self._step_seconds[key] = self._blend(self._step_seconds.get(key), seconds_per_step)
+        if shape.frame_megapixels > 0:
+            self._per_unit = self._blend(self._per_unit, seconds_per_step / shape.frame_megapixels)
+        self.samples += 1
+
+    def observe_job(self, run_seconds: float, step_seconds_total: float) -> None:
+        """A completed attempt: its wall time from start to result, and the part spent in steps."""
+        if run_seconds <= 0:
+            return
+        self._overhead = self._blend(self._overhead, max(0.0, run_seconds - step_seconds_total))
+        self._job_seconds = self._blend(self._job_seconds, run_seconds)
+
+    @property
+    def mean_job_seconds(self) -> float | None:
+        return self._job_seconds
+
+    @property
+    def measured(self) -> bool:
+        return self.samples > 0
+
+    def seconds_per_step(self, shape: JobShape) -> float:
+        key = round(shape.frame_megapixels, 6)
+        if key in self._step_seconds:
+            return self._step_seconds[key]
+        if self._step_seconds:
+            # Cost is not linear in pixels for small frames (fixed per-step costs dominate), so
+            # scale from the nearest measured shape rather than from the global ratio alone.
+            nearest = min(self._step_seconds, key=lambda k: abs(k - key))
+            if nearest > 0:
+                return self._step_seconds[nearest] * key / nearest
+        if self._per_unit is not None:
+            return self._per_unit * shape.frame_megapixels
+        return PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL * shape.frame_megapixels
+
+    def overhead_seconds(self) -> float:
+        return PRIOR_OVERHEAD_SECONDS if self._overhead is None else self._overhead
+
+    def run_seconds(self, shape: JobShape) -> float:
+        """Expected wall time of a whole job of ``shape`` on one worker."""
+        return self.overhead_seconds() + shape.steps * self.seconds_per_step(shape)
+
+    def remaining_seconds(self, shape: JobShape, step: int) -> float:
+        """Expected wall time left for a job of ``shape`` that has done ``step`` steps."""
+        left = max(0, shape.steps - step)
+        return self.overhead_seconds() + left * self.seconds_per_step(shape)
+
+
+def dispatch_order(queued: Iterable[QueuedJob]) -> list[QueuedJob]:
+    """The order Temporal's fairness dispatches ``queued`` in (stride scheduling by key).
+
+    Each fairness key advances by ``1 / weight`` per task, in submission order; tasks go out in
+    increasing pass, ties in submission order. Passes are computed over the current backlog
+    from a common base, as the server does for tasks enqueued against the same base.
+    """
+    passes: dict[str, float] = {}
+    ranked: list[tuple[float, float, str, QueuedJob]] = []
+    for job in sorted(queued, key=lambda j: (j.created_at, j.job_id)):
+        weight = max(MIN_FAIRNESS_WEIGHT, job.fairness_weight)
+        passes[job.fairness_key] = passes.get(job.fairness_key, 0.0) + 1.0 / weight
+        ranked.append((passes[job.fairness_key], job.created_at, job.job_id, job))
+    ranked.sort(key=lambda r: r[:3])
+    return [r[3] for r in ranked]
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """Where each queued job stands: its place in dispatch order and its expected start."""
+
+    # job id -> (position, 1-based, counting jobs whose worker vanished first; seconds from now to start)
+    starts: dict[str, tuple[int, float]]
+    # job id -> expected seconds of work left for running jobs (alive or stalled)
+    remaining: dict[str, float]
+    workers: int
+
+
+def plan(snapshot: ModelSnapshot, costs: JobCosts, extra: QueuedJob | None = None) -> QueuePlan | None:
+    """Expected start of every queued job (and ``extra``, a job about to be submitted).
+
+    ``None`` when no worker serves the model: there is no honest number to give.
+    """
+    alive = [r for r in snapshot.running if r.alive]
+    stalled = [r for r in snapshot.running if not r.alive]
+    remaining = {r.job_id: costs.remaining_seconds(r.shape, r.step) for r in snapshot.running}
+    workers = max(snapshot.workers_serving, len(alive))
+    if workers == 0:
+        return None
+    free = sorted(remaining[r.job_id] for r in alive)[:workers]
+    free += [0.0] * (workers - len(free))
+    heapq.heapify(free)
+    starts: dict[str, tuple[int, float]] = {}
+    # A job whose worker vanished is handed out again before the backlog (its retry is due
+    # first); it costs its remaining work, which resumes from its checkpoint.
+    position = 0
+    for stalled_job in stalled:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + remaining[stalled_job.job_id])
+        position += 1
+    queue = list(snapshot.queued) + ([extra] if extra is not None else [])
+    for job in dispatch_order(queue):
+        start = heapq.heappop(free)
+        position += 1
+        starts[job.job_id] = (position, start)
+        heapq.heappush(free, start + costs.run_seconds(job.shape))
+    return QueuePlan(starts=starts, remaining=remaining, workers=workers)
+
+
+def shape_of(spec: VideoModelSpec, steps: int | None, seconds: int, width: int, height: int) -> JobShape:
+    """The cost shape of a request for ``spec``."""
+    return JobShape(
+        steps=steps if steps is not None else spec.default_steps,
+        frames=spec.frame_count(seconds),
+        width=width,
+        height=height,
+    )
