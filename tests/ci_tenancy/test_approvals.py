@@ -5,6 +5,9 @@ every decision is kept for audit; a user outside the approvers is refused, anoth
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import httpx
 import pytest
 
@@ -107,3 +110,17 @@ def test_approve_reject_cancel_and_audit(tenancy: CIStack) -> None:
     assert cancelled["status"] == "cancelled"
     assert job(cancelled, "deploy")["status"] == "cancelled" and job(cancelled, "deploy")["approvals"] == []
     assert job(cancelled, "notify")["status"] in ("cancelled", "skipped")
+
+
+def test_cli_sets_and_lists_environments(tenancy: CIStack) -> None:
+    client = tenancy.new_tenant()
+    repo_id, _, _ = tenancy.register(client, tenancy.git_remote(), hook=False)
+    tenant = client.tenant_id  # type: ignore[attr-defined]
+    base = [sys.executable, "-m", "cli.main", "environments"]
+    where = ["--data-dir", str(tenancy.settings.data_dir), "--tenant", tenant, "--repo", repo_id]
+    done = subprocess.run([*base, "set", *where, "Staging", "--approver", "alice"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    listed = client.get(f"/v1/repos/{repo_id}/environments").json()["data"]
+    assert [(e["name"], e["required_approval"], e["approvers"]) for e in listed] == [("Staging", True, ["alice"])]
+    other = subprocess.run([*base, "list", *where[:3], "someone-else", *where[4:]], capture_output=True, text=True)
+    assert other.returncode == 2 and "has no repository" in other.stderr

@@ -1,0 +1,61 @@
+"""``leasehold environments set|list``: which environments of a repository require approval."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.main import EXTRA_COMMANDS, UsageError, _settings
+
+
+def _db(args: argparse.Namespace) -> Any:
+    from leasehold.database import init_database
+    from leasehold.repos import get_repo
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = init_database(settings.resolved_database_url)
+    if get_repo(db, args.tenant, args.repo) is None:
+        raise UsageError(f"tenant {args.tenant!r} has no repository {args.repo!r}")
+    return db
+
+
+def cmd_environments_set(args: argparse.Namespace) -> int:
+    from leasehold.ci_environments import EnvironmentError, set_environment
+
+    db = _db(args)
+    try:
+        record = set_environment(db, args.tenant, args.repo, args.name, args.required_approval, args.approver or [])
+    except EnvironmentError as exc:
+        raise UsageError(exc.message) from None
+    print(json.dumps({**record.__dict__, "updated_at": record.updated_at.isoformat()}))
+    return 0
+
+
+def cmd_environments_list(args: argparse.Namespace) -> int:
+    from leasehold.ci_environments import list_environments
+
+    for record in list_environments(_db(args), args.tenant, args.repo):
+        print(json.dumps({**record.__dict__, "updated_at": record.updated_at.isoformat()}))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    common.add_argument("--tenant", required=True)
+    common.add_argument("--repo", required=True, help="repository id (repo_...)")
+    envs = sub.add_parser("environments", help="CI deployment environments that require approval")
+    envs_sub = envs.add_subparsers(dest="environments_command", required=True)
+    put = envs_sub.add_parser("set", parents=[common], help="protect (or unprotect) an environment")
+    put.add_argument("name")
+    put.add_argument("--required-approval", action=argparse.BooleanOptionalAction, default=True)
+    put.add_argument("--approver", action="append", help="a user id who may approve (repeat; none: any user)")
+    put.set_defaults(func=cmd_environments_set)
+    show = envs_sub.add_parser("list", parents=[common], help="a repository's environments")
+    show.set_defaults(func=cmd_environments_list)
+
+
+EXTRA_COMMANDS.append(add_commands)
