@@ -55,8 +55,10 @@ DESCRIBE_CONCURRENCY = 8
 MAX_TRACKED_JOBS = 500
 # Completion rate window.
 COMPLETION_WINDOW_SECONDS = 300.0
-# A submit this process accepted counts against its user's cap until a refresh sees the job
-# (visibility lags a start by up to a second; refreshes come every few seconds).
+# A submit this process accepted counts (against its user's cap, and as a waiting user of its
+# tier) until a refresh has seen the job, or has not seen it though it started this long
+# before the refresh (visibility lags a start by well under this): then it has ended.
+VISIBILITY_LAG_SECONDS = 2.0
 RECENT_SUBMIT_TTL_SECONDS = 15.0
 # The first admission decision of a fresh process waits this long for a first measurement.
 FIRST_REFRESH_WAIT_SECONDS = 5.0
@@ -188,6 +190,7 @@ class CapacityTracker:
                     return execution, None
 
         described = await asyncio.gather(*(describe(e) for e in executions))
+        open_ids = {e.id.removeprefix("video-") for e in executions}
         queue_desc = await tq_task
         completions = await count_task
 
@@ -309,7 +312,7 @@ class CapacityTracker:
         )
         self.snapshots[model] = snapshot
         self._plans.pop(model, None)
-        self._prune_recent(now)
+        self._prune_recent(model, now, open_ids)
         self._export(self.figures(model))
 
     async def _describe_queue(self, model: str) -> Any:
@@ -387,9 +390,13 @@ class CapacityTracker:
     def record_submit(self, job_id: str, tenant_id: str, user_id: str, tier: str, model: str) -> None:
         self._recent[job_id] = _Recent(job_id, tenant_id, user_id, tier, model, time.time())
 
-    def _prune_recent(self, now: float) -> None:
-        for job_id in [j for j, r in self._recent.items() if now - r.at > RECENT_SUBMIT_TTL_SECONDS]:
-            del self._recent[job_id]
+    def _prune_recent(self, model: str, taken_at: float, open_ids: set[str]) -> None:
+        """Forget submits the refresh taken at ``taken_at`` accounts for (seen, or seen to be gone)."""
+        for job_id, recent in list(self._recent.items()):
+            if recent.model != model:
+                continue
+            if job_id in open_ids or taken_at - recent.at > VISIBILITY_LAG_SECONDS:
+                del self._recent[job_id]
 
     def _known(self) -> tuple[set[str], set[str]]:
         queued = {j.job_id for s in self.snapshots.values() for j in s.queued}
@@ -419,8 +426,14 @@ class CapacityTracker:
         snapshot = self.snapshots.get(model)
         users = {(j.tenant_id, j.user_id) for j in snapshot.queued if j.tier == tier} if snapshot else set()
         now = time.time()
+        _queued, running = self._known()
         for recent in self._recent.values():
-            if recent.model == model and recent.tier == tier and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS:
+            if (
+                recent.model == model
+                and recent.tier == tier
+                and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
+                and recent.job_id not in running
+            ):
                 users.add((recent.tenant_id, recent.user_id))
         return users
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 
 from temporalio.client import Client
@@ -32,7 +34,8 @@ async def run_worker(
     server = serve_health(settings.metrics_host, settings.metrics_port or 0, lambda: state["ready"])
     log.info("%s worker health and metrics on http://%s:%s", name, settings.metrics_host, server.server_address[1])
 
-    client = await connect(settings, identity=f"leasehold-{name}")
+    # One identity per process: the API counts the workers serving a model by identity.
+    client = await connect(settings, identity=f"leasehold-{name}-{os.getpid()}@{socket.gethostname()}")
     worker = build(client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -71,7 +71,8 @@ class AdmissionStack:
 
 
 def body(steps: int = FAST_STEPS, **fields: Any) -> dict[str, Any]:
-    return {"prompt": "a lighthouse at dusk", "model": MODEL, "seconds": str(SECONDS), "size": SIZE, "steps": steps, **fields}
+    video = {"prompt": "a lighthouse at dusk", "model": MODEL, "seconds": str(SECONDS), "size": SIZE, "steps": steps}
+    return {**video, **fields}
 
 
 def create(caller: Caller, steps: int = FAST_STEPS, **fields: Any) -> dict[str, Any]:

@@ -54,9 +54,11 @@ def test_per_user_cap_is_429_and_creates_nothing(admission_stack: AdmissionStack
         assert str(PAID_CAP) in error["message"]
         # Nothing was created: the listing shows exactly the accepted jobs.
         listed = wait_until(
-            lambda: (data := paid.http.get("/v1/videos", params={"limit": 100}).json()["data"])
-            and len(data) >= PAID_CAP
-            and data,
+            lambda: (
+                (data := paid.http.get("/v1/videos", params={"limit": 100}).json()["data"])
+                and len(data) >= PAID_CAP
+                and data
+            ),
             10,
             "accepted jobs listed",
         )
