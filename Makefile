@@ -39,3 +39,8 @@ test: lint typecheck
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+.PHONY: chaos
+# The chaos suite alone (it also runs in `make test`); LEASEHOLD_CHAOS_SEED=<n> replays a run.
+chaos: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/chaos $(PYTEST_ARGS)

@@ -145,6 +145,13 @@ class History:
         """key -> job id of every acknowledged submit."""
         return {e.key: e.job_id for e in self.events if e.type is OpType.OK and e.job_id is not None}
 
+    def restricted(self, keys: Iterable[str]) -> History:
+        """The events of ``keys`` only (a scenario that mixes job kinds checks each apart)."""
+        wanted = set(keys)
+        part = History()
+        part._events = [e for e in self.events if e.key in wanted]
+        return part
+
     @classmethod
     def load(cls, path: Path) -> History:
         history = cls()

@@ -115,3 +115,12 @@ def test_a_missing_result_object_is_lost_and_unchecked_results_pass() -> None:
     h.ok("k", "c", "j1")
     assert verdicts(h, [done("j1", "k", stored=())]) == {"k": Verdict.LOST}
     assert check(h, [Observation("j1", "k", "success")], expected_status="success", results_per_job=None).ok
+
+
+def test_a_restricted_history_checks_one_kind_of_job() -> None:
+    h = History()
+    for key in ("video", "ci"):
+        h.invoke(key, "c")
+        h.ok(key, "c", f"j-{key}")
+    assert not check(h, [done("j-video", "video")]).ok
+    assert check(h.restricted(["video"]), [done("j-video", "video")]).ok
