@@ -77,7 +77,7 @@ MEAN_JOB_SECONDS = Gauge("leasehold_video_mean_job_seconds", "Measured mean wall
 WORKERS_NEEDED = Gauge(
     "leasehold_video_workers_needed", "Workers that Little's law says meet the target queue wait", _LABELS
 )
-FREE_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue wait of a new job", ["model", "tier"])
+EXPECTED_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue wait of a new job", ["model", "tier"])
 
 
 @dataclass
@@ -524,7 +524,7 @@ class CapacityTracker:
         WORKERS_NEEDED.labels(model).set(figures.workers_needed)
         for tier, wait in figures.expected_wait_seconds.items():
             # No worker: the wait is unbounded (+Inf), which an autoscaler reads as "scale up".
-            FREE_WAIT.labels(model, tier).set(math.inf if wait is None else wait)
+            EXPECTED_WAIT.labels(model, tier).set(math.inf if wait is None else wait)
 
 
 def _default_size(spec: VideoModelSpec) -> tuple[int, int]:
