@@ -185,7 +185,7 @@ def check(
 
     for key, events in by_key.items():
         types = {e.type for e in events}
-        acked_ids = {e.job_id for e in events if e.type is OpType.OK}
+        acked_ids = {e.job_id for e in events if e.type is OpType.OK and e.job_id is not None}
         found = held.get(key, [])
         ids = [o.job_id for o in found]
         if OpType.INVOKE not in types:

@@ -63,6 +63,8 @@ def chaos_settings_env() -> dict[str, str]:
         "LEASEHOLD_CI_CANCEL_GRACE_SECONDS": "1",
         "LEASEHOLD_CI_LOG_FLUSH_SECONDS": "0.3",
         "LEASEHOLD_CI_MAX_CONCURRENT_JOBS": "2",
+        # Admission limits are not under test here: batches and bursts come from one user.
+        "LEASEHOLD_VIDEO_PAID_MAX_QUEUED": "1000",
     }
 
 
@@ -240,10 +242,11 @@ class VideoClient:
     history: History
     name: str = "client"
     retry_for: float = 90.0
+    seconds: int = SECONDS
 
     def body(self, key: str, steps: int) -> dict[str, Any]:
         # The key travels in the prompt too, so a job found later names the key it was submitted under.
-        return {"prompt": f"chaos {key}", "model": MODEL, "seconds": str(SECONDS), "size": SIZE, "steps": steps}
+        return {"prompt": f"chaos {key}", "model": MODEL, "seconds": str(self.seconds), "size": SIZE, "steps": steps}
 
     def submit(self, key: str, steps: int) -> str | None:
         """Submit until acknowledged or definitely refused (bounded by ``retry_for``); the job id or None."""
@@ -464,6 +467,7 @@ def lost_work_of_kill(
     started_at: float,
     total_steps: int,
     final_attempt: int,
+    step_seconds: float | None = None,
 ) -> LostWork | None:
     """Work the killed ``attempt`` did that the next attempt had to redo (None: the killed
     attempt was the one that finished the job).
@@ -478,7 +482,7 @@ def lost_work_of_kill(
     own = [(t, s) for t, s in record.checkpoints.get((job_id, attempt), []) if t <= killed_at]
     start_step = record.resumes.get((job_id, attempt), (0, 0))[1]
     ref_time, ref_step = own[-1] if own else (started_at, start_step)
-    step_seconds = record.step_seconds()
+    step_seconds = step_seconds or record.step_seconds()
     at_kill = min(float(total_steps), ref_step + max(0.0, killed_at - ref_time) / step_seconds)
     lost_steps = max(0.0, at_kill - resumed_step)
     return LostWork(
