@@ -83,6 +83,8 @@ class JobConfig:
     disk_bytes: int
     log_flush_seconds: float = 0.5
     log_max_bytes: int = 64 << 20
+    # How long a log chunk is retried while the object store is unreachable.
+    log_retry_seconds: float = 120.0
     # Largest cache archive a job may save (bytes before compression).
     cache_max_bytes: int = 2 << 30
     identity: str = field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
@@ -255,6 +257,7 @@ class _Attempt:
             flush_seconds=owner._config.log_flush_seconds,
             max_bytes=owner._config.log_max_bytes,
             masker=self.masker,
+            retry_seconds=owner._config.log_retry_seconds,
         )
 
     def heartbeat(self, force: bool = False) -> None:

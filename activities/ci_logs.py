@@ -2,9 +2,12 @@
 
 Each flush (every ``flush_seconds`` or ``chunk_bytes``) takes the next sequence number, so seqs
 are gap-free by construction; a chunk is written once (``create``) under the attempt's prefix.
-A chunk that still cannot be stored after retries keeps its seq: the seq is recorded as a gap
-(in ``end.json``, in the ``LogSummary`` the run state holds, and best effort as a ``.gap``
-marker), so a reader sees a hole, never a silent splice.
+A chunk that cannot be stored is retried with back-off for up to ``retry_seconds`` (an object
+store outage of that length loses nothing: output keeps buffering meanwhile). Only then does
+it keep its seq as a gap (in ``end.json``, in the ``LogSummary`` the run state holds, and best
+effort as a ``.gap`` marker), so a reader sees a hole, never a silent splice. Once a chunk has
+exhausted the window, later chunks get only a few quick tries until one succeeds, so a store
+that stays down costs the job seconds, not the window again per chunk.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from activities.ci_masking import StreamMasker
@@ -21,8 +25,11 @@ from workflows.ci_types import AttemptStatus, LogEnd, LogSummary
 
 log = logging.getLogger(__name__)
 
-PUT_ATTEMPTS = 4
-PUT_BACKOFF_SECONDS = (0.1, 0.3, 0.8)
+# Tries a write always gets, even while the store is known to be down.
+PUT_MIN_ATTEMPTS = 3
+PUT_FIRST_BACKOFF_SECONDS = 0.1
+PUT_MAX_BACKOFF_SECONDS = 5.0
+DEFAULT_RETRY_SECONDS = 120.0
 # Producers block above this many unshipped bytes, so a chatty job cannot exhaust memory.
 MAX_BUFFERED_BYTES = 8 << 20
 
@@ -39,8 +46,12 @@ class LogShipper:
         chunk_bytes: int = 64 << 10,
         max_bytes: int = 64 << 20,
         masker: StreamMasker | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
         self._store = store
+        self._retry_seconds = retry_seconds
+        # False after a write exhausted the retry window, until a write succeeds again.
+        self._store_up = True
         # Every byte passes the job's secret masker before it is buffered, stored or streamed.
         self._masker = masker
         self._prefix = prefix
@@ -103,20 +114,39 @@ class LogShipper:
             if data:
                 self._ship(data)
 
+    def _write(self, what: str, write: Callable[[], object]) -> bool:
+        """Run ``write`` until it succeeds or the retry window closes; ``True`` on success."""
+        window = self._retry_seconds if self._store_up else 0.0
+        deadline = time.monotonic() + window
+        delay = PUT_FIRST_BACKOFF_SECONDS
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                write()
+                self._store_up = True
+                return True
+            except Exception as exc:
+                log.warning("storing %s failed (try %d): %s", what, tries, exc)
+            if tries >= PUT_MIN_ATTEMPTS and time.monotonic() + delay > deadline:
+                self._store_up = False
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, PUT_MAX_BACKOFF_SECONDS)
+
     def _ship(self, data: bytes) -> None:
         seq = self.summary.next_seq
         self.summary.next_seq += 1
         key = log_chunk_key(self._prefix, seq)
-        for i in range(PUT_ATTEMPTS):
-            try:
-                if not self._store.create(key, data, "text/plain"):
-                    log.warning("log chunk %s already existed; kept the first", key)
-                self.summary.bytes += len(data)
-                return
-            except Exception as exc:
-                log.warning("storing log chunk %s failed (try %d): %s", key, i + 1, exc)
-                if i < len(PUT_BACKOFF_SECONDS):
-                    time.sleep(PUT_BACKOFF_SECONDS[i])
+
+        def create() -> None:
+            # A retry after a write that landed but timed out finds its own chunk: same bytes.
+            if not self._store.create(key, data, "text/plain"):
+                log.warning("log chunk %s already existed; kept the first", key)
+
+        if self._write(f"log chunk {key}", create):
+            self.summary.bytes += len(data)
+            return
         self.summary.gaps.append(seq)
         try:
             self._store.put(log_gap_key(self._prefix, seq), f'{{"seq": {seq}, "bytes": {len(data)}}}'.encode())
@@ -130,7 +160,8 @@ class LogShipper:
                 self._append(self._masker.flush())
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout=120)
+        # Long enough for chunks still waiting out an outage of the full retry window.
+        self._thread.join(timeout=self._retry_seconds + 60)
         end = LogEnd(
             attempt=self._attempt,
             next_seq=self.summary.next_seq,
@@ -139,13 +170,10 @@ class LogShipper:
             exit_code=exit_code,
             finished_at=datetime.now(UTC),
         )
-        for i in range(PUT_ATTEMPTS):
-            try:
-                self._store.put(log_end_key(self._prefix), end.model_dump_json().encode(), "application/json")
-                self.summary.ended = True
-                break
-            except Exception as exc:
-                log.warning("storing end of log %s failed (try %d): %s", self._prefix, i + 1, exc)
-                if i < len(PUT_BACKOFF_SECONDS):
-                    time.sleep(PUT_BACKOFF_SECONDS[i])
+        payload = end.model_dump_json().encode()
+        if self._write(
+            f"end of log {self._prefix}",
+            lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
+        ):
+            self.summary.ended = True
         return self.summary.model_copy()

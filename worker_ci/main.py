@@ -54,6 +54,7 @@ async def serve(settings: Settings) -> None:
             disk_bytes=settings.ci_job_disk_bytes,
             log_flush_seconds=settings.ci_log_flush_seconds,
             log_max_bytes=settings.ci_log_max_bytes,
+            log_retry_seconds=settings.ci_log_retry_seconds,
             cache_max_bytes=settings.ci_cache_max_bytes,
         ),
         open_store(settings),

@@ -255,14 +255,6 @@ def test_video_job_survives_the_outage_from_its_last_checkpoint(outage: OutageOu
     assert report.ok, report.summary()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "CI log shipping gives up on a chunk after PUT_ATTEMPTS=4 tries over ~1.2 s of back-off "
-        "(activities/ci_logs.py), so an outage longer than that records visible gaps instead of "
-        "retrying until the store is back; reported to the CI owners"
-    ),
-)
 def test_ci_log_survives_the_outage_without_a_gap(outage: OutageOutcome) -> None:
     assert outage.run.status.value == "success", outage.run
     assert not outage.gaps, f"CI log chunks {outage.gaps} of {outage.log_prefix} were dropped during the outage"

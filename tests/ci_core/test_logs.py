@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from activities.ci_logs import LogShipper
 from leasehold.storage import LocalObjectStore
 from workflows.ci_ids import log_chunk_key, log_end_key, log_gap_key, parse_log_key
 from workflows.ci_types import AttemptStatus
+
+
+class OutageStore(LocalObjectStore):
+    """Refuses every write until ``outage_until`` (monotonic), then works."""
+
+    def __init__(self, root: Path, outage_seconds: float) -> None:
+        super().__init__(root, b"k", "http://x")
+        self.outage_until = time.monotonic() + outage_seconds
+        self.refused = 0
+
+    def create(self, key: str, data: bytes, content_type: str | None = None) -> bool:
+        if time.monotonic() < self.outage_until:
+            self.refused += 1
+            raise OSError("store unreachable")
+        return super().create(key, data, content_type)
 
 
 class FlakyStore(LocalObjectStore):
@@ -43,7 +59,7 @@ def test_chunks_are_gap_free_and_end_is_marked(tmp_path: Path) -> None:
 def test_unstorable_chunk_is_a_visible_gap(tmp_path: Path) -> None:
     store = FlakyStore(tmp_path, broken={1})
     prefix = "ci/t/run/job/attempt-2/"
-    shipper = LogShipper(store, prefix, 2, flush_seconds=0.05, chunk_bytes=10)
+    shipper = LogShipper(store, prefix, 2, flush_seconds=0.05, chunk_bytes=10, retry_seconds=0.5)
     shipper.write(b"a" * 10 + b"b" * 10 + b"c" * 10)
     summary = shipper.close(AttemptStatus.FAILURE, 1)
     assert summary.gaps == [1] and summary.next_seq == 3
@@ -52,3 +68,17 @@ def test_unstorable_chunk_is_a_visible_gap(tmp_path: Path) -> None:
     assert store.exists(log_gap_key(prefix, 1))
     assert store.get(log_chunk_key(prefix, 2)) == b"c" * 10
     assert json.loads(store.get(log_end_key(prefix)))["gaps"] == [1]
+
+
+def test_an_outage_shorter_than_the_retry_window_loses_nothing(tmp_path: Path) -> None:
+    store = OutageStore(tmp_path, outage_seconds=1.5)
+    prefix = "ci/t/run/job/attempt-3/"
+    shipper = LogShipper(store, prefix, 3, flush_seconds=0.05, chunk_bytes=10, retry_seconds=30)
+    payload = bytes(range(97, 123)) * 3
+    for i in range(0, len(payload), 7):
+        shipper.write(payload[i : i + 7])
+    summary = shipper.close(AttemptStatus.SUCCESS, 0)
+    assert store.refused > 0, "the outage never hit a write"
+    assert summary.gaps == [] and summary.ended
+    keys = [k for k in store.list(prefix) if k.endswith(".log")]
+    assert b"".join(store.get(k) for k in keys) == payload
