@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 GENERATE_VIDEO = "generate_video"
 
+# How long the final video and thumbnail uploads are retried while the store is unreachable.
+UPLOAD_RETRY_SECONDS = 120.0
+
 # A gap this much longer than the heartbeat timeout between two steps (the process was
 # stopped, or starved) means the server has probably given the job to another worker; the
 # attempt asks the server before it writes anything more.
@@ -311,17 +314,36 @@ class _Attempt:
         if self.owner._preemption.is_set() or activity.is_worker_shutdown():
             raise _Stop("preempted")
 
-    def checkpoint(self, state: Any) -> None:
+    def checkpoint(self, state: Any) -> bool:
+        """Commit ``state``; ``False`` when the store refused it (the previous one stays valid).
+
+        An unreachable store does not end the attempt: generation goes on, and the next
+        interval tries again, so an outage costs at most the work since the last commit.
+        """
         if state.step == self.last_checkpoint_step:
-            return
+            return True
         started = time.monotonic()
         data = self.model.save_state(state)
-        key = self.checkpoints.commit(state.step, self.job.steps, self.fingerprint, data)
+        try:
+            key = self.checkpoints.commit(state.step, self.job.steps, self.fingerprint, data)
+        except Exception as exc:
+            log.warning(
+                "job %s attempt %d: checkpoint at step %d not stored (%s: %s); the previous one stays valid",
+                self.input.job_id,
+                self.attempt,
+                state.step,
+                type(exc).__name__,
+                exc,
+            )
+            return False
         self.last_checkpoint_step = state.step
         self.progress.checkpoint_key = key
         self.progress.checkpoint_step = state.step
         self.heartbeat()
-        self.checkpoints.prune()
+        try:
+            self.checkpoints.prune()
+        except Exception as exc:  # an extra old checkpoint is harmless; the next prune gets it
+            log.warning("job %s: pruning old checkpoints failed: %s", self.input.job_id, exc)
         seconds = time.monotonic() - started
         self.checkpoint_seconds += seconds
         self.observer.checkpoint_written(seconds, len(data))
@@ -332,6 +354,27 @@ class _Attempt:
             state.step,
             len(data),
         )
+        return True
+
+    def upload(self, key: str, path: Path, content_type: str) -> None:
+        """Store a final asset, riding out a store outage of up to ``UPLOAD_RETRY_SECONDS``.
+
+        Between tries the attempt keeps heartbeating and still stops on cancel or lease loss.
+        """
+        deadline = time.monotonic() + UPLOAD_RETRY_SECONDS
+        delay = 0.2
+        while True:
+            try:
+                self.store.put_file(key, path, content_type)
+                return
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("job %s: storing %s failed (%s); retrying in %.1fs", self.input.job_id, key, exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            self.heartbeat()
+            self.check()
 
     def run(self) -> GenerateResult:
         job = self.job
@@ -377,8 +420,8 @@ class _Attempt:
             self.check()
             video_key = f"{self.prefix}/video.mp4"
             thumbnail_key = f"{self.prefix}/thumbnail.{encoded.thumbnail_extension}"
-            self.store.put_file(video_key, encoded.video_path, encoded.video_content_type)
-            self.store.put_file(thumbnail_key, encoded.thumbnail_path, encoded.thumbnail_content_type)
+            self.upload(video_key, encoded.video_path, encoded.video_content_type)
+            self.upload(thumbnail_key, encoded.thumbnail_path, encoded.thumbnail_content_type)
         return GenerateResult(
             video_key=video_key,
             thumbnail_key=thumbnail_key,

@@ -247,9 +247,11 @@ async def outage(
 def test_video_job_survives_the_outage_from_its_last_checkpoint(outage: OutageOutcome) -> None:
     state = outage.video
     assert state.status == VideoStatus.COMPLETED and state.result is not None, state
-    # Checkpoint writes failed during the outage and were retried (as new attempts); the
-    # checkpoint committed before the cut stayed valid: the job never restarted from further back.
-    assert state.result.resumed_from_step >= outage.committed_before_cut, state.result
+    # Checkpoint writes failed during the outage and were retried (at the next interval, or by
+    # a new attempt when the outage outlasted one); the checkpoint committed before the cut
+    # stayed valid: no attempt after the first restarted from further back than it.
+    if state.result.attempt > 1:
+        assert state.result.resumed_from_step >= outage.committed_before_cut, state.result
     assert outage.frames == ("h264", 180, 320, 8)
     report = check(outage.history.restricted(["video"]), [o for o in outage.observations if o.key == "video"])
     assert report.ok, report.summary()
