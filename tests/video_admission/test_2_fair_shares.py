@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
 from tests.video_admission.conftest import (
@@ -18,6 +18,16 @@ from tests.video_admission.conftest import (
     get,
     wait_until,
 )
+
+
+async def _all_generations_waiting(client: Client, job_ids: list[str]) -> bool:
+    """Every job's generation task is in the queue (the orchestration worker has scheduled it)."""
+    for job_id in job_ids:
+        desc = await client.get_workflow_handle(f"video-{job_id}").describe()
+        pending = desc.raw_description.pending_activities
+        if not any(p.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED for p in pending):
+            return False
+    return True
 
 
 async def _generation_done_at(client: Client, job_id: str) -> float:
@@ -34,6 +44,9 @@ def test_free_gets_its_share_under_a_paid_backlog(admission_stack: AdmissionStac
     # Hold the only worker while the backlog builds, so dispatch order is the server's choice.
     blocker = create(owner, steps=SLOW_STEPS)
     wait_until(lambda: get(owner, blocker["id"])["status"] == "in_progress", 60, "blocker running")
+    # Admission decides on the tracker's measurement, refreshed every second: until it has
+    # seen the new worker, free submits are refused as unserved (that is the product's rule).
+    wait_until(lambda: admission_stack.capacity(owner)["workers_serving"] == 1, 30, "the worker measured")
     alice, bob = admission_stack.caller("paid"), admission_stack.caller("paid")
     fern, gus = admission_stack.caller("free"), admission_stack.caller("free")
     tier_of: dict[str, str] = {}
@@ -45,6 +58,15 @@ def test_free_gets_its_share_under_a_paid_backlog(admission_stack: AdmissionStac
             tier_of[job["id"]] = caller.tier
             user_of[job["id"]] = caller.user_id
     try:
+        # On a loaded host the orchestration worker may schedule the last jobs' generations
+        # seconds after their submits; releasing the worker before they are all queued would
+        # test arrival order, not fair shares.
+        wait_until(
+            lambda: asyncio.run(_all_generations_waiting(temporal_env.client, list(tier_of))),
+            60,
+            "all generations queued",
+            0.5,
+        )
         cancel_all(owner, [blocker["id"]])
         for video_id in tier_of:
             caller = next(c for c in (alice, bob, fern, gus) if c.user_id == user_of[video_id])
