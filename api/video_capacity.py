@@ -15,7 +15,10 @@ that polled since their last job (a busy worker does not poll; a reclaimed one n
 nor heartbeats, so it drops out within seconds instead of the server's poller TTL).
 
 Per-step times come from consecutive heartbeats of running jobs; per-job overhead (decode,
-encode, upload, hand-over) from completed jobs' results. Both feed ``JobCosts``.
+encode, upload, hand-over, clean-up until the job closes) from completed jobs. Both feed
+``JobCosts``. Every job seen for the first time feeds its fairness key's arrival rate
+(``ArrivalLog``), and jobs this process accepted since the last refresh join the plan at once,
+so each job of a burst is placed behind the burst's earlier submits.
 """
 
 from __future__ import annotations
@@ -37,7 +40,18 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
 from activities.video_generation import GENERATE_VIDEO
-from api.video_eta import JobCosts, JobShape, ModelSnapshot, QueuedJob, QueuePlan, RunningJob, plan, shape_of
+from api.video_eta import (
+    ArrivalLog,
+    ArrivalStream,
+    JobCosts,
+    JobShape,
+    ModelSnapshot,
+    QueuedJob,
+    QueuePlan,
+    RunningJob,
+    plan,
+    shape_of,
+)
 from api.video_memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
@@ -60,6 +74,8 @@ COMPLETION_WINDOW_SECONDS = 300.0
 # before the refresh (visibility lags a start by well under this): then it has ended.
 VISIBILITY_LAG_SECONDS = 2.0
 RECENT_SUBMIT_TTL_SECONDS = 15.0
+# Slack past the heartbeat timeout before a running job counts as stalled (its worker gone).
+HEARTBEAT_GRACE_SECONDS = 2.0
 # The first admission decision of a fresh process waits this long for a first measurement.
 FIRST_REFRESH_WAIT_SECONDS = 5.0
 
@@ -88,6 +104,8 @@ class _Recent:
     tier: str
     model: str
     at: float
+    # What the job is, when the submit says: until a refresh sees it, plans place it from this.
+    memo: JobMemo | None = None
 
 
 @dataclass
@@ -136,11 +154,12 @@ class CapacityTracker:
             name: ModelSnapshot(model=name, taken_at=0.0) for name in self.specs
         }
         self._observed: dict[str, dict[str, _Observed]] = {name: {} for name in self.specs}
+        self.arrivals = {name: ArrivalLog() for name in self.specs}
         # Server time of each worker's last heartbeat: a poll older than that is from before
         # its last job and says nothing about whether it is still there.
         self._last_busy: dict[str, float] = {}
         self._recent: dict[str, _Recent] = {}
-        self._plans: dict[str, tuple[float, QueuePlan | None]] = {}
+        self._plans: dict[str, tuple[tuple[float, frozenset[str]], QueuePlan | None]] = {}
         self._user_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
         self._refreshed = asyncio.Event()
 
@@ -200,7 +219,12 @@ class CapacityTracker:
         seen: dict[str, _Observed] = {}
         queued: list[QueuedJob] = []
         running: list[RunningJob] = []
-        heartbeat_fresh = max(5.0, self.settings.video_heartbeat_timeout_seconds)
+        # The server times an attempt out only after a full heartbeat timeout of silence, and
+        # the SDK sends throttled heartbeats up to 0.8 of that apart (later on a busy host);
+        # calling a job stalled any sooner would flap live workers in and out of the count.
+        heartbeat_fresh = self.settings.video_heartbeat_timeout_seconds + max(
+            HEARTBEAT_GRACE_SECONDS, self.settings.video_capacity_refresh_seconds
+        )
         for execution, desc in described:
             memo = await _memo(execution)
             if memo is None:
@@ -211,6 +235,9 @@ class CapacityTracker:
             tenant = attrs.get(sa.TENANT_ID) or ""
             user = attrs.get(sa.USER_ID) or ""
             shape = shape_of(spec, memo.steps, memo.seconds, memo.width, memo.height)
+            self.arrivals[model].observe(
+                job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0, tier, shape, now
+            )
             pending = _generation_activity(desc) if desc is not None else None
             if desc is not None and pending is None and _has_other_activity(desc):
                 continue  # generation ended; the workflow is cleaning up
@@ -374,7 +401,16 @@ class CapacityTracker:
         stepped = max(1, result.total_steps - result.resumed_from_step)
         self.costs[model].observe_step(observed.shape, result.gpu_seconds / stepped)
         if result.attempt == observed.attempt:
-            self.costs[model].observe_job(state.completed_at.timestamp() - observed.started_at, result.gpu_seconds)
+            # The caller's wait ends when the job closes, after the post-generation clean-up,
+            # so that is part of a job's overhead.
+            ended_at = state.completed_at.timestamp()
+            try:
+                closed = (await handle.describe(rpc_timeout=RPC_TIMEOUT)).close_time
+            except RPCError:
+                closed = None
+            if closed is not None:
+                ended_at = max(ended_at, closed.timestamp())
+            self.costs[model].observe_job(ended_at - observed.started_at, result.gpu_seconds)
 
     # Per-user counts and submissions -----------------------------------------------------
 
@@ -387,8 +423,43 @@ class CapacityTracker:
             self._user_locks[key] = lock
         return lock
 
-    def record_submit(self, job_id: str, tenant_id: str, user_id: str, tier: str, model: str) -> None:
-        self._recent[job_id] = _Recent(job_id, tenant_id, user_id, tier, model, time.time())
+    def record_submit(
+        self, job_id: str, tenant_id: str, user_id: str, tier: str, model: str, memo: JobMemo | None = None
+    ) -> None:
+        self._recent[job_id] = _Recent(job_id, tenant_id, user_id, tier, model, time.time(), memo)
+
+    def _unseen(self, model: str) -> list[QueuedJob]:
+        """Jobs this process accepted that the snapshot does not hold yet (a burst's earlier submits).
+
+        Left out, every job of a burst would be told the queue it found at the last refresh.
+        """
+        spec = self.specs[model]
+        snapshot = self.snapshots[model]
+        known = {j.job_id for j in snapshot.queued} | {j.job_id for j in snapshot.running}
+        now = time.time()
+        unseen = []
+        for recent in self._recent.values():
+            memo = recent.memo
+            if (
+                recent.model != model
+                or memo is None
+                or recent.job_id in known
+                or now - recent.at > RECENT_SUBMIT_TTL_SECONDS
+            ):
+                continue
+            unseen.append(
+                QueuedJob(
+                    job_id=recent.job_id,
+                    tenant_id=recent.tenant_id,
+                    user_id=recent.user_id,
+                    tier=recent.tier,
+                    created_at=memo.created_at,
+                    shape=shape_of(spec, memo.steps, memo.seconds, memo.width, memo.height),
+                    fairness_key=memo.fairness_key or recent.tier,
+                    fairness_weight=memo.fairness_weight or 1.0,
+                )
+            )
+        return unseen
 
     def _prune_recent(self, model: str, taken_at: float, open_ids: set[str]) -> None:
         """Forget submits the refresh taken at ``taken_at`` accounts for (seen, or seen to be gone)."""
@@ -440,18 +511,26 @@ class CapacityTracker:
     # Estimates ---------------------------------------------------------------------------
 
     def plan(self, model: str) -> QueuePlan | None:
-        """The current snapshot's queue plan (computed once per snapshot)."""
+        """The queue plan of the current snapshot and the submits it has not seen (computed once for both)."""
         snapshot = self.snapshots[model]
+        unseen = self._unseen(model)
+        key = (snapshot.taken_at, frozenset(j.job_id for j in unseen))
         cached = self._plans.get(model)
-        if cached is not None and cached[0] == snapshot.taken_at:
+        if cached is not None and cached[0] == key:
             return cached[1]
-        computed = plan(snapshot, self.costs[model])
-        self._plans[model] = (snapshot.taken_at, computed)
+        computed = plan(snapshot, self.costs[model], extra=unseen, arrivals=self._streams(model))
+        self._plans[model] = (key, computed)
         return computed
 
     def plan_with(self, model: str, job: QueuedJob) -> QueuePlan | None:
         """The plan if ``job`` (not yet in the snapshot) joined the queue now."""
-        return plan(self.snapshots[model], self.costs[model], extra=job)
+        unseen = [j for j in self._unseen(model) if j.job_id != job.job_id]
+        return plan(self.snapshots[model], self.costs[model], extra=[*unseen, job], arrivals=self._streams(model))
+
+    def _streams(self, model: str) -> list[ArrivalStream]:
+        caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
+        # Rates as of the snapshot the plan starts from: the plan's clock starts there too.
+        return self.arrivals[model].streams(self.costs[model], caps, self.snapshots[model].taken_at)
 
     def expected_wait(self, model: str, tier: str, weight: float) -> float | None:
         """Queue wait of a new job of ``tier`` from a new user; ``None`` with no worker serving."""

