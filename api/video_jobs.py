@@ -391,7 +391,7 @@ class VideoJobs:
             raise _unavailable(exc) from exc
         if self.capacity is not None and fairness is not None:
             self.capacity.record_submit(
-                job_id, self.principal.tenant_id, self.principal.user_id, self.principal.tier, request.model
+                job_id, self.principal.tenant_id, self.principal.user_id, self.principal.tier, request.model, memo
             )
         if idempotency_key is None:
             return self._fresh_view(job_id, memo, spec)
