@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from temporalio.testing import WorkflowEnvironment
 
 from leasehold.api_keys import create_key
 from leasehold.database import init_database
@@ -61,13 +64,22 @@ class CIStack:
             remote.install_webhook(f"{self.base_url}/v1/hooks/github", secret, name)
         return repo_id, name, secret
 
+    def start_workers(self) -> None:
+        """The orchestration and CI workers, started once and waited healthy."""
+        if not self.workers:
+            self.workers.append(start_worker(self.settings, "orchestration", self.logs))
+            self.workers.append(start_worker(self.settings, "ci", self.logs, "--labels", "linux"))
+            for worker in self.workers:
+                worker.wait_healthy(60)
 
-@pytest.fixture(scope="package")
-def ci_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("ci-api")
+
+@contextmanager
+def running_ci_stack(temporal_env: WorkflowEnvironment, root: Path, **settings: Any) -> Iterator[CIStack]:
+    """The API on a fresh data dir under ``root`` (``settings`` added to the defaults below);
+    on exit, the API and every worker the stack started are stopped."""
     logs = root / "logs"
     logs.mkdir()
-    settings = Settings(
+    config = Settings(
         data_dir=root / "data",
         temporal_address=temporal_env.client.service_client.config.target_host,
         queue_prefix=unique_prefix(),
@@ -76,11 +88,12 @@ def ci_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         # Short heartbeats: a cancel reaches a running job at its next heartbeat.
         ci_heartbeat_timeout_seconds=5.0,
         ci_cancel_grace_seconds=2.0,
+        **settings,
     )
-    settings.data_dir.mkdir(parents=True)
-    init_database(settings.resolved_database_url)
-    api, base_url = start_api(settings, logs)
-    stack = CIStack(settings=settings, base_url=base_url, logs=logs, root=root, api=api)
+    config.data_dir.mkdir(parents=True)
+    init_database(config.resolved_database_url)
+    api, base_url = start_api(config, logs)
+    stack = CIStack(settings=config, base_url=base_url, logs=logs, root=root, api=api)
     try:
         api.wait_healthy(60)
         yield stack
@@ -90,11 +103,13 @@ def ci_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 @pytest.fixture(scope="package")
+def ci_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:  # type: ignore[no-untyped-def]
+    with running_ci_stack(temporal_env, tmp_path_factory.mktemp("ci-api")) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="package")
 def ci_engine(ci_stack: CIStack) -> CIStack:
     """The stack plus the orchestration and CI workers (started once, on first need)."""
-    if not ci_stack.workers:
-        ci_stack.workers.append(start_worker(ci_stack.settings, "orchestration", ci_stack.logs))
-        ci_stack.workers.append(start_worker(ci_stack.settings, "ci", ci_stack.logs, "--labels", "linux"))
-        for worker in ci_stack.workers:
-            worker.wait_healthy(60)
+    ci_stack.start_workers()
     return ci_stack

@@ -1,4 +1,5 @@
-"""Helpers of the tenancy tests: push a workflow for real, wait for runs, read logs."""
+"""Client-side flows of the CI end-to-end tests (ci_api and ci_tenancy): push a workflow for
+real, wait for pushes and runs, read logs and event streams."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 
 from tests.ci_api.conftest import CIStack
 from tests.gitrepo import GitRemote
+from workflows.ci_ids import push_id, run_id
 
 WORKFLOW_PATH = ".github/workflows/ci.yml"
 TERMINAL = {"success", "failure", "cancelled"}
@@ -37,6 +39,7 @@ class Pushed:
     name: str
     secret: str
     sha: str
+    push_id: str
     run_id: str
 
 
@@ -64,8 +67,8 @@ def push_workflow(
     files: dict[str, str] | None = None,
     name: str | None = None,
 ) -> Pushed:
-    """A fresh repository with one workflow file, pushed for real; waits until its run exists.
-    ``before_push(client, repo_id)`` runs after registration (e.g. to store secrets)."""
+    """A fresh repository with one workflow file, pushed for real to main; waits until its one
+    run exists. ``before_push(client, repo_id)`` runs after registration (e.g. to store secrets)."""
     client = client or stack.new_tenant()
     remote = stack.git_remote()
     repo_id, name, secret = stack.register(client, remote, name=name)
@@ -76,10 +79,15 @@ def push_workflow(
         remote.write(path, text)
     sha = remote.commit("ci")
     remote.push()
-    delivery = remote.deliveries()[-1]
+    (delivery,) = remote.deliveries()
     assert delivery.status == 202, delivery.answer
-    (rid,) = runs_of_push(client, delivery.answer)
-    return Pushed(client, remote, repo_id, name, secret, sha, rid)
+    pid = json.loads(delivery.answer)["pushes"][0]["id"]
+    assert pid == push_id(repo_id, sha, "refs/heads/main")
+    push = wait_for("the push to list its runs", lambda: done_push(client, pid))
+    assert [r["workflow_path"] for r in push["runs"]] == [WORKFLOW_PATH]
+    rid = push["runs"][0]["run_id"]
+    assert rid == run_id(repo_id, sha, WORKFLOW_PATH)
+    return Pushed(client, remote, repo_id, name, secret, sha, pid, rid)
 
 
 def get_run(client: httpx.Client, rid: str) -> dict:
@@ -98,26 +106,42 @@ def job(run: dict, job_id: str) -> dict:
     return next(j for j in run["jobs"] if j["id"] == job_id)
 
 
-def log_text(client: httpx.Client, rid: str, job_id: str) -> str:
-    page = client.get(f"/v1/runs/{rid}/jobs/{job_id}/logs")
+def log_text(client: httpx.Client, rid: str, job_id: str, attempt: int | None = None) -> str:
+    params: dict[str, Any] = {}
+    if attempt is not None:
+        params["attempt"] = attempt
+    page = client.get(f"/v1/runs/{rid}/jobs/{job_id}/logs", params=params)
     assert page.status_code == 200, page.text
     return "".join(c["text"] for c in page.json()["chunks"])
 
 
-def sse_text(client: httpx.Client, rid: str, job_id: str) -> str:
-    """Every ``log`` event's text of a finished job's stream."""
-    texts: list[str] = []
-    url = f"/v1/runs/{rid}/jobs/{job_id}/logs/stream"
-    with client.stream("GET", url, timeout=httpx.Timeout(60, read=60)) as response:
-        assert response.status_code == 200
-        kind = ""
+def sse_events(
+    client: httpx.Client, url: str, *, stop_after: int | None = None, headers: dict[str, str] | None = None
+) -> list[tuple[str | None, str, dict]]:
+    """(id, event, data) of a stream's events, until it ends or ``stop_after`` log events."""
+    events: list[tuple[str | None, str, dict]] = []
+    logs = 0
+    with client.stream("GET", url, headers=headers or {}, timeout=httpx.Timeout(60, read=60)) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event_id, kind, data = None, "message", ""
         for line in response.iter_lines():
-            if line.startswith("event:"):
+            if line.startswith("id:"):
+                event_id = line[3:].strip()
+            elif line.startswith("event:"):
                 kind = line[6:].strip()
             elif line.startswith("data:"):
-                data = json.loads(line[5:])
-                if kind == "log":
-                    texts.append(data["text"])
-                if kind == "end":
+                data = line[5:].strip()
+            elif line == "" and data:
+                events.append((event_id, kind, json.loads(data)))
+                logs += kind == "log"
+                if kind == "end" or (stop_after is not None and logs >= stop_after):
                     break
-    return "".join(texts)
+                event_id, kind, data = None, "message", ""
+    return events
+
+
+def sse_text(client: httpx.Client, rid: str, job_id: str) -> str:
+    """Every ``log`` event's text of a finished job's stream."""
+    events = sse_events(client, f"/v1/runs/{rid}/jobs/{job_id}/logs/stream")
+    return "".join(data["text"] for _, kind, data in events if kind == "log")

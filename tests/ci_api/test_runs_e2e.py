@@ -3,124 +3,24 @@ real CI worker, read, listed, cancelled, retried, and their logs replayed and ta
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.ci_api.conftest import CIStack
-from tests.gitrepo import GitRemote
-from workflows.ci_ids import push_id, run_id
+from tests.ci_api.flows import (
+    WORKFLOW_PATH,
+    done_push,
+    get_run,
+    job,
+    log_text,
+    push_workflow,
+    sse_events,
+    wait_for,
+    wait_run,
+)
 
 pytestmark = pytest.mark.slow
-
-WORKFLOW_PATH = ".github/workflows/ci.yml"
-TERMINAL = {"success", "failure", "cancelled"}
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90.0, interval: float = 0.3) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-@dataclass
-class Pushed:
-    client: httpx.Client
-    remote: GitRemote
-    repo_id: str
-    sha: str
-    push_id: str
-    run_id: str
-
-
-def push_workflow(stack: CIStack, yaml_text: str, *, client: httpx.Client | None = None) -> Pushed:
-    """A fresh repository with one workflow file, pushed for real; waits until the run exists."""
-    client = client or stack.new_tenant()
-    remote = stack.git_remote()
-    repo_id, _, _ = stack.register(client, remote)
-    remote.write(WORKFLOW_PATH, yaml_text)
-    sha = remote.commit("ci")
-    remote.push()
-    (delivery,) = remote.deliveries()
-    assert delivery.status == 202, delivery.answer
-    pid = json.loads(delivery.answer)["pushes"][0]["id"]
-    assert pid == push_id(repo_id, sha, "refs/heads/main")
-    push = wait_for("the push to list its runs", lambda: _done_push(client, pid))
-    assert [r["workflow_path"] for r in push["runs"]] == [WORKFLOW_PATH]
-    rid = push["runs"][0]["run_id"]
-    assert rid == run_id(repo_id, sha, WORKFLOW_PATH)
-    return Pushed(client, remote, repo_id, sha, pid, rid)
-
-
-def _done_push(client: httpx.Client, pid: str) -> dict | None:
-    response = client.get(f"/v1/pushes/{pid}")
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert body["status"] != "failed", body
-    return body if body["status"] == "done" else None
-
-
-def get_run(client: httpx.Client, rid: str) -> dict:
-    response = client.get(f"/v1/runs/{rid}")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def wait_run(client: httpx.Client, rid: str, statuses: set[str] = TERMINAL, timeout: float = 90.0) -> dict:
-    return wait_for(
-        f"run {rid} in {statuses}", lambda: (r := get_run(client, rid))["status"] in statuses and r, timeout
-    )
-
-
-def job(run: dict, job_id: str) -> dict:
-    return next(j for j in run["jobs"] if j["id"] == job_id)
-
-
-def log_text(client: httpx.Client, rid: str, job_id: str, attempt: int | None = None) -> str:
-    params: dict[str, Any] = {}
-    if attempt is not None:
-        params["attempt"] = attempt
-    page = client.get(f"/v1/runs/{rid}/jobs/{job_id}/logs", params=params)
-    assert page.status_code == 200, page.text
-    return "".join(c["text"] for c in page.json()["chunks"])
-
-
-def sse_events(
-    client: httpx.Client, url: str, *, stop_after: int | None = None, headers: dict[str, str] | None = None
-) -> list[tuple[str | None, str, dict]]:
-    """(id, event, data) of a stream's events, until it ends or ``stop_after`` log events."""
-    events: list[tuple[str | None, str, dict]] = []
-    logs = 0
-    with client.stream("GET", url, headers=headers or {}, timeout=httpx.Timeout(60, read=60)) as response:
-        assert response.status_code == 200, response.read()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        event_id, kind, data = None, "message", ""
-        for line in response.iter_lines():
-            if line.startswith("id:"):
-                event_id = line[3:].strip()
-            elif line.startswith("event:"):
-                kind = line[6:].strip()
-            elif line.startswith("data:"):
-                data = line[5:].strip()
-            elif line == "" and data:
-                events.append((event_id, kind, json.loads(data)))
-                logs += kind == "log"
-                if kind == "end" or (stop_after is not None and logs >= stop_after):
-                    break
-                event_id, kind, data = None, "message", ""
-    return events
-
 
 CHAIN = """
 name: chain
@@ -146,7 +46,7 @@ jobs:
 def test_git_push_runs_a_chain_that_passes_and_only_its_tenant_sees_it(ci_engine: CIStack) -> None:
     pushed = push_workflow(ci_engine, CHAIN)
     client, rid = pushed.client, pushed.run_id
-    run = wait_run(client, rid)
+    run = wait_run(client, rid, timeout=90)
     assert run["status"] == "success", run
     assert (run["repo_id"], run["commit_sha"], run["ref"]) == (pushed.repo_id, pushed.sha, "refs/heads/main")
     build, test = job(run, "build"), job(run, "test")
@@ -225,9 +125,9 @@ def test_unsupported_keys_create_a_run_that_fails_with_the_reason(ci_engine: CIS
     # No webhook here: the generic, API-key authenticated trigger.
     accepted = client.post("/v1/hooks/push", json={"repo_id": repo_id, "commit_sha": sha, "ref": "refs/heads/main"})
     assert accepted.status_code == 202, accepted.text
-    push = wait_for("the push", lambda: _done_push(client, accepted.json()["id"]))
+    push = wait_for("the push", lambda: done_push(client, accepted.json()["id"]))
     rid = push["runs"][0]["run_id"]
-    run = wait_run(client, rid)
+    run = wait_run(client, rid, timeout=90)
     assert run["status"] == "failure"
     assert WORKFLOW_PATH in run["error"] and "uses" in run["error"], run["error"]
 
@@ -296,7 +196,7 @@ jobs:
 def test_retry_a_failed_job_through_the_api(ci_engine: CIStack) -> None:
     pushed = push_workflow(ci_engine, FLAKY)
     client, rid = pushed.client, pushed.run_id
-    run = wait_run(client, rid)
+    run = wait_run(client, rid, timeout=90)
     assert run["status"] == "failure", run
     flaky = job(run, "flaky")
     assert flaky["status"] == "failure" and flaky["exit_code"] == 1

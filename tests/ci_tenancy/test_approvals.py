@@ -14,7 +14,7 @@ import pytest
 from leasehold.api_keys import create_key
 from leasehold.database import init_database
 from tests.ci_api.conftest import CIStack
-from tests.ci_tenancy.flows import get_run, job, runs_of_push, wait_for, wait_run
+from tests.ci_api.flows import get_run, job, runs_of_push, wait_for, wait_run
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 
 from leasehold.storage import open_store
 from tests.ci_api.conftest import CIStack
-from tests.ci_tenancy.flows import job, log_text, push_workflow, runs_of_push, wait_run
+from tests.ci_api.flows import job, log_text, push_workflow, runs_of_push, wait_run
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 from leasehold.ci_plans import set_plan
 from leasehold.database import init_database
 from tests.ci_api.conftest import CIStack
-from tests.ci_tenancy.flows import get_run, job, push_workflow, wait_for, wait_run
+from tests.ci_api.flows import get_run, job, push_workflow, wait_for, wait_run
 from workflows.ci_ids import run_workflow_id
 from workflows.ci_semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci_types import SemaphoreState

@@ -14,7 +14,7 @@ import pytest
 from api.app import create_app
 from leasehold.settings import Settings
 from tests.ci_api.conftest import CIStack
-from tests.ci_tenancy.flows import Pushed, job, log_text, push_workflow, wait_run
+from tests.ci_api.flows import Pushed, job, log_text, push_workflow, wait_run
 
 pytestmark = pytest.mark.slow
 

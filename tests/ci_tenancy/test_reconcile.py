@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.routers.hooks import signature_of
 from tests.ci_api.conftest import CIStack
-from tests.ci_tenancy.flows import WORKFLOW_PATH, done_push, wait_for, wait_run
+from tests.ci_api.flows import WORKFLOW_PATH, done_push, wait_for, wait_run
 from workflows.ci_reconcile import CIReconcileWorkflow
 from workflows.ci_start import reconcile_schedule_id
 from workflows.ci_types import ReconcileInput, ReconcileResult
