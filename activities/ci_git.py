@@ -108,6 +108,19 @@ class GitMirror:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
+    def _clone_or_repoint(self, mirror: Path, clone_url: str, heartbeat: Callable[[], None] | None) -> bool:
+        """Clone the mirror if it does not exist yet (True: it is fresh); else point its origin
+        at ``clone_url`` (False), since the registered URL may have changed since the mirror was
+        made. Callers hold the repository's lock."""
+        if (mirror / "HEAD").exists():
+            run_git(["remote", "set-url", "origin", "--", clone_url], cwd=mirror)
+            return False
+        tmp = mirror.with_name(mirror.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        run_git(["clone", "--mirror", "--quiet", "--", clone_url, str(tmp)], heartbeat)
+        tmp.rename(mirror)
+        return True
+
     def has_commit(self, mirror: Path, sha: str) -> bool:
         try:
             run_git(["cat-file", "-e", f"{sha}^{{commit}}"], cwd=mirror)
@@ -122,14 +135,7 @@ class GitMirror:
         check_request(clone_url, sha)
         mirror = self.path(repo_id)
         with self._locked(repo_id):
-            if not (mirror / "HEAD").exists():
-                tmp = mirror.with_name(mirror.name + ".tmp")
-                shutil.rmtree(tmp, ignore_errors=True)
-                run_git(["clone", "--mirror", "--quiet", "--", clone_url, str(tmp)], heartbeat)
-                tmp.rename(mirror)
-            else:
-                # The registered URL may have changed since the mirror was made.
-                run_git(["remote", "set-url", "origin", "--", clone_url], cwd=mirror)
+            self._clone_or_repoint(mirror, clone_url, heartbeat)
             if not self.has_commit(mirror, sha):
                 run_git(["fetch", "--prune", "--quiet", "origin"], heartbeat, cwd=mirror)
             if not self.has_commit(mirror, sha):
@@ -143,13 +149,7 @@ class GitMirror:
         check_request(clone_url, "0" * 40)
         mirror = self.path(repo_id)
         with self._locked(repo_id):
-            if not (mirror / "HEAD").exists():
-                tmp = mirror.with_name(mirror.name + ".tmp")
-                shutil.rmtree(tmp, ignore_errors=True)
-                run_git(["clone", "--mirror", "--quiet", "--", clone_url, str(tmp)], heartbeat)
-                tmp.rename(mirror)
-            else:
-                run_git(["remote", "set-url", "origin", "--", clone_url], cwd=mirror)
+            if not self._clone_or_repoint(mirror, clone_url, heartbeat):
                 run_git(["fetch", "--prune", "--quiet", "origin"], heartbeat, cwd=mirror)
             out = run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"], cwd=mirror)
         heads = {}
