@@ -33,17 +33,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
-from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary
+from leasehold.devserver import start_local_environment
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from
-from workflows import search_attributes
 from workflows.ci_run import CIRunWorkflow
 from workflows.ci_semaphore import CITenantSemaphoreWorkflow
 from workflows.ci_types import (
@@ -218,16 +215,7 @@ async def one_round(
 
 
 async def main_async(args: argparse.Namespace) -> list[Round]:
-    extra = ["--log-level", "error"]
-    for value in DYNAMIC_CONFIG:
-        extra += ["--dynamic-config-value", value]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=extra,
-        ui=False,
-    )
+    env = await start_local_environment()
     try:
         with tempfile.TemporaryDirectory(prefix="ci-fairness-") as tmp:
             url, sha = make_repo(Path(tmp))

@@ -7,8 +7,12 @@ import shutil
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from workflows.search_attributes import dev_server_args
+from workflows.search_attributes import ALL, dev_server_args
+
+if TYPE_CHECKING:
+    from temporalio.testing import WorkflowEnvironment
 
 # Fairness on, one partition: dispatch order is exact on a single machine.
 DYNAMIC_CONFIG = (
@@ -59,6 +63,25 @@ def dev_server_command(
         cmd += ["--dynamic-config-value", value]
     cmd += dev_server_args()
     return cmd
+
+
+async def start_local_environment() -> WorkflowEnvironment:
+    """A throwaway in-memory dev server set up like the embedded one (fairness on, leasehold's
+    search attributes, pydantic payloads): the one tests and benchmarks run against."""
+    # Imported here: ``leasehold up`` and the API never need the testing package.
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    extra: list[str] = ["--log-level", "error"]
+    for value in DYNAMIC_CONFIG:
+        extra += ["--dynamic-config-value", value]
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_temporal_binary(),
+        search_attributes=ALL,
+        data_converter=pydantic_data_converter,
+        dev_server_extra_args=extra,
+        ui=False,
+    )
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -9,13 +9,11 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
+from leasehold.devserver import free_port, start_local_environment
 from leasehold.settings import Settings
 from tests.harness import stop_all_started, unique_prefix
-from workflows import search_attributes
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -27,16 +25,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest_asyncio.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     """A real dev server (SQLite in memory), fairness on, leasehold's search attributes."""
-    extra: list[str] = ["--log-level", "error"]
-    for value in DYNAMIC_CONFIG:
-        extra += ["--dynamic-config-value", value]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=extra,
-        ui=False,
-    )
+    env = await start_local_environment()
     try:
         yield env
     finally:
