@@ -206,10 +206,3 @@ def webhook_candidates(
     with factory() as session:
         rows = session.scalars(select(Repository).where(or_(*conditions)).order_by(Repository.id)).all()
     return [WebhookCandidate(repo=_record(r), webhook_secret=r.webhook_secret) for r in rows]
-
-
-def get_repo_secret(factory: sessionmaker, tenant_id: str, repo_id: str) -> str | None:
-    """The webhook secret of the tenant's repository (server-side verification only)."""
-    with factory() as session:
-        row = session.scalar(select(Repository).where(Repository.id == repo_id, Repository.tenant_id == tenant_id))
-    return row.webhook_secret if row is not None else None

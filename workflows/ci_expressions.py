@@ -30,9 +30,6 @@ STATUS_FUNCTIONS = frozenset({"success", "failure", "always", "cancelled"})
 STRING_FUNCTIONS = frozenset({"contains", "startswith", "endswith"})
 # Functions that read the job's workspace: only steps (on the worker) can evaluate them.
 WORKSPACE_FUNCTIONS = frozenset({"hashfiles"})  # hashFiles (names are case-insensitive)
-KNOWN_CONTEXTS = frozenset({"github", "env", "needs", "steps", "job", "runner", "secrets"})
-# Contexts that arrive in later issues: rejected with a clear message until then.
-DEFERRED_CONTEXTS: dict[str, str] = {}
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -264,8 +261,6 @@ def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> An
         return node[1]
     if kind == "ctx":
         name = node[1]
-        if name in DEFERRED_CONTEXTS:
-            raise ExpressionError(DEFERRED_CONTEXTS[name])
         if name not in context:
             raise ExpressionError(f"unknown context {name!r}")
         return context[name]

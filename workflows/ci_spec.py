@@ -13,7 +13,6 @@ from typing import Any
 import yaml
 
 from workflows.ci_expressions import (
-    DEFERRED_CONTEXTS,
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
     WORKSPACE_FUNCTIONS,
@@ -196,8 +195,6 @@ def _check_expression(
             raise ctx.fail(line, key, f"unknown function {name}()")
     for path in context_paths(node):
         root = path[0]
-        if root in DEFERRED_CONTEXTS:
-            raise ctx.fail(line, key, DEFERRED_CONTEXTS[root])
         if root not in contexts:
             allowed = ", ".join(sorted(contexts))
             raise ctx.fail(line, key, f"context {root!r} is not available here (available: {allowed})")

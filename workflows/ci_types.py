@@ -580,17 +580,6 @@ class RetryRejectedReason(StrEnum):
     LIMIT = "CIRetryLimit"
 
 
-class LogChunkMeta(BaseModel):
-    """One stored log chunk, as the logs API reports it."""
-
-    attempt: int
-    seq: int
-    key: str
-    size: int = 0
-    # True for a seq that could not be stored (its bytes are lost; the log says so).
-    gap: bool = False
-
-
 class LogEnd(BaseModel):
     """Content of ``<attempt prefix>end.json``: the attempt's log is complete."""
 
