@@ -36,7 +36,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.video_checkpoints import JobCheckpoints, attempt_prefix
 from leasehold.storage import ObjectStore
-from workflows.video_models import get_model
+from workflows.video_models import format_size, get_model
 from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, VideoErrorType
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def resolve_job(model_name: str, input: GenerateInput) -> GenerationJob:
             type=VideoErrorType.MODEL_MISMATCH,
             non_retryable=True,
         )
-    size = f"{request.width}x{request.height}"
+    size = format_size(request.width, request.height)
     if not spec.accepts_size(size):
         raise ApplicationError(
             f"size {size} is not one of {', '.join(spec.sizes)}",
