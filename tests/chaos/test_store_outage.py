@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
@@ -33,6 +31,7 @@ from tests.chaos.checker import History, Observation, check
 from tests.chaos.stack import CHECKPOINT_INTERVAL, pending_generation, seeded
 from tests.faults import TcpProxy
 from tests.harness import ManagedProcess, start_worker, unique_prefix
+from tests.s3_server import moto_s3
 from tests.video_core.jobs import probe_mp4, request, start_job
 from workflows import ci_start
 from workflows.ci_ids import parse_log_key
@@ -50,32 +49,11 @@ LINES = int(OUTAGE_SECONDS * 2) + 16  # one line per 0.5 s: starts before the cu
 
 @pytest.fixture(scope="module")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    out = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(endpoint, timeout=1)
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.1)
+    with moto_s3(tmp_path_factory.mktemp("moto") / "moto.log") as endpoint:
         boto3.client(
             "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s"
         ).create_bucket(Bucket=BUCKET)
         yield endpoint
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        out.close()
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from leasehold.devserver import free_port
 from tests.conftest import in_ci
+from tests.s3_server import moto_s3
 
 POSTGRES_URLS = (
     "postgresql+psycopg2://postgres@127.0.0.1:5432/test",
@@ -24,32 +20,8 @@ POSTGRES_URLS = (
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """moto's S3 server as a real subprocess on a free loopback port."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto server exited:\n{log.read_text()}")
-            try:
-                httpx.get(endpoint, timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"moto server not up:\n{log.read_text()}") from None
-                time.sleep(0.1)
+    with moto_s3(tmp_path_factory.mktemp("moto") / "moto.log") as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _postgres_base_url() -> str | None:
