@@ -37,7 +37,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from activities.video_checkpoints import JobCheckpoints, attempt_prefix
 from leasehold.storage import ObjectStore
 from workflows.video_models import format_size, get_model
-from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, VideoErrorType
+from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, GenerationStarted, VideoErrorType
 
 log = logging.getLogger(__name__)
 
@@ -213,12 +213,19 @@ class VideoGenerationActivities:
         encoder: VideoEncoder,
         store: ObjectStore,
         observer: GenerationObserver | None = None,
+        announce_started: Callable[[str, GenerationStarted], None] | None = None,
     ) -> None:
         self._model = model
+        # Tells the job's workflow an attempt started (the GPU worker signals it); optional.
+        self._announce_started = announce_started
         self._encoder = encoder
         self._store = store
         self._observer = observer or _NoObserver()
         self._preemption = threading.Event()
+
+    @property
+    def announce_started(self) -> Callable[[str, GenerationStarted], None] | None:
+        return self._announce_started
 
     def notify_preemption(self) -> None:
         """The worker is about to go away (SIGTERM): checkpoint now and hand the job back."""
@@ -389,6 +396,11 @@ class _Attempt:
             state = self.model.init_state(job)
         resumed_from = state.step
         self.observer.generation_started(self.input.job_id, self.attempt, resumed_from)
+        workflow_id = activity.info().workflow_id
+        if self.owner._announce_started is not None and workflow_id:
+            self.owner._announce_started(
+                workflow_id, GenerationStarted(attempt=self.attempt, resumed_from_step=resumed_from)
+            )
         self.progress.step = state.step
         self.heartbeat()
 

@@ -507,7 +507,10 @@ class VideoJobs:
             completed_at=execution.close_time,
         )
         if state is not None:
-            view.status = state.status
+            # The workflow's in_progress says an attempt started at some point; whether one runs
+            # now (or a preempted job waits for its next attempt) is the pending activity's
+            # state, read below, so the view starts from queued and lets that decide.
+            view.status = VideoStatus.QUEUED if state.status is VideoStatus.IN_PROGRESS else state.status
             view.attempt = state.attempts_started
             view.error_code = state.error_code
             view.error_message = state.error_message

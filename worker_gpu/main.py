@@ -19,6 +19,7 @@ from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
 from worker_gpu.encoding import H264Encoder
+from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
 from worker_gpu.models import LOADERS, load_model
 from workflows.queues import GPU_GRACEFUL_SHUTDOWN, GPU_MAX_HEARTBEAT_THROTTLE, video_queue
@@ -40,10 +41,15 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
     device = str(getattr(model, "device", settings.device))
     MODEL_INFO.labels(model=name, device=device).set(1)
     log.info("loaded model %s on %s", name, device)
-    return VideoGenerationActivities(model, H264Encoder(), open_store(settings), PrometheusObserver())
+    return VideoGenerationActivities(
+        model, H264Encoder(), open_store(settings), PrometheusObserver(), announce_started=StartedAnnouncer()
+    )
 
 
 def build_worker(client: Client, settings: Settings, activities: VideoGenerationActivities) -> Worker:
+    if isinstance(activities.announce_started, StartedAnnouncer):
+        # Called inside the worker's event loop: the activity thread signals through it.
+        activities.announce_started.bind(client, asyncio.get_running_loop())
     return Worker(
         client,
         task_queue=video_queue(settings.gpu_model, settings.queue_prefix),

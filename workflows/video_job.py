@@ -7,8 +7,9 @@ Contract with the API (``api/``):
   ``housekeeping_queue = orchestration_queue(prefix)``, and the heartbeat timeout and
   checkpoint interval from ``Settings``. Objects live under ``job_object_prefix(job_id)``.
 * State: ``handle.query(VideoJobWorkflow.state)`` -> ``VideoJobState`` (also after the
-  workflow closed). ``status`` is ``queued`` until generation ends; the API shows
-  ``in_progress``, ``progress`` and ``attempt`` from DescribeWorkflowExecution: the pending
+  workflow closed). ``status`` is ``queued``, then ``in_progress`` once a GPU worker signals
+  ``generation_started`` (it stays so while a preempted job waits for its next attempt); the
+  API shows live ``in_progress``, ``progress`` and ``attempt`` from DescribeWorkflowExecution: the pending
   activity's state (STARTED), its ``attempt``, and its last heartbeat details, one
   ``GenerateProgress``. Search attributes mirror ``JobState``, ``UserId``, ``TenantId``,
   ``ModelVersion`` and ``Tier``.
@@ -45,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         CleanupInput,
         GenerateInput,
         GenerateResult,
+        GenerationStarted,
         VideoErrorType,
         VideoJobInput,
         VideoJobState,
@@ -74,6 +76,17 @@ class VideoJobWorkflow:
     def state(self) -> VideoJobState:
         """Everything the API shows about this job."""
         return self._state
+
+    @workflow.signal
+    def generation_started(self, event: GenerationStarted) -> None:
+        """A GPU worker began an attempt: mirror ``in_progress`` for listings and the Web UI.
+
+        Best effort and informational: a late signal from a stale attempt, or one after the
+        outcome, changes no outcome. The API still reads live progress from the pending activity.
+        """
+        self._state.attempts_started = max(self._state.attempts_started, event.attempt)
+        if self._state.status is VideoStatus.QUEUED:
+            self._set_status(VideoStatus.IN_PROGRESS)
 
     def _set_status(self, status: VideoStatus) -> None:
         self._state.status = status

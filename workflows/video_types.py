@@ -84,6 +84,13 @@ class GenerateProgress(BaseModel):
     attempt: int = 0
 
 
+class GenerationStarted(BaseModel):
+    """Signal from a GPU worker: an attempt of generation started (mirrored as ``JobState``)."""
+
+    attempt: int
+    resumed_from_step: int = 0
+
+
 class GenerateResult(BaseModel):
     """What a successful attempt produced; the workflow records exactly one of these."""
 

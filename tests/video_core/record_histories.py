@@ -1,7 +1,8 @@
 """Record VideoJobWorkflow histories for the replay test: ``python -m tests.video_core.record_histories``.
 
-Re-record only on purpose: the point of the stored histories is that a workflow change which
-would break executions already running fails the replay test.
+Existing files are never overwritten: each is a record of what an earlier version of the
+workflow wrote, and the point is that a change which would break executions already running
+fails the replay test. New scenarios add files (delete one only on purpose).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from tests.video_core.jobs import request, start_job
 from worker_gpu.encoding import H264Encoder
+from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.models.procedural import ProceduralVideoModel
 from workflows import search_attributes
 from workflows.queues import orchestration_queue, video_queue
@@ -35,7 +37,9 @@ HISTORIES = Path(__file__).parent / "histories"
 async def record(client: Client, settings: Settings, store: LocalObjectStore) -> None:
     model = ProceduralVideoModel(device="cpu", threads=1)
     model.load()
-    generation = VideoGenerationActivities(model, H264Encoder(), store)
+    announcer = StartedAnnouncer()
+    announcer.bind(client, asyncio.get_running_loop())
+    generation = VideoGenerationActivities(model, H264Encoder(), store, announce_started=announcer)
     housekeeping = VideoHousekeepingActivities(store)
     pool = ThreadPoolExecutor(max_workers=4)
     orchestration = Worker(
@@ -61,9 +65,19 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
         await cancelled.cancel()
         with contextlib.suppress(WorkflowFailureError):
             await cancelled.result()
-        for name, handle in (("completed", completed), ("failed", failed), ("cancelled", cancelled)):
-            history = await handle.fetch_history()
-            (HISTORIES / f"{name}.json").write_text(history.to_json())
+        # Since generation_started: a completed job whose worker signalled the start.
+        signalled = await start_job(client, settings, request(steps=4, seconds=1))
+        await signalled.result()
+        recorded = (
+            ("completed", completed),
+            ("failed", failed),
+            ("cancelled", cancelled),
+            ("completed_signalled", signalled),
+        )
+        for name, handle in recorded:
+            path = HISTORIES / f"{name}.json"
+            if not path.exists():
+                path.write_text((await handle.fetch_history()).to_json())
 
 
 async def main() -> None:

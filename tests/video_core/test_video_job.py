@@ -23,6 +23,7 @@ from tests.video_core.jobs import (
     wait_for,
     wait_for_step,
 )
+from workflows import search_attributes as sa
 from workflows.video_job import VideoJobWorkflow
 from workflows.video_types import VideoErrorType, VideoStatus
 
@@ -86,6 +87,10 @@ async def test_cancel_of_a_running_job_stops_the_gpu_and_deletes_checkpoints(
             return any(k.endswith(".json") for k in job_keys(settings, job_id))
 
         await wait_for_step(handle, 20)
+        # The worker's generation_started signal mirrors in_progress for listings and the Web UI.
+        running = await handle.query(VideoJobWorkflow.state)
+        assert (running.status, running.attempts_started) == (VideoStatus.IN_PROGRESS, 1)
+        assert (await handle.describe()).typed_search_attributes.get(sa.JOB_STATE) == "in_progress"
         await wait_for(checkpointed, 30, "a checkpoint")
         await handle.cancel()
         # The bound: the GPU stops within 10 s of the cancel.

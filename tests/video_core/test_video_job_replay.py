@@ -14,9 +14,14 @@ from workflows.video_job import VideoJobWorkflow
 HISTORIES = Path(__file__).parent / "histories"
 
 
-@pytest.mark.parametrize("name", ["completed", "failed", "cancelled"])
+@pytest.mark.parametrize("name", ["completed", "failed", "cancelled", "completed_signalled"])
 async def test_recorded_history_replays(name: str) -> None:
     history = WorkflowHistory.from_json(f"video-{name}", (HISTORIES / f"{name}.json").read_text())
     replayer = Replayer(workflows=[VideoJobWorkflow], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
+
+
+def test_signalled_history_holds_the_start_signal() -> None:
+    history = (HISTORIES / "completed_signalled.json").read_text()
+    assert "generation_started" in history
