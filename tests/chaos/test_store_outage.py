@@ -3,8 +3,8 @@ a loopback TCP proxy that is cut and restored while a video job checkpoints and 
 log chunks. Nothing may be lost: the video job completes from a checkpoint at least as new as
 the last one committed before the outage, and the CI log holds every line, with no gap.
 
-The outage lasts ``LEASEHOLD_CHAOS_OUTAGE_SECONDS`` (default 20 s: the suite's time budget on
-two cores; the issue asks for 30 s, which this variable reaches).
+The outage lasts ``LEASEHOLD_CHAOS_OUTAGE_SECONDS`` (default 30 s, as the issue asks;
+shorter values make a quicker local run).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.chaos
 
 log = logging.getLogger("chaos")
 
-OUTAGE_SECONDS = float(os.environ.get("LEASEHOLD_CHAOS_OUTAGE_SECONDS", "20"))
+OUTAGE_SECONDS = float(os.environ.get("LEASEHOLD_CHAOS_OUTAGE_SECONDS", "30"))
 BUCKET = "leasehold-chaos"
 LINES = int(OUTAGE_SECONDS * 2) + 16  # one line per 0.5 s: starts before the cut, ends after the restore
 
