@@ -35,9 +35,12 @@ PRIOR_OVERHEAD_SECONDS = 1.0
 EWMA_ALPHA = 0.3
 # Temporal's fairness weights live in this range; weights outside it are clamped by the server.
 MIN_FAIRNESS_WEIGHT = 0.001
-# Arrival rates are measured over this window (long enough to span several bursts, short
-# enough to follow a change of load within a minute or two).
-ARRIVAL_WINDOW_SECONDS = 60.0
+# Arrival rates are measured over this window. They are projected over the whole queue wait
+# (minutes in a backlog), and submits come in bursts: over one minute a rate is a sample of
+# two or three bursts, which told free jobs behind a paid backlog twice their wait whenever
+# those happened to be paid-heavy. Five minutes spans many bursts and still follows a change
+# of load within a few minutes.
+ARRIVAL_WINDOW_SECONDS = 300.0
 MIN_ARRIVAL_SPAN_SECONDS = 15.0
 # Bound on the simulated dispatches of one plan.
 MAX_SIMULATED_DISPATCHES = 5000
@@ -288,12 +291,23 @@ def plan(
         heapq.heappush(free, start + remaining[stalled_job.job_id])
         position += 1
 
-    queue = list(snapshot.queued) + list(extra)
+    queue = sorted([*snapshot.queued, *extra], key=lambda j: (j.created_at, j.job_id))
+    # A task that finds a worker polling is handed to it at once (the server matches it
+    # without backlogging it), so while workers are idle jobs start in arrival order: the
+    # fairness pass only orders tasks that wait. Without this, a paid job submitted just after
+    # a free one in the same burst was told it starts first, and the free one that it waits.
+    direct = 0
+    while direct < len(queue) and free[0] <= 0.0:
+        job = queue[direct]
+        heapq.heapreplace(free, costs.run_seconds(job.shape))
+        position += 1
+        starts[job.job_id] = (position, 0.0)
+        direct += 1
     passes: dict[str, float] = {}
     waiting_by_key: dict[str, int] = {}
     # (pass, arrival, tie-break, job id or "" for an expected arrival, key, run seconds)
     backlog: list[tuple[float, float, int, str, str, float]] = []
-    for order, job in enumerate(sorted(queue, key=lambda j: (j.created_at, j.job_id))):
+    for order, job in enumerate(queue[direct:], start=direct):
         passes[job.fairness_key] = passes.get(job.fairness_key, 0.0) + 1.0 / _weight(job.fairness_weight)
         waiting_by_key[job.fairness_key] = waiting_by_key.get(job.fairness_key, 0) + 1
         backlog.append(
