@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from activities.ci_masking import StreamMasker
+from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.ci_ids import log_chunk_key, log_end_key, log_gap_key
 from workflows.ci_types import AttemptStatus, LogEnd, LogSummary
@@ -27,8 +28,6 @@ log = logging.getLogger(__name__)
 
 # Tries a write always gets, even while the store is known to be down.
 PUT_MIN_ATTEMPTS = 3
-PUT_FIRST_BACKOFF_SECONDS = 0.1
-PUT_MAX_BACKOFF_SECONDS = 5.0
 DEFAULT_RETRY_SECONDS = 120.0
 # Producers block above this many unshipped bytes, so a chatty job cannot exhaust memory.
 MAX_BUFFERED_BYTES = 8 << 20
@@ -117,22 +116,8 @@ class LogShipper:
     def _write(self, what: str, write: Callable[[], object]) -> bool:
         """Run ``write`` until it succeeds or the retry window closes; ``True`` on success."""
         window = self._retry_seconds if self._store_up else 0.0
-        deadline = time.monotonic() + window
-        delay = PUT_FIRST_BACKOFF_SECONDS
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                write()
-                self._store_up = True
-                return True
-            except Exception as exc:
-                log.warning("storing %s failed (try %d): %s", what, tries, exc)
-            if tries >= PUT_MIN_ATTEMPTS and time.monotonic() + delay > deadline:
-                self._store_up = False
-                return False
-            time.sleep(delay)
-            delay = min(delay * 2, PUT_MAX_BACKOFF_SECONDS)
+        self._store_up = retry_within(write, window, what, log, min_tries=PUT_MIN_ATTEMPTS) is None
+        return self._store_up
 
     def _ship(self, data: bytes) -> None:
         seq = self.summary.next_seq

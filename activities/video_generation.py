@@ -35,6 +35,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.video_checkpoints import JobCheckpoints, attempt_prefix
+from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.video_models import format_size, get_model
 from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, GenerationStarted, VideoErrorType
@@ -368,20 +369,20 @@ class _Attempt:
 
         Between tries the attempt keeps heartbeating and still stops on cancel or lease loss.
         """
-        deadline = time.monotonic() + UPLOAD_RETRY_SECONDS
-        delay = 0.2
-        while True:
-            try:
-                self.store.put_file(key, path, content_type)
-                return
-            except Exception as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("job %s: storing %s failed (%s); retrying in %.1fs", self.input.job_id, key, exc, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+
+        def between_tries() -> None:
             self.heartbeat()
             self.check()
+
+        error = retry_within(
+            lambda: self.store.put_file(key, path, content_type),
+            UPLOAD_RETRY_SECONDS,
+            f"{key} of job {self.input.job_id}",
+            log,
+            between=between_tries,
+        )
+        if error is not None:
+            raise error
 
     def run(self) -> GenerateResult:
         job = self.job
