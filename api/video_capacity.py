@@ -43,6 +43,7 @@ from activities.video_generation import GENERATE_VIDEO
 from api.video_eta import (
     ArrivalLog,
     ArrivalStream,
+    FairnessShadow,
     JobCosts,
     JobShape,
     ModelSnapshot,
@@ -155,6 +156,7 @@ class CapacityTracker:
         }
         self._observed: dict[str, dict[str, _Observed]] = {name: {} for name in self.specs}
         self.arrivals = {name: ArrivalLog() for name in self.specs}
+        self.shadows = {name: FairnessShadow() for name in self.specs}
         # Server time of each worker's last heartbeat: a poll older than that is from before
         # its last job and says nothing about whether it is still there.
         self._last_busy: dict[str, float] = {}
@@ -219,6 +221,8 @@ class CapacityTracker:
         seen: dict[str, _Observed] = {}
         queued: list[QueuedJob] = []
         running: list[RunningJob] = []
+        arrived: list[tuple[str, float, str, float]] = []
+        starts: list[tuple[str, float]] = []
         # The server times an attempt out only after a full heartbeat timeout of silence, and
         # the SDK sends throttled heartbeats up to 0.8 of that apart (later on a busy host);
         # calling a job stalled any sooner would flap live workers in and out of the count.
@@ -238,8 +242,10 @@ class CapacityTracker:
             self.arrivals[model].observe(
                 job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0, tier, shape, now
             )
+            arrived.append((job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0))
             pending = _generation_activity(desc) if desc is not None else None
             if desc is not None and pending is None and _has_other_activity(desc):
+                starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
                 continue  # generation ended; the workflow is cleaning up
             if pending is not None and pending.state in (
                 PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
@@ -247,6 +253,7 @@ class CapacityTracker:
             ):
                 progress = await self._progress(pending)
                 started_at = pending.last_started_time.ToDatetime(UTC).timestamp()
+                starts.append((job_id, started_at))
                 beat = (
                     pending.last_heartbeat_time.ToDatetime(UTC).timestamp()
                     if pending.HasField("last_heartbeat_time")
@@ -337,6 +344,7 @@ class CapacityTracker:
             mean_job_seconds=costs.mean_job_seconds,
             measured=True,
         )
+        self.shadows[model].update(arrived, starts, open_ids, now)
         self.snapshots[model] = snapshot
         self._plans.pop(model, None)
         self._prune_recent(model, now, open_ids)
@@ -518,14 +526,22 @@ class CapacityTracker:
         cached = self._plans.get(model)
         if cached is not None and cached[0] == key:
             return cached[1]
-        computed = plan(snapshot, self.costs[model], extra=unseen, arrivals=self._streams(model))
+        computed = plan(
+            snapshot, self.costs[model], extra=unseen, arrivals=self._streams(model), shadow=self.shadows[model]
+        )
         self._plans[model] = (key, computed)
         return computed
 
     def plan_with(self, model: str, job: QueuedJob) -> QueuePlan | None:
         """The plan if ``job`` (not yet in the snapshot) joined the queue now."""
         unseen = [j for j in self._unseen(model) if j.job_id != job.job_id]
-        return plan(self.snapshots[model], self.costs[model], extra=[*unseen, job], arrivals=self._streams(model))
+        return plan(
+            self.snapshots[model],
+            self.costs[model],
+            extra=[*unseen, job],
+            arrivals=self._streams(model),
+            shadow=self.shadows[model],
+        )
 
     def _streams(self, model: str) -> list[ArrivalStream]:
         caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}

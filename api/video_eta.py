@@ -6,8 +6,13 @@ Pure computation over a measured snapshot (``api/video_capacity.py`` takes the s
   per step for its length and size (frames x pixels), scaled from other sizes until that size
   has been seen, and from the catalogue's rough cost until anything has been measured.
 * Dispatch order = what Temporal's fairness does with the waiting jobs' fairness keys and
-  weights: stride scheduling, each key advancing by ``1 / weight`` per task, a new task
-  starting from the pass of the last dispatched one if its key fell behind.
+  weights: stride scheduling. The server gives a task that has to wait the pass
+  ``max(its key's last pass, the queue's ack level) + 1 / weight`` and hands waiting tasks
+  out in pass order; the ack level is the pass of the last task handed out. A task that
+  finds a worker polling is matched at once and takes no pass. ``FairnessShadow`` replays
+  exactly that from what the refreshes see (arrivals, starts), so a free job that arrived
+  late behind a paid backlog holds the pass the server gave it then, not the one it would
+  get if everything waiting now had arrived together.
 * Queue wait = a simulation of the next dispatches onto the workers that serve the model
   now, each free once its running job's remaining work is done, taking the jobs waiting now
   and the jobs each fairness key is expected to add meanwhile (its measured arrival rate).
@@ -44,6 +49,9 @@ ARRIVAL_WINDOW_SECONDS = 300.0
 MIN_ARRIVAL_SPAN_SECONDS = 15.0
 # Bound on the simulated dispatches of one plan.
 MAX_SIMULATED_DISPATCHES = 5000
+# A job whose generation started this soon after its submit found a worker polling: the server
+# matched it without writing it to the backlog, so it took no fairness pass.
+DIRECT_MATCH_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -245,6 +253,71 @@ class ArrivalLog:
         return streams
 
 
+class FairnessShadow:
+    """The fairness state of one model's task queue, replayed from what the refreshes saw.
+
+    Temporal keeps, per fairness key, the pass of its last task, and per queue an ack level
+    (the pass of the last task handed out). A task that has to wait gets
+    ``max(key's last pass, ack level) + 1 / weight``; waiting tasks go out in pass order. The
+    server does not report passes, so this replays the rule over the events the API sees: a
+    job's arrival (its submit time, from its memo) and its start (its generation activity's
+    start time). Events are applied in time order within each refresh; an event seen a refresh
+    late (visibility lag) is applied then, which errs by at most one refresh's events. A process
+    that starts with a backlog replays it from the oldest waiting job with the ack level at 0:
+    relative passes are all a plan needs.
+    """
+
+    def __init__(self) -> None:
+        self.ack = 0.0
+        self.counters: dict[str, float] = {}
+        # Waiting jobs' passes (jobs matched directly have none).
+        self.passes: dict[str, float] = {}
+        self._arrived: set[str] = set()
+        self._started: set[str] = set()
+
+    def update(
+        self,
+        arrivals: Iterable[tuple[str, float, str, float]],
+        starts: Iterable[tuple[str, float]],
+        open_ids: set[str],
+        now: float,
+    ) -> None:
+        """Apply one refresh: ``arrivals`` (job id, submit time, key, weight) of every open job,
+        ``starts`` (job id, start time) of every running job, ``open_ids`` all open jobs."""
+        started = {job_id: at for job_id, at in starts}
+        events: list[tuple[float, int, str, str, float]] = []
+        for job_id, at, key, weight in arrivals:
+            if job_id in self._arrived:
+                continue
+            self._arrived.add(job_id)
+            start = started.get(job_id)
+            if start is not None and start - at <= DIRECT_MATCH_SECONDS:
+                self._started.add(job_id)  # matched at once: no pass
+                continue
+            events.append((at, 0, job_id, key, weight))
+        for job_id, at in started.items():
+            if job_id not in self._started:
+                events.append((at, 1, job_id, "", 0.0))
+        # Jobs that were waiting and are gone without being seen running started (and ended)
+        # between two refreshes: handed out by now.
+        for job_id in list(self.passes):
+            if job_id not in open_ids and job_id not in started:
+                events.append((now, 1, job_id, "", 0.0))
+        for _at, kind, job_id, key, weight in sorted(events):
+            if kind == 0:
+                pass_ = max(self.counters.get(key, 0.0), self.ack) + 1.0 / _weight(weight)
+                self.counters[key] = pass_
+                self.passes[job_id] = pass_
+            else:
+                self._started.add(job_id)
+                if job_id in self.passes:
+                    self.ack = max(self.ack, self.passes.pop(job_id))
+        # Forget closed jobs, and keys that fell behind the ack level (the same as no key).
+        self._arrived &= open_ids
+        self._started &= open_ids
+        self.counters = {k: v for k, v in self.counters.items() if v > self.ack}
+
+
 @dataclass(frozen=True)
 class QueuePlan:
     """Where each queued job stands: its place in dispatch order and its expected start."""
@@ -261,6 +334,7 @@ def plan(
     costs: JobCosts,
     extra: Iterable[QueuedJob] = (),
     arrivals: Iterable[ArrivalStream] = (),
+    shadow: FairnessShadow | None = None,
 ) -> QueuePlan | None:
     """Expected start of every queued job (and of ``extra``: jobs submitted since the snapshot).
 
@@ -270,6 +344,9 @@ def plan(
     given the pass the server gives a new task of its key (its key's last pass, or the pass
     of the last dispatched task if that is later, plus ``1 / weight``). Expected arrivals
     take turns but are not counted in positions: they are not ahead of anyone yet.
+
+    ``shadow`` holds the passes the server gave the jobs waiting now and its keys' counters;
+    without it (or for jobs it has not seen) passes are replayed in arrival order from 0.
 
     ``None`` when no worker serves the model: there is no honest number to give.
     """
@@ -303,16 +380,23 @@ def plan(
         position += 1
         starts[job.job_id] = (position, 0.0)
         direct += 1
-    passes: dict[str, float] = {}
+    known = shadow.passes if shadow is not None else {}
+    passes: dict[str, float] = dict(shadow.counters) if shadow is not None else {}
+    base = shadow.ack if shadow is not None else 0.0
     waiting_by_key: dict[str, int] = {}
     # (pass, arrival, tie-break, job id or "" for an expected arrival, key, run seconds)
     backlog: list[tuple[float, float, int, str, str, float]] = []
     for order, job in enumerate(queue[direct:], start=direct):
-        passes[job.fairness_key] = passes.get(job.fairness_key, 0.0) + 1.0 / _weight(job.fairness_weight)
+        pass_ = known.get(job.job_id)
+        if pass_ is None:
+            # Not seen by the shadow yet (submitted since the last refresh): the pass the
+            # server gives it now.
+            pass_ = max(passes.get(job.fairness_key, 0.0), base) + 1.0 / _weight(job.fairness_weight)
+            passes[job.fairness_key] = pass_
         waiting_by_key[job.fairness_key] = waiting_by_key.get(job.fairness_key, 0) + 1
         backlog.append(
             (
-                passes[job.fairness_key],
+                pass_,
                 job.created_at,
                 order,
                 job.job_id,
@@ -325,7 +409,6 @@ def plan(
     streams = [s for s in arrivals if s.per_second > 0]
     upcoming = [(1.0 / s.per_second, i) for i, s in enumerate(streams)]
     heapq.heapify(upcoming)
-    base = 0.0
     targets = len(queue)
     tie = len(queue)
     for _ in range(MAX_SIMULATED_DISPATCHES):
