@@ -13,6 +13,10 @@ store. One attempt:
 * writes every object under ``<object_prefix>/attempt-<n>/``: a stale attempt's objects are
   never the ones the workflow records.
 
+A worker built with ``checkpoints=False`` (setting ``video_checkpoints``) neither resumes,
+nor checkpoints periodically, nor at the notice: every attempt starts at step 0. That is the
+restart-from-zero baseline the goodput benchmark measures checkpointing against.
+
 This module stays free of torch and PyAV: the workflow imports it for the activity
 definition. Models and encoders implement the small protocols below.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -215,8 +220,11 @@ class VideoGenerationActivities:
         store: ObjectStore,
         observer: GenerationObserver | None = None,
         announce_started: Callable[[str, GenerationStarted], None] | None = None,
+        checkpoints: bool = True,
     ) -> None:
         self._model = model
+        # False: every attempt starts from step 0 and stores no checkpoint (the baseline).
+        self._checkpoints = checkpoints
         # Tells the job's workflow an attempt started (the GPU worker signals it); optional.
         self._announce_started = announce_started
         self._encoder = encoder
@@ -386,7 +394,11 @@ class _Attempt:
 
     def run(self) -> GenerateResult:
         job = self.job
-        restored = self.checkpoints.newest_valid(self.fingerprint, lambda data: self.model.load_state(job, data))
+        restored = (
+            self.checkpoints.newest_valid(self.fingerprint, lambda data: self.model.load_state(job, data))
+            if self.owner._checkpoints
+            else None
+        )
         if restored is not None:
             state = restored.state
             self.last_checkpoint_step = state.step
@@ -407,7 +419,7 @@ class _Attempt:
 
         gpu_started = time.monotonic()
         last_checkpoint = time.monotonic()
-        interval = self.input.checkpoint_interval_seconds
+        interval = self.input.checkpoint_interval_seconds if self.owner._checkpoints else math.inf
         try:
             while state.step < job.steps:
                 self.check()
@@ -421,7 +433,7 @@ class _Attempt:
                     self.checkpoint(state)
                     last_checkpoint = time.monotonic()
         except _Stop as stop:
-            if stop.reason == "preempted":
+            if stop.reason == "preempted" and self.owner._checkpoints:
                 # The whole point of the notice: lose no work.
                 self.checkpoint(state)
             raise

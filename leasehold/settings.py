@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])
     gpu_model: str = DEFAULT_MODEL
     checkpoint_interval_seconds: float = 10.0
+    # A GPU worker with this off never checkpoints (periodically or at a preemption notice) nor
+    # resumes: every attempt starts at step 0. Only the goodput benchmark's baseline wants that.
+    video_checkpoints: bool = True
     # "auto" uses CUDA when present, else CPU.
     device: str = "auto"
 

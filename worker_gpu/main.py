@@ -42,7 +42,12 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
     MODEL_INFO.labels(model=name, device=device).set(1)
     log.info("loaded model %s on %s", name, device)
     return VideoGenerationActivities(
-        model, H264Encoder(), open_store(settings), PrometheusObserver(), announce_started=StartedAnnouncer()
+        model,
+        H264Encoder(),
+        open_store(settings),
+        PrometheusObserver(),
+        announce_started=StartedAnnouncer(),
+        checkpoints=settings.video_checkpoints,
     )
 
 
