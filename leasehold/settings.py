@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     # CPU threads torch uses on a GPU worker. Fixed, because float results (and so the
     # video's bytes) may depend on how work is split across threads.
     video_torch_threads: int = 1
+    # Each sampler step of the stand-in model takes at least this many seconds per frame x
+    # megapixel (0: as fast as it computes). Models an accelerator whose throughput the host's
+    # CPU does not limit: the admission benchmark runs a fleet of six GPU workers on two cores.
+    video_step_pace_seconds_per_frame_megapixel: float = 0.0
 
     # CI secrets: AES-256 keys as "id:base64,id:base64" and the id that seals new values (default:
     # the last listed). Unset: one key is generated into the data dir (embedded default).

@@ -37,7 +37,9 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
     name = settings.gpu_model
     if get_model(name) is None or name not in LOADERS:
         raise UnknownModel(f"leasehold: error: unknown model {name!r}; this worker can load: {', '.join(LOADERS)}")
-    model = load_model(name, settings.device, settings.video_torch_threads)
+    model = load_model(
+        name, settings.device, settings.video_torch_threads, settings.video_step_pace_seconds_per_frame_megapixel
+    )
     device = str(getattr(model, "device", settings.device))
     MODEL_INFO.labels(model=name, device=device).set(1)
     log.info("loaded model %s on %s", name, device)

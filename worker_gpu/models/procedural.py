@@ -21,6 +21,7 @@ import io
 import math
 import os
 import re
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,9 +122,12 @@ class ProceduralVideoModel:
     name = "procedural-v1"
     revision = "procedural-v1.1"
 
-    def __init__(self, device: str = "auto", threads: int = 1) -> None:
+    def __init__(self, device: str = "auto", threads: int = 1, pace_seconds_per_frame_megapixel: float = 0.0) -> None:
         self.device = resolve_device(device)
         self._threads = threads
+        # A step takes at least this x frames x megapixels seconds (0: as fast as it computes):
+        # an accelerator's fixed throughput, for fleets larger than the host's cores.
+        self._pace = max(0.0, pace_seconds_per_frame_megapixel)
         self._net: _Denoiser | None = None
         # latent-space RGB+texture <-> latent channels: a fixed invertible mix, like a VAE's.
         mix_gen = _generator(self.name, "latent-mix")
@@ -218,8 +222,18 @@ class ProceduralVideoModel:
             alpha_bar=_cosine_alpha_bar(job.steps),
         )
 
-    @torch.inference_mode()
     def step(self, state: ProceduralState) -> None:
+        began = time.perf_counter()
+        self._step(state)
+        if self._pace > 0:
+            job = state.job
+            floor = self._pace * job.frames * job.width * job.height / 1e6
+            rest = floor - (time.perf_counter() - began)
+            if rest > 0:
+                time.sleep(rest)
+
+    @torch.inference_mode()
+    def _step(self, state: ProceduralState) -> None:
         steps = state.job.steps
         t = steps - state.step
         a_t = float(state.alpha_bar[t])
