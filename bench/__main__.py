@@ -38,7 +38,7 @@ async def _bench(args: argparse.Namespace, tables: list[Table]) -> None:
     overhead, _costs = await asyncio.to_thread(goodput.measure, 600 if full else 250)
     tables.append(overhead)
     show(overhead)
-    # Goodput runs its own stacks (checkpointing off, then on), before the shared one starts.
+    # Goodput runs its own two stacks (checkpointing off and on), before the shared one starts.
     with tempfile.TemporaryDirectory(prefix="leasehold-goodput-") as tmp:
         table = await goodput.run(Path(tmp), args.seed, goodput.FULL if full else goodput.SHORT)
     tables.append(table)

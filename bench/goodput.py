@@ -445,7 +445,13 @@ async def _interleaved(root: Path, config: Config, batches: dict[str, list[Run]]
             if name not in stacks:
                 continue
             key = f"goodput-{seed}-{name}-{n}"
-            await _run_job(stacks[name], clients[name], videos[name], r, key, config.steps)
+            try:
+                # _run_job bounds its own waits; this also bounds an RPC that never answers.
+                await asyncio.wait_for(
+                    _run_job(stacks[name], clients[name], videos[name], r, key, config.steps), JOB_DEADLINE + 60
+                )
+            except Exception as exc:  # one job's failure is its cell's "n/a", not the bench's end
+                r.error = r.error or f"{type(exc).__name__}: {exc}"[:120]
             if r.error:
                 log.append(f"job {r.job} ({r.signal or 'clean'}, checkpoints {name}): {r.error}")
     finally:
