@@ -540,7 +540,11 @@ async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -
         if clean is not None
         else "n/a"
     )
-    clean_on_text = f"{percentile(clean_on, 0.5):.2f} s" if clean_on else "n/a"
+    clean_on_text = (
+        f"{percentile(clean_on, 0.5):.2f} s, p10-p90 {percentile(clean_on, 0.1):.2f}-{percentile(clean_on, 0.9):.2f} s"
+        if clean_on
+        else "n/a"
+    )
     table.notes += [
         f"Real preemptions of the GPU worker of `leasehold up` (embedded stack; the supervisor restarts it): "
         f"batches of {config.jobs} identical jobs ({SIZE}, {SECONDS} s, {config.steps} steps, one at a time on "
