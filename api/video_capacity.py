@@ -344,7 +344,11 @@ class CapacityTracker:
             mean_job_seconds=costs.mean_job_seconds,
             measured=True,
         )
-        self.shadows[model].update(arrived, starts, open_ids, now)
+        shadow = self.shadows[model]
+        shadow.update(arrived, starts, open_ids, now)
+        if log.isEnabledFor(logging.DEBUG):
+            waiting = sorted((p, j) for j, p in shadow.passes.items())
+            log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
         self.snapshots[model] = snapshot
         self._plans.pop(model, None)
         self._prune_recent(model, now, open_ids)

