@@ -50,6 +50,8 @@ ARRIVAL_WINDOW_SECONDS = 300.0
 MIN_ARRIVAL_SPAN_SECONDS = 15.0
 # Bound on the simulated dispatches of one plan.
 MAX_SIMULATED_DISPATCHES = 5000
+# Fairness keys (users) whose last pass the replay remembers.
+MAX_FAIRNESS_KEYS = 10_000
 # A job whose generation started this soon after its submit found a worker polling: the server
 # matched it without writing it to the backlog, so it took no fairness pass.
 DIRECT_MATCH_SECONDS = 1.0
@@ -314,10 +316,16 @@ class FairnessShadow:
                 self._started.add(job_id)
                 if job_id in self.passes:
                     self.ack = max(self.ack, self.passes.pop(job_id))
-        # Forget closed jobs, and keys that fell behind the ack level (the same as no key).
+        # Forget closed jobs. Keys are kept even once behind the ack level: the next pass is
+        # ``max(ack, last + 1/weight)``, so a last pass within one increment of the ack level
+        # still counts (forgetting those put a user's next job a whole turn too early). The
+        # server keeps its keys too (exactly up to 100, then in a sketch); here the highest
+        # ``MAX_FAIRNESS_KEYS`` are kept.
         self._arrived &= open_ids
         self._started &= open_ids
-        self.counters = {k: v for k, v in self.counters.items() if v > self.ack}
+        if len(self.counters) > MAX_FAIRNESS_KEYS:
+            kept = sorted(self.counters.items(), key=lambda kv: kv[1])[-MAX_FAIRNESS_KEYS:]
+            self.counters = dict(kept)
 
 
 def next_pass(last: float, ack: float, weight: float) -> float:

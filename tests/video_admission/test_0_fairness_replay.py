@@ -99,3 +99,19 @@ def test_a_job_of_a_user_with_nothing_waiting_goes_before_due_jobs() -> None:
     assert planned is not None
     assert planned.starts["q"][0] == 1
     assert planned.starts["f"][0] == 2
+
+
+def test_a_key_just_behind_the_ack_level_keeps_its_turn() -> None:
+    """A free user whose last job was handed out at pass 2.0, the ack level now 2.5: its next
+    job gets 2.0 + 2 = 4.0 (weight 1/2), not the ack level: the server remembers the key."""
+    shadow = FairnessShadow()
+    arrivals = [("f1", 1.0, "free/f", 0.5), ("p1", 1.5, "paid/p", 2.0), ("p2", 1.6, "paid/p", 2.0)]
+    shadow.update(arrivals, [], {"f1", "p1", "p2"}, now=2.0)
+    assert shadow.passes == {"f1": 2.0, "p1": 0.5, "p2": 1.0}
+    # Three more paid jobs (1.5, 2.0, 2.5); all are handed out in pass order, f1 among them.
+    more = [*arrivals, ("p3", 3.0, "paid/p", 2.0), ("p4", 3.1, "paid/p", 2.0), ("p5", 3.2, "paid/p", 2.0)]
+    starts = [("p1", 5.0), ("p2", 6.0), ("p3", 6.5), ("f1", 7.0), ("p4", 7.5), ("p5", 8.0)]
+    shadow.update(more, starts, set(), now=9.0)
+    assert shadow.ack == 2.5 and shadow.passes == {}
+    shadow.update([("f2", 10.0, "free/f", 0.5)], [], {"f2"}, now=11.0)
+    assert shadow.passes["f2"] == 4.0
