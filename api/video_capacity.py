@@ -41,6 +41,7 @@ from temporalio.service import RPCError
 
 from activities.video_generation import GENERATE_VIDEO
 from api.video_eta import (
+    PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
     ArrivalLog,
     ArrivalStream,
     FairnessShadow,
@@ -150,7 +151,10 @@ class CapacityTracker:
         self.specs: dict[str, VideoModelSpec] = {
             name: spec for name in settings.models if (spec := get_model(name)) is not None
         }
-        self.costs = {name: JobCosts(spec) for name, spec in self.specs.items()}
+        # Until a job of a model is measured, its steps cost the catalogue's rough figure, or
+        # the deployment's step pace where workers are configured slower than that.
+        prior = max(PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL, settings.video_step_pace_seconds_per_frame_megapixel)
+        self.costs = {name: JobCosts(spec, prior) for name, spec in self.specs.items()}
         self.snapshots: dict[str, ModelSnapshot] = {
             name: ModelSnapshot(model=name, taken_at=0.0) for name in self.specs
         }

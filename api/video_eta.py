@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 
 from workflows.video_models import VideoModelSpec
 
-# Until anything is measured: a rough cost of the stand-in model per step x frame x megapixel
-# on one core, and a per-job overhead (encode, upload, dispatch).
-PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL = 0.01
+# Until anything is measured: the stand-in model's cost per step x frame x megapixel on one
+# core of the 2-core dev host (40 ms a step at 180x320 x 32 frames), or the deployment's
+# configured step pace where that is slower, and a per-job overhead (encode, upload, dispatch).
+PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL = 0.022
 PRIOR_OVERHEAD_SECONDS = 1.0
 # Weight of a new sample in the running averages (recent jobs count more: capacity changes).
 EWMA_ALPHA = 0.3
@@ -128,8 +129,10 @@ class ModelSnapshot:
 class JobCosts:
     """Measured run times of one model version: per-step time by shape, and per-job overhead."""
 
-    def __init__(self, spec: VideoModelSpec) -> None:
+    def __init__(self, spec: VideoModelSpec, prior_per_unit: float = PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL) -> None:
         self.spec = spec
+        # Seconds per step per frame-megapixel until anything is measured.
+        self._prior_per_unit = prior_per_unit
         # Seconds per step keyed by frame-megapixels (one entry per length x size seen).
         self._step_seconds: dict[float, float] = {}
         # Seconds per step per frame-megapixel across all shapes: scales to unseen shapes.
@@ -179,7 +182,7 @@ class JobCosts:
                 return self._step_seconds[nearest] * key / nearest
         if self._per_unit is not None:
             return self._per_unit * shape.frame_megapixels
-        return PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL * shape.frame_megapixels
+        return self._prior_per_unit * shape.frame_megapixels
 
     def overhead_seconds(self) -> float:
         return PRIOR_OVERHEAD_SECONDS if self._overhead is None else self._overhead

@@ -483,6 +483,13 @@ class Bench:
                     else ""
                 )
             )
+            for tier in ("paid", "free"):
+                tier_errors = _errors([j for j in calm if j.tier == tier], "eta")
+                if tier_errors:
+                    print(
+                        f"  {tier}: {len(tier_errors)}, ETA median {100 * statistics.median(tier_errors):.0f}% "
+                        f"p90 {100 * _percentile(tier_errors, 0.9):.0f}%"
+                    )
         print("* share of dispatches made while both tiers had jobs waiting (weights 4:1 -> 80%/20%)")
 
 
