@@ -35,7 +35,7 @@ async def _bench(args: argparse.Namespace, tables: list[Table]) -> None:
     full = args.full
     show = lambda table: print(table.text() + "\n", flush=True)  # noqa: E731
 
-    overhead, _costs = await asyncio.to_thread(goodput.measure, 600 if full else 250)
+    overhead = await asyncio.to_thread(goodput.measure, 600 if full else 250)
     tables.append(overhead)
     show(overhead)
     # Goodput runs its own two stacks (checkpointing off and on), before the shared one starts.

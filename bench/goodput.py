@@ -77,14 +77,6 @@ from workflows.video_job import VideoJobWorkflow
 from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, VideoRequest
 
 
-@dataclasses.dataclass
-class Costs:
-    step_seconds: float
-    checkpoint_seconds: float
-    restore_seconds: float
-    interval: float
-
-
 def _generate(
     model: ProceduralVideoModel, store: LocalObjectStore, request: VideoRequest, job: str, interval: float
 ) -> GenerateResult:
@@ -98,7 +90,7 @@ def _generate(
     return result
 
 
-def measure(steps: int) -> tuple[Table, Costs]:
+def measure(steps: int) -> Table:
     interval = Settings().checkpoint_interval_seconds
     model = ProceduralVideoModel(device="cpu", threads=1)
     model.load()
@@ -129,7 +121,8 @@ def measure(steps: int) -> tuple[Table, Costs]:
         )
         restore = time.perf_counter() - started
     count = max(1, math.floor(plain.gpu_seconds / interval))
-    costs = Costs(plain.gpu_seconds / steps, checkpointed.checkpoint_seconds / count, restore, interval)
+    step_seconds = plain.gpu_seconds / steps
+    commit_seconds = checkpointed.checkpoint_seconds / count
     share = checkpointed.checkpoint_seconds / checkpointed.gpu_seconds
     table = Table(
         f"Checkpoint overhead at the default interval ({interval:g} s)",
@@ -144,11 +137,11 @@ def measure(steps: int) -> tuple[Table, Costs]:
             ],
         ],
         [
-            f"256x256, 16 frames, {steps} steps on this CPU; step {costs.step_seconds * 1000:.1f} ms, "
-            f"checkpoint commit {costs.checkpoint_seconds * 1000:.1f} ms, restore {restore * 1000:.1f} ms."
+            f"256x256, 16 frames, {steps} steps on this CPU; step {step_seconds * 1000:.1f} ms, "
+            f"checkpoint commit {commit_seconds * 1000:.1f} ms, restore {restore * 1000:.1f} ms."
         ],
     )
-    return table, costs
+    return table
 
 
 # Goodput under real preemptions -------------------------------------------------------------
