@@ -133,6 +133,14 @@ class Settings(BaseSettings):
     ci_reconcile_interval_seconds: float = 300.0
     # Largest actions/cache archive a CI job may save (bytes before compression).
     ci_cache_max_bytes: int = 2 << 30
+    # Where tenants' clone URLs may point (leasehold.clone_urls). Remote URLs: these schemes
+    # ("https", optionally "http"), these hosts ("git.example.com", "*.example.com"; empty: any
+    # public host), and never a loopback, link-local, private or metadata address unless a CIDR
+    # here allows it. Local paths: only below ci_local_repo_root (unset: refused), never the data dir.
+    ci_clone_schemes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["https"])
+    ci_clone_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    ci_clone_allow_private: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    ci_local_repo_root: Path | None = None
 
     # Video admission. Paid and free jobs share each model's workers through Temporal fairness:
     # dispatch shares follow these weights while both tiers have a backlog (no tier starves).
@@ -156,7 +164,9 @@ class Settings(BaseSettings):
         # Child processes may start elsewhere; they must find the same directory.
         return value.expanduser().resolve()
 
-    @field_validator("models", "ci_labels", mode="before")
+    @field_validator(
+        "models", "ci_labels", "ci_clone_schemes", "ci_clone_hosts", "ci_clone_allow_private", mode="before"
+    )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         # Env vars arrive as "a,b" as often as JSON lists; accept both (NoDecode leaves JSON to us).
