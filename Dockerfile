@@ -2,9 +2,9 @@
 #   leasehold api | leasehold worker orchestration | worker gpu --model M | worker ci --labels L
 FROM python:3.11-slim
 
-# bubblewrap: the CI worker's sandbox; git: CI checkouts.
+# bubblewrap, libseccomp2, slirp4netns, nftables: the CI worker's sandbox; git: CI checkouts.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap git ca-certificates \
+    && apt-get install -y --no-install-recommends bubblewrap libseccomp2 slirp4netns nftables git ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

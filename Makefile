@@ -10,7 +10,8 @@ TORCH ?= torch==2.13.0
 .PHONY: up test lint typecheck unit bench install system-deps
 
 $(BIN)/.installed: pyproject.toml
-	@command -v git >/dev/null && command -v bwrap >/dev/null || $(MAKE) --no-print-directory system-deps
+	@command -v git >/dev/null && command -v bwrap >/dev/null && command -v slirp4netns >/dev/null \
+		&& command -v nft >/dev/null && ldconfig -p | grep -q libseccomp.so.2 || $(MAKE) --no-print-directory system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
@@ -19,10 +20,12 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# git and bubblewrap (the CI sandbox); needs root or sudo.
+# git, and the CI sandbox: bubblewrap, libseccomp (its syscall filter), slirp4netns and
+# nftables (filtered network for jobs whose plan allows it); needs root or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq git bubblewrap >/dev/null
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+		git bubblewrap libseccomp2 slirp4netns nftables >/dev/null
 
 up: $(BIN)/.installed
 	$(BIN)/leasehold up

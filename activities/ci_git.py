@@ -3,12 +3,22 @@
 Never a working tree: workflow files are read with ``git ls-tree``/``git cat-file`` at the
 commit, and jobs get ``git archive`` of it. One lock file per mirror serialises fetches between
 threads and processes sharing the data dir.
+
+Clone URLs are the tenant's choice, so every clone and fetch checks the URL again against the
+operator's ``ClonePolicy`` (``leasehold.clone_urls``): a local path is handed to git as its
+checked real path; a remote host is resolved here, every address checked, and git is pinned to
+those addresses (``http.curloptResolve``) so it cannot resolve the name again to another one.
+Git runs with a clean environment (no proxies, no credentials, no user or system config) and
+only the one protocol the URL needs. What git prints stays in the worker's log: tenants get
+the same message whatever the host or path really is.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import ipaddress
+import logging
 import os
 import re
 import shutil
@@ -19,13 +29,34 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from leasehold.clone_urls import (
+    ClonePolicy,
+    CloneUrlRefused,
+    LocalRepo,
+    RemoteRepo,
+    Resolver,
+    parse,
+    resolve_checked,
+    system_resolver,
+)
+from leasehold.settings import Settings
+
+log = logging.getLogger(__name__)
+
 WORKFLOWS_DIR = ".github/workflows"
 SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 GIT_TIMEOUT_SECONDS = 600.0
+# What a tenant is told when git fails: the same for a missing path, a closed port, a refused
+# TLS handshake or a repository that is not there, so failures probe nothing.
+FETCH_FAILED = "the repository could not be fetched"
+# Entries of a local repository's git dir that may hold links to other repositories' objects.
+_LINK_FILES = ("objects/info/alternates", "objects/info/http-alternates", "commondir")
+_MAX_ENTRIES_CHECKED = 4096
 
 
 class GitError(RuntimeError):
-    """A git command failed (network, missing repository); may be transient."""
+    """A git command failed (network, missing repository); may be transient. The message is
+    safe to show the tenant; what git said is logged, never carried here."""
 
 
 class InvalidRequest(ValueError):
@@ -36,14 +67,17 @@ class CommitNotFound(GitError):
     """The commit is not in the repository even after a fetch."""
 
 
-def _git_env() -> dict[str, str]:
+def _git_env(allow_protocol: str = "") -> dict[str, str]:
+    # Built from nothing, so no proxy, askpass, credential or config variable of the worker's
+    # environment reaches git. HOME points nowhere: curl would read ~/.netrc for any host.
     return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/"),
+        "HOME": "/nonexistent",
         "GIT_TERMINAL_PROMPT": "0",
-        # No ext:: or fd:: transports from a tenant-supplied URL.
-        "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+        # Overrides protocol.*.allow: only the protocol this URL needs; never ext:: or fd::.
+        "GIT_ALLOW_PROTOCOL": allow_protocol,
         "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
         "LC_ALL": "C",
     }
 
@@ -52,7 +86,7 @@ def check_request(clone_url: str, sha: str) -> None:
     if not SHA.match(sha):
         raise InvalidRequest(f"not a full lower-case commit sha: {sha!r}")
     if not clone_url or clone_url.startswith("-") or "\n" in clone_url:
-        raise InvalidRequest(f"invalid clone URL: {clone_url!r}")
+        raise InvalidRequest("invalid clone URL")
 
 
 def run_git(
@@ -60,16 +94,25 @@ def run_git(
     heartbeat: Callable[[], None] | None = None,
     cwd: Path | None = None,
     timeout: float = GIT_TIMEOUT_SECONDS,
+    config: list[str] | None = None,
+    allow_protocol: str = "",
+    failure: str | None = None,
 ) -> bytes:
-    """Run git, heartbeating every second while it runs; raises ``GitError`` on failure."""
+    """Run git, heartbeating every second while it runs; raises ``GitError`` on failure.
+
+    ``config`` is ``-c`` pairs for this command; ``failure`` the tenant-safe message of a
+    failure (default: which git command failed). stderr is logged, never raised.
+    """
+    flags = [part for pair in (config or []) for part in ("-c", pair)]
     proc = subprocess.Popen(
-        ["git", *args],
+        ["git", *flags, *args],
         cwd=cwd,
-        env=_git_env(),
+        env=_git_env(allow_protocol),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    message = failure or f"git {args[0]} failed"
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -81,18 +124,37 @@ def run_git(
             if time.monotonic() > deadline:
                 proc.kill()
                 proc.communicate()
-                raise GitError(f"git {args[0]} timed out after {timeout:.0f}s") from None
+                log.warning("git %s timed out after %.0fs (cwd %s)", " ".join(args), timeout, cwd)
+                raise GitError(message) from None
     if proc.returncode != 0:
-        raise GitError(f"git {args[0]} failed: {err.decode(errors='replace').strip()[-500:]}")
+        log.warning(
+            "git %s failed (exit %s, cwd %s): %s",
+            " ".join(args),
+            proc.returncode,
+            cwd,
+            err.decode(errors="replace").strip()[-2000:],
+        )
+        raise GitError(message)
     return out
 
 
-class GitMirror:
-    """Bare mirrors of tenant repositories under one directory."""
+def _curl_address(address: str) -> str:
+    return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
 
-    def __init__(self, root: Path) -> None:
+
+class GitMirror:
+    """Bare mirrors of tenant repositories under one directory.
+
+    ``policy`` is the operator's clone URL policy; a mirror built without one reads this
+    process's settings (``worker_ci`` builds it from the settings the worker started with).
+    Local paths inside ``root`` (other repositories' mirrors) are refused either way.
+    """
+
+    def __init__(self, root: Path, policy: ClonePolicy | None = None, resolver: Resolver = system_resolver) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self.policy = (policy or ClonePolicy.from_settings(Settings())).forbidding(root)
+        self._resolver = resolver
 
     def path(self, repo_id: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", repo_id)[:64]
@@ -108,18 +170,108 @@ class GitMirror:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def _clone_or_repoint(self, mirror: Path, clone_url: str, heartbeat: Callable[[], None] | None) -> bool:
+    def source(self, clone_url: str) -> tuple[str, list[str], str]:
+        """Check ``clone_url`` now: the URL git is given, its ``-c`` config and the one protocol
+        it may use. Raises ``InvalidRequest`` with a reason the tenant may see."""
+        try:
+            target = parse(clone_url, self.policy)
+            if isinstance(target, RemoteRepo):
+                return self._remote_source(target)
+        except CloneUrlRefused as exc:
+            log.warning("clone URL %r refused: %s", clone_url, exc.detail)
+            raise InvalidRequest(exc.reason) from None
+        return self._local_source(target, clone_url)
+
+    def _remote_source(self, target: RemoteRepo) -> tuple[str, list[str], str]:
+        addresses = resolve_checked(target, self.policy, self._resolver)
+        config = [
+            "protocol.allow=never",
+            f"protocol.{target.scheme}.allow=always",
+            # A redirect could lead anywhere, a private address included: git must not follow.
+            "http.followRedirects=false",
+            "http.proxy=",
+            "credential.helper=",
+            "core.askPass=",
+        ]
+        if not target.ip_literal:
+            # Pinned: git connects to the addresses checked above and never resolves the name
+            # itself, so an answer that changes meanwhile (DNS rebinding) is never used.
+            pinned = ",".join(_curl_address(a) for a in addresses)
+            config.append(f"http.curloptResolve={target.host}:{target.port}:{pinned}")
+        return target.url, config, target.scheme
+
+    def _local_source(self, target: LocalRepo, clone_url: str) -> tuple[str, list[str], str]:
+        why = self._local_layout_refusal(target.path)
+        if why is not None:
+            log.warning("clone URL %r refused: %s", clone_url, why)
+            raise InvalidRequest(FETCH_FAILED)
+        return str(target.path), ["protocol.allow=never", "protocol.file.allow=always"], "file"
+
+    def _local_layout_refusal(self, path: Path) -> str | None:
+        """Why git must not read the repository at ``path`` (the checked real path): files that
+        point git at another repository's objects, or links out of the local root."""
+        root = self.policy.local_root
+        if root is None:
+            return "local paths are disabled"
+        git_dir = path / ".git" if (path / ".git").exists() or (path / ".git").is_symlink() else path
+        if git_dir != path and not git_dir.is_dir():
+            return "a .git file (gitdir link) names another directory"
+        for name in _LINK_FILES:
+            if (git_dir / name).exists() or (git_dir / name).is_symlink():
+                return f"{name} points git at other object stores"
+        real_root = Path(os.path.realpath(root))
+        forbidden = [Path(os.path.realpath(d)) for d in self.policy.forbidden_dirs]
+        for directory in (git_dir, git_dir / "objects", git_dir / "objects" / "pack", git_dir / "refs"):
+            try:
+                entries = os.scandir(directory)
+            except OSError:
+                continue
+            with entries:
+                for count, entry in enumerate(entries):
+                    if count >= _MAX_ENTRIES_CHECKED:
+                        break
+                    if not entry.is_symlink():
+                        continue
+                    real = Path(os.path.realpath(entry.path))
+                    if not real.is_relative_to(real_root) or any(real.is_relative_to(d) for d in forbidden):
+                        return f"{entry.path} links out of the local root"
+        return None
+
+    def _clone_or_repoint(
+        self, mirror: Path, source: tuple[str, list[str], str], heartbeat: Callable[[], None] | None
+    ) -> bool:
         """Clone the mirror if it does not exist yet (True: it is fresh); else point its origin
-        at ``clone_url`` (False), since the registered URL may have changed since the mirror was
-        made. Callers hold the repository's lock."""
+        at the checked URL (False), since the registered URL (or, for a local path, what it
+        resolves to) may have changed since the mirror was made. Callers hold the lock."""
+        url, config, protocol = source
         if (mirror / "HEAD").exists():
-            run_git(["remote", "set-url", "origin", "--", clone_url], cwd=mirror)
+            run_git(["remote", "set-url", "origin", "--", url], cwd=mirror)
             return False
         tmp = mirror.with_name(mirror.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        run_git(["clone", "--mirror", "--quiet", "--", clone_url, str(tmp)], heartbeat)
+        # --no-local: git's transport reads a local repository, not its files through hard links
+        # or copies (which follow what its object directory links to).
+        local = ["--no-local"] if protocol == "file" else []
+        run_git(
+            ["clone", "--mirror", "--quiet", *local, "--", url, str(tmp)],
+            heartbeat,
+            config=config,
+            allow_protocol=protocol,
+            failure=FETCH_FAILED,
+        )
         tmp.rename(mirror)
         return True
+
+    def _fetch(self, mirror: Path, source: tuple[str, list[str], str], heartbeat: Callable[[], None] | None) -> None:
+        _, config, protocol = source
+        run_git(
+            ["fetch", "--prune", "--quiet", "origin"],
+            heartbeat,
+            cwd=mirror,
+            config=config,
+            allow_protocol=protocol,
+            failure=FETCH_FAILED,
+        )
 
     def has_commit(self, mirror: Path, sha: str) -> bool:
         try:
@@ -131,15 +283,17 @@ class GitMirror:
     def ensure_commit(
         self, repo_id: str, clone_url: str, sha: str, heartbeat: Callable[[], None] | None = None
     ) -> Path:
-        """The mirror path, holding ``sha`` (cloned or fetched as needed)."""
+        """The mirror path, holding ``sha`` (cloned or fetched as needed). The URL is checked
+        against the policy first, even when the mirror already holds the commit."""
         check_request(clone_url, sha)
+        source = self.source(clone_url)
         mirror = self.path(repo_id)
         with self._locked(repo_id):
-            self._clone_or_repoint(mirror, clone_url, heartbeat)
+            self._clone_or_repoint(mirror, source, heartbeat)
             if not self.has_commit(mirror, sha):
-                run_git(["fetch", "--prune", "--quiet", "origin"], heartbeat, cwd=mirror)
+                self._fetch(mirror, source, heartbeat)
             if not self.has_commit(mirror, sha):
-                raise CommitNotFound(f"commit {sha} is not in {clone_url}")
+                raise CommitNotFound(f"commit {sha} is not in the repository")
         return mirror
 
     def fetch_heads(
@@ -147,10 +301,11 @@ class GitMirror:
     ) -> tuple[Path, dict[str, str]]:
         """Bring the mirror up to date; returns it and its branches' heads (name -> sha)."""
         check_request(clone_url, "0" * 40)
+        source = self.source(clone_url)
         mirror = self.path(repo_id)
         with self._locked(repo_id):
-            if not self._clone_or_repoint(mirror, clone_url, heartbeat):
-                run_git(["fetch", "--prune", "--quiet", "origin"], heartbeat, cwd=mirror)
+            if not self._clone_or_repoint(mirror, source, heartbeat):
+                self._fetch(mirror, source, heartbeat)
             out = run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"], cwd=mirror)
         heads = {}
         for line in out.decode(errors="replace").splitlines():
@@ -201,9 +356,11 @@ class GitMirror:
                         heartbeat()
         except (tarfile.TarError, OSError) as exc:
             proc.kill()
-            raise GitError(f"checkout of {sha} failed: {exc}") from exc
+            log.warning("checkout of %s from %s failed: %s", sha, mirror, exc)
+            raise GitError(f"checkout of {sha} failed") from exc
         finally:
             err = proc.stderr.read() if proc.stderr else b""
             code = proc.wait()
         if code != 0:
-            raise GitError(f"git archive failed: {err.decode(errors='replace').strip()[-500:]}")
+            log.warning("git archive %s in %s failed: %s", sha, mirror, err.decode(errors="replace").strip()[-2000:])
+            raise GitError("git archive failed")

@@ -34,7 +34,16 @@ from activities.ci_cache import CacheError, CICache, hash_files, read_scopes, re
 from activities.ci_git import CommitNotFound, GitError, GitMirror, InvalidRequest
 from activities.ci_logs import LogShipper
 from activities.ci_masking import ADD_MASK, StreamMasker
-from activities.ci_sandbox import Sandbox, SandboxError, SandboxLimits, SandboxProcess, SandboxRequest
+from activities.ci_run_records import RunRecords, TrustedRun, UntrustedRun
+from activities.ci_sandbox import (
+    JobOwner,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxProcess,
+    SandboxRequest,
+    hand_over,
+)
 from activities.ci_secrets import NoSecrets, SecretSource
 from leasehold.storage import ObjectStore
 from workflows.ci_expressions import (
@@ -151,15 +160,45 @@ def _disk_usage(root: Path, limit: int) -> int:
 
 def _remove_tree(path: Path) -> None:
     def fix(func: Any, p: str, _exc: Any) -> None:
-        # A job may chmod its files read-only; we own them, so make them removable.
+        # A job may chmod its directories unwritable (only matters for a non-root worker).
+        # Never chmod through a symlink: the job may have planted one to a host file.
         try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
+            parent = os.path.dirname(p)
+            if not os.path.islink(parent):
+                os.chmod(parent, 0o700)
+            if not os.path.islink(p):
+                os.chmod(p, 0o700)
             func(p)
         except OSError:
             pass
 
     shutil.rmtree(path, onerror=fix)
+
+
+def _write_new(directory: Path, name: str, data: bytes, owner: JobOwner | None) -> None:
+    """Create ``directory/name`` afresh: never through a symlink, never into an existing file."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if owner is not None and owner.uid is not None:
+                os.fchown(f.fileno(), owner.uid, owner.gid if owner.gid is not None else owner.uid)
+                os.fchmod(f.fileno(), 0o600)
+    finally:
+        os.close(dir_fd)
+
+
+def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
+    """A new root-owned ``io/`` for one step, holding the step's ``output`` and ``env`` files
+    owned by the job: the job can write them but cannot swap them for links, and nothing of a
+    previous step's files survives into this one."""
+    if os.path.lexists(io_dir):
+        _remove_tree(io_dir)
+    io_dir.mkdir(mode=0o755)
+    for name in ("output", "env"):
+        _write_new(io_dir, name, b"", owner)
+    return io_dir
 
 
 class CIJobActivities:
@@ -173,9 +212,11 @@ class CIJobActivities:
         mirror: GitMirror,
         client: Client,
         loop: asyncio.AbstractEventLoop,
+        records: RunRecords,
         secrets: SecretSource | None = None,
     ) -> None:
         self._config = config
+        self._records = records
         self._secrets: SecretSource = secrets or NoSecrets()
         self._store = store
         self._sandbox = sandbox
@@ -214,6 +255,11 @@ class CIJobActivities:
     def run_job(self, inp: JobActivityInput) -> JobResult:
         """Run one attempt of a job; see the module docstring."""
         with activity.shield_thread_cancel_exception():
+            try:
+                trusted = self._records.verify(inp, activity.info().workflow_id or "")
+            except UntrustedRun as exc:
+                log.warning("refused job %s of %s: %s", inp.job.id, inp.run_workflow_id, exc)
+                raise ApplicationError(f"refused: {exc}", type=JOB_FATAL_ERROR, non_retryable=True) from None
             grant = self._request_attempt(inp)
             if not grant.proceed:
                 log.info("job %s round %s not started: %s", inp.job.id, inp.round, grant.reason)
@@ -222,7 +268,7 @@ class CIJobActivities:
                 )
             JOBS_RUNNING.inc()
             try:
-                result = _Attempt(self, inp, grant.attempt).run()
+                result = _Attempt(self, inp, grant.attempt, trusted).run()
             finally:
                 JOBS_RUNNING.dec()
             JOBS_TOTAL.labels(result.status.value).inc()
@@ -232,12 +278,16 @@ class CIJobActivities:
 class _Attempt:
     """State of one running attempt (one thread)."""
 
-    def __init__(self, owner: CIJobActivities, inp: JobActivityInput, attempt: int) -> None:
+    def __init__(self, owner: CIJobActivities, inp: JobActivityInput, attempt: int, trusted: TrustedRun) -> None:
         self.o = owner
         self.inp = inp
+        # Tenant, repository and clone URL as the records say them (``inp`` only proposed them).
+        self.trusted = trusted
+        # The host user the job's files belong to (set by the sandbox in ``_prepare``).
+        self.owner: JobOwner | None = None
         self.job = inp.job
         self.attempt = attempt
-        self.prefix = attempt_log_prefix(inp.tenant_id, inp.run_id, inp.job.id, attempt)
+        self.prefix = attempt_log_prefix(trusted.tenant_id, inp.run_id, inp.job.id, attempt)
         self.root = owner._config.workspaces / f"{inp.run_id}-{inp.job.id}-{attempt}-{uuid.uuid4().hex[:8]}"
         self.mount = owner._sandbox.mount_point(self.root)
         self.step_index = 0
@@ -281,9 +331,14 @@ class _Attempt:
         outputs: dict[str, str] = {}
         try:
             self.log.line(f"[leasehold] job {self.job.id} attempt {self.attempt} on {self.o._config.identity}")
-            self._load_secrets()
-            self._prepare()
-            status, exit_code, error, steps, outputs = self._run_steps()
+            refusal = self._network_refusal()
+            if refusal is not None:
+                self.log.line(f"[leasehold] {refusal}")
+                status, error = AttemptStatus.FAILURE, refusal
+            else:
+                self._load_secrets()
+                self._prepare()
+                status, exit_code, error, steps, outputs = self._run_steps()
             if status == AttemptStatus.SUCCESS and not self.shutdown:
                 self._save_caches()
         except (InvalidRequest, CommitNotFound) as exc:
@@ -296,6 +351,8 @@ class _Attempt:
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
             _remove_tree(self.root)
+            if self.owner is not None:
+                self.o._sandbox.release(self.root)
         if self.shutdown and status != AttemptStatus.SUCCESS:
             self.log.line("[leasehold] worker shutting down; the job will run again as a new attempt")
             self.log.close(AttemptStatus.LOST, exit_code)
@@ -333,7 +390,7 @@ class _Attempt:
             )
             return
         try:
-            found = self.o._secrets.fetch(inp.tenant_id, inp.repo_id, names)
+            found = self.o._secrets.fetch(self.trusted.tenant_id, self.trusted.repo_id, names)
         except Exception as exc:
             # The database or the keys are unavailable: infrastructure, so a new attempt may work.
             log.warning("fetching secrets for %s/%s failed: %s", inp.run_id, self.job.id, exc)
@@ -345,13 +402,32 @@ class _Attempt:
             self.log.line(f"[leasehold] notice: secrets not set (empty): {', '.join(missing)}")
         self.secrets = {n: found.get(n, "") for n in names}
 
+    def _network_refusal(self) -> str | None:
+        """Why this job may not have the network it asks for (``None``: it may, or it did
+        not ask). Decided here from the records, whatever the input says."""
+        if not self.job.network:
+            return None
+        if not self.trusted.network_allowed:
+            return (
+                f"network: true is not allowed for tenant {self.trusted.tenant_id}: an operator grants it "
+                f"with `leasehold plans network --tenant {self.trusted.tenant_id} on`"
+            )
+        if not self.inp.secrets_allowed:
+            return "network: true is never allowed for code from a fork"
+        if not self.o._sandbox.supports_network:
+            return "network: true: this CI worker cannot give jobs a filtered network (see its log)"
+        return None
+
     def _prepare(self) -> None:
-        for sub in ("work", "tmp", "home", "runner"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        self.owner = self.o._sandbox.prepare(self.root)
         self.heartbeat(force=True)
         inp = self.inp
-        mirror = self.o._mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, self.heartbeat)
+        mirror = self.o._mirror.ensure_commit(
+            self.trusted.repo_id, self.trusted.clone_url, inp.commit_sha, self.heartbeat
+        )
         self.o._mirror.archive(mirror, inp.commit_sha, self.root / "work", self.heartbeat)
+        hand_over(self.root / "work", self.owner)
         self.log.line(f"[leasehold] checked out {inp.repo_full_name}@{inp.commit_sha}")
 
     def _base_env(self) -> dict[str, str]:
@@ -520,10 +596,17 @@ class _Attempt:
                 raise CacheError("the cache key must be one line of at most 512 characters")
             paths = workspace_paths(inputs.get("path", ""), self.mount)
             found = self.o._cache.lookup(
-                inp.tenant_id, inp.repo_id, read_scopes(inp.ref, inp.default_branch), key, restore_keys
+                self.trusted.tenant_id,
+                self.trusted.repo_id,
+                read_scopes(inp.ref, inp.default_branch),
+                key,
+                restore_keys,
             )
             if found.entry is not None:
                 size = self.o._cache.restore(found.entry, self.root, paths, self.heartbeat)
+                # Extracted by the worker: hand the files to the job (no job process runs now).
+                for sub in ("work", "home", "tmp"):
+                    hand_over(self.root / sub, self.owner or JobOwner())
                 how = "hit" if found.exact else f"restored from {found.entry.key!r}"
                 self.log.line(f"[leasehold] cache {how}: {size} bytes into {', '.join(paths)}")
             else:
@@ -543,7 +626,13 @@ class _Attempt:
         for key, paths in self.cache_saves:
             try:
                 size = self.o._cache.save(
-                    inp.tenant_id, inp.repo_id, ref_scope(inp.ref), key, self.root, paths, self.heartbeat
+                    self.trusted.tenant_id,
+                    self.trusted.repo_id,
+                    ref_scope(inp.ref),
+                    key,
+                    self.root,
+                    paths,
+                    self.heartbeat,
                 )
             except Exception as exc:
                 self.log.line(f"[leasehold] warning: cache {key!r} not saved: {exc}")
@@ -588,15 +677,13 @@ class _Attempt:
         step_env: dict[str, str],
         job_deadline: float,
     ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
-        runner = self.root / "runner"
         n = step.index
-        (runner / f"step-{n}.sh").write_text(script)
-        for name in (f"output-{n}", f"env-{n}"):
-            (runner / name).write_bytes(b"")
+        _write_new(self.root / "runner", f"step-{n}.sh", script.encode(), None)
+        io_dir = _fresh_io_dir(self.root / "io", self.owner or JobOwner())
         env = dict(step_env)
         env.update(base)
-        env["GITHUB_OUTPUT"] = f"{self.mount}/runner/output-{n}"
-        env["GITHUB_ENV"] = f"{self.mount}/runner/env-{n}"
+        env["GITHUB_OUTPUT"] = f"{self.mount}/io/output"
+        env["GITHUB_ENV"] = f"{self.mount}/io/env"
         env["GITHUB_STEP"] = str(n)
         script_path = f"{self.mount}/runner/step-{n}.sh"
         argv = (
@@ -624,8 +711,10 @@ class _Attempt:
         )
         stop = self._supervise(proc, deadline)
         code = proc.poll()
-        values = _read_output_file(runner / f"output-{n}")
-        env_values = _read_output_file(runner / f"env-{n}")
+        for note in proc.finish():
+            self.log.line(f"[leasehold] step {n + 1}: {note}")
+        values = _read_output_file(io_dir / "output")
+        env_values = _read_output_file(io_dir / "env")
         if stop.reason == AttemptStatus.CANCELLED:
             self.log.line("[leasehold] step cancelled")
             return StepStatus.CANCELLED, code, values, env_values

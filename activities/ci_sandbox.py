@@ -6,6 +6,7 @@ from settings and injects it into ``CIJobActivities``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -13,22 +14,27 @@ from typing import IO, Protocol
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-process rlimits applied to everything in the sandbox."""
+    """Limits of one sandboxed step: ``memory_bytes`` and ``max_processes`` hold for the whole
+    step (a cgroup, where the backend has one), the others per process (rlimits)."""
 
     memory_bytes: int
     max_processes: int
     max_file_bytes: int
     cpu_seconds: int
+    # Size of the step's /dev/shm (a tmpfs, counted in ``memory_bytes`` too).
+    shm_bytes: int = 64 << 20
 
 
 @dataclass
 class SandboxRequest:
     """One command to run in a fresh sandbox over a job's workspace.
 
-    ``root`` is the host directory holding ``work/`` (the checkout), ``tmp/``, ``home/`` and
-    ``runner/`` (step scripts, ``$GITHUB_OUTPUT`` files); the sandbox shows it at
-    ``Sandbox.mount_point(root)`` and nothing else of the host's files except read-only system
-    directories. ``cwd`` and ``argv`` are paths as seen inside.
+    ``root`` is the host directory made by ``Sandbox.prepare``: ``work/`` (the checkout),
+    ``tmp/`` and ``home/`` belong to the job's user; ``runner/`` (step scripts) and ``io/``
+    (this step's ``$GITHUB_OUTPUT`` and ``$GITHUB_ENV`` files) are directories the job cannot
+    change. The sandbox shows ``root`` at ``Sandbox.mount_point(root)`` and nothing else of the
+    host's files except read-only system directories. ``cwd`` and ``argv`` are paths as seen
+    inside.
     """
 
     argv: list[str]
@@ -63,6 +69,18 @@ class SandboxProcess(Protocol):
     def host_pids(self) -> list[int]:
         """Host pids of the processes in the sandbox (for tests and diagnostics)."""
 
+    def finish(self) -> list[str]:
+        """Release what the step held (cgroup, network); returns notes for the job's log,
+        such as an out-of-memory kill."""
+
+
+@dataclass(frozen=True)
+class JobOwner:
+    """The host uid and gid a job's files belong to (``None`` fields: leave as created)."""
+
+    uid: int | None = None
+    gid: int | None = None
+
 
 class Sandbox(Protocol):
     """A sandbox backend."""
@@ -72,9 +90,44 @@ class Sandbox(Protocol):
     def mount_point(self, root: Path) -> str:
         """Where the workspace root appears inside the sandbox."""
 
+    @property
+    def supports_network(self) -> bool:
+        """Whether the backend can give a job (filtered) network."""
+
+    def prepare(self, root: Path) -> JobOwner:
+        """Make ``root``'s layout for one job attempt and lease it a user; the files the job
+        may write must then belong to the returned owner."""
+
+    def release(self, root: Path) -> None:
+        """Give back what ``prepare`` leased (after every process of the job is gone)."""
+
     def start(self, request: SandboxRequest) -> SandboxProcess:
         """Start ``request.argv``; raises ``SandboxError`` when the sandbox cannot start."""
 
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the job): misconfiguration or missing backend."""
+
+
+def make_layout(root: Path, owner: JobOwner) -> None:
+    """The job root: root-owned and closed to the job; its own dirs handed to ``owner``."""
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    for sub in ("work", "tmp", "home"):
+        d = root / sub
+        d.mkdir(mode=0o755)
+        if owner.uid is not None:
+            os.chown(d, owner.uid, owner.gid if owner.gid is not None else owner.uid)
+    (root / "runner").mkdir(mode=0o755)
+
+
+def hand_over(path: Path, owner: JobOwner) -> None:
+    """Give every file below ``path`` (checkout, restored cache) to the job, without following
+    links. Only called while no process of the job runs, so nothing can be swapped meanwhile."""
+    if owner.uid is None:
+        return
+    gid = owner.gid if owner.gid is not None else owner.uid
+    os.chown(path, owner.uid, gid, follow_symlinks=False)
+    for dirpath, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.chown(os.path.join(dirpath, name), owner.uid, gid, follow_symlinks=False)

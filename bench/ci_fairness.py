@@ -37,6 +37,7 @@ from temporalio.worker import Worker
 
 from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
+from activities.ci_run_records import TrustedRun
 from leasehold.devserver import start_local_environment
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
@@ -47,6 +48,7 @@ from workflows.ci_types import (
     MAX_JOBS_PER_WORKFLOW,
     CIRunInput,
     CIRunState,
+    JobActivityInput,
     JobSpec,
     JobStatus,
     StepSpec,
@@ -123,6 +125,14 @@ def run_input(
     )
 
 
+class BenchRunRecords:
+    """The benchmark's runs have no database rows: it trusts its own inputs (a real worker
+    uses ``DatabaseRunRecords``)."""
+
+    def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
+        return TrustedRun(inp.tenant_id, inp.repo_id, inp.clone_url, network_allowed=False)
+
+
 async def start_runs(client: Client, inputs: list[CIRunInput]) -> list[WorkflowHandle[CIRunWorkflow, CIRunState]]:
     return list(
         await asyncio.gather(
@@ -160,6 +170,7 @@ async def one_round(
         GitMirror(work / "mirrors"),
         client,
         asyncio.get_running_loop(),
+        BenchRunRecords(),
     )
     orchestration = Worker(
         client,

@@ -27,12 +27,31 @@ def cmd_plans_set(args: argparse.Namespace) -> int:
 
 
 def cmd_plans_show(args: argparse.Namespace) -> int:
-    from leasehold.ci_plans import get_plan
+    from leasehold.ci_plans import get_plan, network_allowed
     from leasehold.database import init_database
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    print(json.dumps(get_plan(init_database(settings.resolved_database_url), settings, args.tenant).__dict__))
+    db = init_database(settings.resolved_database_url)
+    shown = dict(get_plan(db, settings, args.tenant).__dict__, network=network_allowed(db, args.tenant))
+    print(json.dumps(shown))
+    return 0
+
+
+def cmd_plans_network(args: argparse.Namespace) -> int:
+    from leasehold.api_keys import validate_name
+    from leasehold.ci_plans import set_network
+    from leasehold.database import init_database
+
+    settings = _settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        validate_name("tenant", args.tenant)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    allowed = args.state == "on"
+    set_network(init_database(settings.resolved_database_url), args.tenant, allowed)
+    print(json.dumps({"tenant_id": args.tenant, "network": allowed}))
     return 0
 
 
@@ -48,6 +67,13 @@ def add_commands(sub: Any) -> None:
     put.set_defaults(func=cmd_plans_set)
     show = plans_sub.add_parser("show", parents=[common], help="a tenant's plan (or the defaults)")
     show.set_defaults(func=cmd_plans_show)
+    net = plans_sub.add_parser(
+        "network",
+        parents=[common],
+        help="let a tenant's jobs ask for network (filtered egress; never for fork pull requests)",
+    )
+    net.add_argument("state", choices=["on", "off"])
+    net.set_defaults(func=cmd_plans_network)
 
 
 EXTRA_COMMANDS.append(add_commands)

@@ -1,4 +1,6 @@
-"""CI tenant plans: the fairness weight a tenant's jobs dispatch with and its concurrency cap.
+"""CI tenant plans: the fairness weight a tenant's jobs dispatch with, its concurrency cap, and
+whether its jobs may have network (an operator's grant, off by default; never for code from a
+fork).
 
 A tenant without a row gets the defaults from settings. The API resolves the plan when it
 accepts a push and passes it into the run (workflows never read configuration), so a plan
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import DateTime, Float, Integer, String
+from sqlalchemy import Boolean, DateTime, Float, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
@@ -29,6 +31,37 @@ class CITenantPlan(Base):
     fairness_weight: Mapped[float] = mapped_column(Float)
     max_concurrent_jobs: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CINetworkGrant(Base):
+    """A tenant whose CI jobs may ask for network (``network: true``); absent = refused.
+
+    A table of its own rather than a column of the plan, so databases made before it need no
+    migration."""
+
+    __tablename__ = "ci_network_grants"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    allowed: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def network_allowed(factory: sessionmaker, tenant_id: str) -> bool:
+    """Whether the operator let ``tenant_id``'s jobs have (filtered) network."""
+    with factory() as session:
+        row = session.get(CINetworkGrant, tenant_id)
+    return bool(row is not None and row.allowed)
+
+
+def set_network(factory: sessionmaker, tenant_id: str, allowed: bool) -> None:
+    """Grant or withdraw network for a tenant's jobs (applies to job attempts started after)."""
+    with factory.begin() as session:
+        row = session.get(CINetworkGrant, tenant_id)
+        if row is None:
+            row = CINetworkGrant(tenant_id=tenant_id)
+            session.add(row)
+        row.allowed = allowed
+        row.updated_at = utcnow()
 
 
 @dataclass(frozen=True)

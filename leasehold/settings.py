@@ -63,6 +63,15 @@ class Settings(BaseSettings):
     # Key for HMAC-signed local download URLs; generated into the data dir when unset.
     url_signing_key: SecretStr | None = None
     signed_url_ttl_seconds: int = 600
+    # Largest request body in bytes, enforced while it streams in (chunked included): the
+    # GitHub webhook (GitHub caps payloads at 25 MB) and every other endpoint (small JSON).
+    api_webhook_max_body_bytes: int = 25 * 1024 * 1024
+    api_max_body_bytes: int = 1024 * 1024
+    # Failed API-key or webhook-signature attempts one client address may make per minute
+    # before it gets 429 (a token bucket in each API replica; 0 turns throttling off).
+    api_auth_failures_per_minute: int = 20
+    # Bearer token that opens the API's /metrics; unset, the API serves no metrics.
+    metrics_token: SecretStr | None = None
 
     # Video: the model versions served here, and the one a GPU worker loads.
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])
@@ -96,6 +105,16 @@ class Settings(BaseSettings):
     ci_job_max_file_bytes: int = 1 << 30
     ci_job_disk_bytes: int = 10 << 30
     ci_job_cpu_seconds: int = 6 * 3600
+    # Size of a step's /dev/shm (a tmpfs; its pages count against ci_job_memory_bytes too).
+    ci_job_shm_bytes: int = 256 << 20
+    # Each running job is a host uid of its own from this range (never a real user's).
+    ci_sandbox_uid_base: int = 1_500_000
+    ci_sandbox_uid_count: int = 4096
+    # Refuse to start a bubblewrap CI worker where per-job pids and memory limits cannot be
+    # enforced (no usable cgroup); false accepts per-process limits only.
+    ci_require_cgroups: bool = True
+    # Private/loopback ranges a network-enabled job may still reach (default: none).
+    ci_network_allowed_cidrs: Annotated[list[str], NoDecode] = Field(default_factory=list)
     ci_docker_image: str = "ubuntu:24.04"
     ci_log_flush_seconds: float = 0.5
     ci_log_max_bytes: int = 64 << 20
@@ -165,7 +184,13 @@ class Settings(BaseSettings):
         return value.expanduser().resolve()
 
     @field_validator(
-        "models", "ci_labels", "ci_clone_schemes", "ci_clone_hosts", "ci_clone_allow_private", mode="before"
+        "models",
+        "ci_labels",
+        "ci_clone_schemes",
+        "ci_clone_hosts",
+        "ci_clone_allow_private",
+        "ci_network_allowed_cidrs",
+        mode="before",
     )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:

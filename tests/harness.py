@@ -166,3 +166,20 @@ def stop_all_started() -> int:
             pass
     _STARTED.clear()
     return len(left)
+
+
+def register_repo_row(settings: Settings, tenant_id: str, repo_id: str, name: str, clone_url: str) -> None:
+    """Put a repository straight into the leasehold database (tests that push through Temporal,
+    not the API): the CI worker reads a job's tenant and clone URL from this row, never from
+    the job's input."""
+    from leasehold.database import init_database
+    from leasehold.repos import Repository
+
+    factory = init_database(settings.resolved_database_url)
+    with factory.begin() as session:
+        if session.get(Repository, repo_id) is None:
+            session.add(
+                Repository(
+                    id=repo_id, tenant_id=tenant_id, name=name, clone_url=clone_url, webhook_secret="test-secret-0"
+                )
+            )

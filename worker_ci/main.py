@@ -20,6 +20,7 @@ from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
 from activities.ci_listing import CIListingActivities
 from activities.ci_reconcile import CIReconcileActivities
+from activities.ci_run_records import DatabaseRunRecords
 from activities.ci_secrets import DatabaseSecretSource
 from leasehold.ci_environments import environment_rules
 from leasehold.database import init_database
@@ -43,6 +44,7 @@ async def serve(settings: Settings) -> None:
     server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
     log.info("ci worker health and metrics on http://127.0.0.1:%s", server.server_address[1])
     sandbox = make_sandbox(settings)
+    db = init_database(settings.resolved_database_url)
     client = await connect(settings, identity="leasehold-ci")
     loop = asyncio.get_running_loop()
     ci_dir = settings.data_dir / "ci"
@@ -62,10 +64,10 @@ async def serve(settings: Settings) -> None:
         mirror,
         client,
         loop,
+        DatabaseRunRecords(db),
         # Secret values are read here, when a job starts; Temporal only ever carries names.
-        DatabaseSecretSource(init_database(settings.resolved_database_url), Keyring.from_settings(settings)),
+        DatabaseSecretSource(db, Keyring.from_settings(settings)),
     )
-    db = init_database(settings.resolved_database_url)
     listing = CIListingActivities(mirror, partial(environment_rules, db))
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)

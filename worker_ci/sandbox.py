@@ -1,15 +1,45 @@
 """Sandbox backends for CI jobs: bubblewrap (default), Docker, and an explicitly unsafe plain process.
 
-bubblewrap: new user/pid/net/ipc/uts/cgroup/mount namespaces (``--unshare-all``; the host
-network only when the job asks), read-only system directories, a cleared environment, no
-capabilities, ``--new-session`` (no terminal injection), ``--die-with-parent``, and only the
-job's workspace writable. rlimits (address space, processes, file size, CPU) come from
-``prlimit`` around bwrap, so they bind every process inside. Killing the sandbox's pid-1 tears
-down the whole pid namespace: no process of a job outlives it.
+bubblewrap, as the worker runs it (as root, so that it can give each job a user of its own):
+
+- **Who the job is.** Every job attempt leases a host uid of its own from a pool
+  (``LEASEHOLD_CI_SANDBOX_UID_BASE``..+``_COUNT``, held by a lock file, so two workers on one
+  host never share one) and runs as that unprivileged uid: no capabilities (bounding set
+  empty), ``no_new_privs``, so nothing it writes or runs acts as root, and rlimits such as the
+  process count bind. bubblewrap itself runs as root without a user namespace (it builds the
+  mount, pid, network, ipc and uts namespaces), and ``setpriv`` drops to the job's uid as the
+  last step before the job's command.
+- **What the worker touches.** The job root (``prepare``) is a root-owned directory the job
+  cannot add to, rename in or delete from; ``work/``, ``tmp/`` and ``home/`` inside it belong to
+  the job's uid, ``runner/`` (scripts) and ``io/`` (one step's ``$GITHUB_OUTPUT`` and
+  ``$GITHUB_ENV``, made anew each step) to root. So every path bubblewrap resolves on the host
+  is one the job cannot replace with a symlink, and the worker reads job-written files only
+  with ``O_NOFOLLOW`` inside root-owned directories.
+- **Limits that hold for the whole step.** A cgroup per step (``worker_ci.cgroups``) with a
+  pids limit and a memory limit that counts every tmpfs page; ``/dev/shm`` is a sized tmpfs;
+  ``/dev`` and ``/`` are not writable; the workspace (``tmp/`` included) has a disk quota that
+  the activity enforces. Per-process rlimits (address space, file size, CPU) come from
+  ``prlimit``.
+- **What the job can see.** A minimal read-only root: ``/usr`` and the merged-``/usr``
+  links, a few harmless files of ``/etc`` and stub ``passwd``/``group``; no ``/opt``,
+  ``/home``, ``/root``, ``/var`` or ``/run``; ``/proc`` shows only the job's own processes.
+  The job's environment travels in a memfd (``--args``), not on a command line that ``ps``
+  shows.
+- **Kernel surface.** A seccomp filter (``worker_ci.seccomp_filter``) refuses new
+  namespaces, mounts, ptrace, keyrings, BPF, perf, userfaultfd and io_uring.
+- **Network.** None: a network namespace of its own with only ``lo``. A job of a tenant whose
+  plan allows network gets user-mode egress (``worker_ci.network``) that cannot reach the
+  host's loopback, link-local, private or metadata addresses.
+
+bubblewrap shares the host kernel: a kernel bug reachable through the allowed syscalls is an
+escape. Where that risk is not acceptable, run jobs in a microVM backend (Firecracker, Kata,
+gVisor) instead; see the README's Security section.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -20,22 +50,26 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from activities.ci_sandbox import Sandbox, SandboxError, SandboxLimits, SandboxRequest
+from activities.ci_sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxRequest, make_layout
 from leasehold.settings import Settings
+from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable, StepCgroup
+from worker_ci.network import SLIRP_DNS, NetworkUnavailable, UserModeNetwork
+from worker_ci.seccomp_filter import SeccompUnavailable, job_filter_bpf
 
 log = logging.getLogger(__name__)
 
 MOUNT_POINT = "/ci"
-SANDBOX_UID = 1001
+# The job's uid and gid as its own tools see them in passwd (its host uid is leased).
+SANDBOX_NAME = "runner"
 # Read-only system paths (missing ones are skipped; merged-/usr symlinks are recreated).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Only harmless parts of /etc: no shadow, no host credentials or configuration.
 ETC_FILES = (
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
     "/etc/ld.so.conf.d",
     "/etc/alternatives",
-    "/etc/ssl",
+    "/etc/ssl/certs",
     "/etc/ca-certificates",
     "/etc/localtime",
     "/etc/nsswitch.conf",
@@ -45,7 +79,12 @@ ETC_FILES = (
     "/etc/bash.bashrc",
     "/etc/profile",
 )
-NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
+NETWORK_ETC_FILES = ("/etc/hosts", "/etc/gai.conf")
+# Variables that change how the dynamic loader or libc behave: set for the job only after it
+# has dropped to its own uid, never for the root-run steps before (LD_PRELOAD of a file in
+# the workspace would otherwise run as root).
+LOADER_PREFIXES = ("LD_", "MALLOC_")
+LOADER_NAMES = frozenset({"GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS", "TZDIR"})
 
 
 def _prlimit_argv(limits: SandboxLimits | None) -> list[str]:
@@ -63,6 +102,51 @@ def _prlimit_argv(limits: SandboxLimits | None) -> list[str]:
         "--core=0",
         "--",
     ]
+
+
+def _clean(text: str) -> str:
+    # bubblewrap reads its arguments NUL-separated: a NUL in a job's value would start a new
+    # option of the attacker's choosing.
+    return text.replace("\x00", "")
+
+
+class JobUserPool:
+    """Host uids for jobs, one per running attempt, leased with a lock file each (released by
+    the kernel if the worker dies), so several workers on one host never share a uid."""
+
+    def __init__(self, lock_dir: Path, base: int, count: int) -> None:
+        if base < 1000 or count < 1 or base + count > 2**31 - 2:
+            raise SandboxError(f"bad CI job uid range {base}+{count}")
+        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._dir = lock_dir
+        self._base = base
+        self._count = count
+        self._held: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._next = 0
+
+    def acquire(self) -> int:
+        with self._lock:
+            for i in range(self._count):
+                uid = self._base + (self._next + i) % self._count
+                if uid in self._held:
+                    continue
+                fd = os.open(self._dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    continue
+                self._held[uid] = fd
+                self._next = (self._next + i + 1) % self._count
+                return uid
+        raise SandboxError("no free CI job uid: raise LEASEHOLD_CI_SANDBOX_UID_COUNT")
+
+    def release(self, uid: int) -> None:
+        with self._lock:
+            fd = self._held.pop(uid, None)
+        if fd is not None:
+            os.close(fd)
 
 
 class _PopenProcess:
@@ -88,6 +172,9 @@ class _PopenProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def finish(self) -> list[str]:
+        return []
+
 
 def _pid_namespace(pid: int) -> str | None:
     try:
@@ -96,35 +183,46 @@ def _pid_namespace(pid: int) -> str | None:
         return None
 
 
+def _read_info(fd: int) -> int | None:
+    # bwrap writes {"child-pid": N, ...} to the info fd once the namespaces exist.
+    data = b""
+    try:
+        while chunk := os.read(fd, 4096):
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+    except (OSError, KeyError, TypeError):
+        return None
+    return None
+
+
 class _BwrapProcess(_PopenProcess):
-    def __init__(self, proc: subprocess.Popen[bytes], info_read: int) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        info_read: int,
+        cgroup: StepCgroup | None,
+    ) -> None:
         super().__init__(proc)
         self._info_fd = info_read
         self._init_pid: int | None = None
         self._ns: str | None = None
         self._lock = threading.Lock()
+        self._cgroup = cgroup
+        self._slirp: subprocess.Popen[bytes] | None = None
 
-    def _load_info(self) -> None:
-        # bwrap writes {"child-pid": N, ...} to the info fd once the namespaces exist.
+    def init_pid(self) -> int | None:
         with self._lock:
-            if self._init_pid is not None or self._info_fd < 0:
-                return
-            data = b""
-            try:
-                while chunk := os.read(self._info_fd, 4096):
-                    data += chunk
-            except OSError:
-                pass
-            os.close(self._info_fd)
-            self._info_fd = -1
-            try:
-                self._init_pid = int(json.loads(data)["child-pid"])
-                self._ns = _pid_namespace(self._init_pid)
-            except (ValueError, KeyError, TypeError):
-                self._init_pid = None
+            if self._init_pid is None and self._info_fd >= 0:
+                self._init_pid = _read_info(self._info_fd)
+                os.close(self._info_fd)
+                self._info_fd = -1
+                if self._init_pid is not None:
+                    self._ns = _pid_namespace(self._init_pid)
+            return self._init_pid
 
     def host_pids(self) -> list[int]:
-        self._load_info()
+        self.init_pid()
         if self._ns is None:
             return []
         pids = []
@@ -144,13 +242,47 @@ class _BwrapProcess(_PopenProcess):
                     pass
 
     def kill_tree(self) -> None:
-        self._load_info()
-        if self._init_pid is not None and _pid_namespace(self._init_pid) == self._ns:
+        init = self.init_pid()
+        if init is not None and _pid_namespace(init) == self._ns:
             try:
-                os.kill(self._init_pid, signal.SIGKILL)
+                os.kill(init, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         self._signal_group(signal.SIGKILL)
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+
+    def finish(self) -> list[str]:
+        notes = []
+        if self._slirp is not None:
+            self._slirp.terminate()
+            try:
+                self._slirp.wait(5)
+            except subprocess.TimeoutExpired:
+                self._slirp.kill()
+                self._slirp.wait(5)
+            self._slirp = None
+        if self._cgroup is not None:
+            kills = self._cgroup.oom_kills()
+            if kills:
+                notes.append(
+                    f"out of memory: the step's processes may use {self._cgroup.memory_bytes} bytes in all "
+                    f"(/dev/shm and /tmp files count); {kills} process(es) were killed"
+                )
+            self._cgroup.remove()
+            self._cgroup = None
+        with self._lock:
+            if self._info_fd >= 0:
+                os.close(self._info_fd)
+                self._info_fd = -1
+        return notes
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 class BubblewrapSandbox:
@@ -158,73 +290,204 @@ class BubblewrapSandbox:
 
     name = "bubblewrap"
 
-    def __init__(self, bwrap: str | None = None) -> None:
+    def __init__(
+        self,
+        users: JobUserPool,
+        cgroups: CgroupLimiter | None,
+        network: UserModeNetwork | None,
+        bwrap: str | None = None,
+    ) -> None:
         found = bwrap or shutil.which("bwrap")
         if found is None:
             raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+        if os.geteuid() != 0:
+            raise SandboxError(
+                "the bubblewrap sandbox needs the CI worker to run as root, to run each job as an "
+                "unprivileged uid of its own (LEASEHOLD_CI_SANDBOX_UID_BASE); run the worker as root"
+            )
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise SandboxError("setpriv (util-linux) is required to drop CI jobs to their own uid")
+        try:
+            self._seccomp = job_filter_bpf()
+        except SeccompUnavailable as exc:
+            raise SandboxError(str(exc)) from exc
         self._bwrap = found
+        self._setpriv = setpriv
+        self._users = users
+        self._cgroups = cgroups
+        self._network = network
+        self._owners: dict[Path, JobOwner] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def supports_network(self) -> bool:
+        return self._network is not None
 
     def mount_point(self, root: Path) -> str:
         return MOUNT_POINT
 
-    def argv(self, request: SandboxRequest, info_fd: int) -> list[str]:
+    def prepare(self, root: Path) -> JobOwner:
+        uid = self._users.acquire()
+        owner = JobOwner(uid, uid)
+        try:
+            make_layout(root, owner)
+            runner = root / "runner"
+            (runner / "passwd").write_text(f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n")
+            (runner / "group").write_text(f"{SANDBOX_NAME}:x:{uid}:\n")
+            (runner / "resolv.conf").write_text(f"nameserver {SLIRP_DNS}\n")
+        except OSError:
+            self._users.release(uid)
+            raise
+        with self._lock:
+            self._owners[root] = owner
+        return owner
+
+    def release(self, root: Path) -> None:
+        with self._lock:
+            owner = self._owners.pop(root, None)
+        if owner is not None and owner.uid is not None:
+            self._users.release(owner.uid)
+
+    def _owner(self, root: Path) -> JobOwner:
+        with self._lock:
+            owner = self._owners.get(root)
+        if owner is None or owner.uid is None:
+            raise SandboxError(f"no job user for {root}: prepare() was not called")
+        return owner
+
+    def argv(
+        self, request: SandboxRequest, owner: JobOwner, info_fd: int, block_fd: int | None
+    ) -> tuple[list[str], list[str]]:
+        """bubblewrap's options (passed through a memfd: they hold the job's environment,
+        secrets included, which a command line would show to ``ps``) and the command."""
         args = [
-            self._bwrap,
-            "--unshare-all",
-            *(["--share-net"] if request.network else []),
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
             "--die-with-parent",
             "--new-session",
-            "--cap-drop",
-            "ALL",
-            "--uid",
-            str(SANDBOX_UID),
-            "--gid",
-            str(SANDBOX_UID),
             "--hostname",
             "ci",
             "--clearenv",
             "--info-fd",
             str(info_fd),
         ]
+        if block_fd is not None:
+            args += ["--block-fd", str(block_fd)]
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        args += ["--proc", "/proc", "--dev", "/dev", "--dir", "/etc"]
+        shm = request.limits.shm_bytes if request.limits is not None else 64 << 20
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm), "--tmpfs", "/dev/shm"]
+        args += ["--chmod", "1777", "/dev/shm", "--dir", "/etc"]
         for path in ETC_FILES + (NETWORK_ETC_FILES if request.network else ()):
             args += ["--ro-bind-try", path, path]
         runner = request.root / "runner"
-        args += ["--ro-bind-try", str(runner / "passwd"), "/etc/passwd"]
-        args += ["--ro-bind-try", str(runner / "group"), "/etc/group"]
-        args += ["--bind", str(request.root), MOUNT_POINT, "--bind", str(request.root / "tmp"), "/tmp"]
-        args += ["--chdir", request.cwd]
+        args += ["--ro-bind", str(runner / "passwd"), "/etc/passwd"]
+        args += ["--ro-bind", str(runner / "group"), "/etc/group"]
+        if request.network:
+            args += ["--ro-bind", str(runner / "resolv.conf"), "/etc/resolv.conf"]
+        args += ["--bind", str(request.root), MOUNT_POINT]
+        args += ["--ro-bind", str(runner), f"{MOUNT_POINT}/runner"]
+        args += ["--bind", str(request.root / "tmp"), "/tmp"]
+        args += ["--remount-ro", "/", "--chdir", _clean(request.cwd)]
+        loader: list[str] = []
         for key, value in request.env.items():
-            args += ["--setenv", key, value]
-        return [*args, "--", *request.argv]
+            key, value = _clean(key), _clean(value)
+            if not key or "=" in key:
+                continue
+            if key.startswith(LOADER_PREFIXES) or key in LOADER_NAMES:
+                loader.append(f"{key}={value}")
+            else:
+                args += ["--setenv", key, value]
+        drop = [
+            self._setpriv,
+            f"--reuid={owner.uid}",
+            f"--regid={owner.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+        env_prefix = ["/usr/bin/env", *loader] if loader else []
+        return args, [*drop, *env_prefix, *(_clean(a) for a in request.argv)]
 
     def start(self, request: SandboxRequest) -> _BwrapProcess:
-        runner = request.root / "runner"
-        runner.mkdir(parents=True, exist_ok=True)
-        (runner / "passwd").write_text(f"runner:x:{SANDBOX_UID}:{SANDBOX_UID}:runner:{MOUNT_POINT}/home:/bin/bash\n")
-        (runner / "group").write_text(f"runner:x:{SANDBOX_UID}:\n")
+        if request.network and self._network is None:
+            raise SandboxError("this worker cannot give jobs a network")
+        owner = self._owner(request.root)
+        cgroup: StepCgroup | None = None
+        if self._cgroups is not None and request.limits is not None:
+            try:
+                cgroup = self._cgroups.create(f"{owner.uid}", request.limits.max_processes, request.limits.memory_bytes)
+            except OSError as exc:
+                raise SandboxError(f"cannot create the step's cgroup: {exc}") from exc
         info_read, info_write = os.pipe()
+        block_read, block_write = os.pipe() if request.network else (-1, -1)
+        fds: list[int] = []
         try:
+            args, job_command = self.argv(request, owner, info_write, block_read if request.network else None)
+            args_fd = _memfd("bwrap-args", b"\x00".join(a.encode() for a in args) + b"\x00")
+            seccomp_fd = _memfd("bwrap-seccomp", self._seccomp)
+            fds = [args_fd, seccomp_fd]
+            join = cgroup.join_argv() if cgroup is not None else []
+            command = [
+                *join,
+                *_prlimit_argv(request.limits),
+                self._bwrap,
+                "--args",
+                str(args_fd),
+                "--seccomp",
+                str(seccomp_fd),
+                "--",
+                *job_command,
+            ]
+            pass_fds = [args_fd, seccomp_fd, info_write] + ([block_read] if request.network else [])
             proc = subprocess.Popen(
-                [*_prlimit_argv(request.limits), *self.argv(request, info_write)],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env={},
-                pass_fds=(info_write,),
+                pass_fds=pass_fds,
                 start_new_session=True,
             )
         except OSError as exc:
             os.close(info_read)
+            if block_write >= 0:
+                os.close(block_write)
+            if cgroup is not None:
+                cgroup.remove()
             raise SandboxError(f"cannot start bubblewrap: {exc}") from exc
         finally:
-            os.close(info_write)
-        return _BwrapProcess(proc, info_read)
+            for fd in [*fds, info_write, block_read]:
+                if fd >= 0:
+                    os.close(fd)
+        process = _BwrapProcess(proc, info_read, cgroup)
+        if request.network:
+            assert self._network is not None
+            try:
+                pid = process.init_pid()
+                if pid is None:
+                    raise NetworkUnavailable("the sandbox did not start")
+                process._slirp = self._network.attach(pid)
+            except (NetworkUnavailable, OSError, subprocess.SubprocessError) as exc:
+                process.kill_tree()
+                os.close(block_write)
+                process.wait(10)
+                process.finish()
+                raise SandboxError(f"cannot give the job its network: {exc}") from exc
+            # The job starts only now, with its filter and its stack in place.
+            os.write(block_write, b"1")
+            os.close(block_write)
+        return process
 
 
 class _GroupProcess(_PopenProcess):
@@ -255,9 +518,17 @@ class UnsafeProcessSandbox:
     """
 
     name = "unsafe-process"
+    supports_network = True
 
     def mount_point(self, root: Path) -> str:
         return str(root)
+
+    def prepare(self, root: Path) -> JobOwner:
+        make_layout(root, JobOwner())
+        return JobOwner()
+
+    def release(self, root: Path) -> None:
+        return None
 
     def start(self, request: SandboxRequest) -> _GroupProcess:
         try:
@@ -296,11 +567,14 @@ class _DockerProcess(_PopenProcess):
 
 
 class DockerSandbox:
-    """Each command in a fresh container (``--rm``, no capabilities, no network unless asked)."""
+    """Each command in a fresh container (``--rm``, no capabilities, no network), as the job's
+    own leased uid over the same root-owned layout as bubblewrap's. Docker's bridge network
+    reaches the host and its neighbours, so this backend refuses jobs that ask for network."""
 
     name = "docker"
+    supports_network = False
 
-    def __init__(self, image: str, docker: str | None = None) -> None:
+    def __init__(self, image: str, users: JobUserPool, docker: str | None = None) -> None:
         found = docker or shutil.which("docker")
         if found is None:
             raise SandboxError("docker CLI not found")
@@ -309,11 +583,38 @@ class DockerSandbox:
             raise SandboxError("no Docker daemon is reachable")
         self._docker = found
         self._image = image
+        self._users = users
+        self._owners: dict[Path, JobOwner] = {}
+        self._lock = threading.Lock()
 
     def mount_point(self, root: Path) -> str:
         return MOUNT_POINT
 
+    def prepare(self, root: Path) -> JobOwner:
+        uid = self._users.acquire()
+        owner = JobOwner(uid, uid)
+        try:
+            make_layout(root, owner)
+        except OSError:
+            self._users.release(uid)
+            raise
+        with self._lock:
+            self._owners[root] = owner
+        return owner
+
+    def release(self, root: Path) -> None:
+        with self._lock:
+            owner = self._owners.pop(root, None)
+        if owner is not None and owner.uid is not None:
+            self._users.release(owner.uid)
+
     def start(self, request: SandboxRequest) -> _DockerProcess:
+        with self._lock:
+            owner = self._owners.get(request.root)
+        if owner is None:
+            raise SandboxError(f"no job user for {request.root}: prepare() was not called")
+        if request.network:
+            raise SandboxError("the docker backend gives jobs no network")
         name = f"leasehold-ci-{os.urandom(6).hex()}"
         limits = request.limits
         args = [
@@ -323,13 +624,13 @@ class DockerSandbox:
             "--name",
             name,
             "--network",
-            "bridge" if request.network else "none",
+            "none",
             "--cap-drop",
             "ALL",
             "--security-opt",
             "no-new-privileges",
             "--user",
-            f"{os.getuid()}:{os.getgid()}",
+            f"{owner.uid}:{owner.gid}",
             "-v",
             f"{request.root}:{MOUNT_POINT}",
             "-v",
@@ -362,13 +663,31 @@ class DockerSandbox:
 
 
 def make_sandbox(settings: Settings) -> Sandbox:
-    """The backend the settings name; refuses to start rather than silently degrade."""
-    if settings.ci_sandbox == "docker":
-        return DockerSandbox(settings.ci_docker_image)
+    """The backend the settings name; refuses to start rather than silently degrade (a limit
+    the host cannot enforce, or a network it cannot filter, is an error, not a warning)."""
     if settings.ci_sandbox == "unsafe-process":
         log.warning("CI jobs run WITHOUT a sandbox (ci_sandbox=unsafe-process): trusted code only")
         return UnsafeProcessSandbox()
-    return BubblewrapSandbox()
+    users = JobUserPool(settings.data_dir / "ci" / "uids", settings.ci_sandbox_uid_base, settings.ci_sandbox_uid_count)
+    if settings.ci_sandbox == "docker":
+        return DockerSandbox(settings.ci_docker_image, users)
+    cgroups: CgroupLimiter | None = None
+    try:
+        cgroups = CgroupLimiter.detect()
+    except CgroupUnavailable as exc:
+        if settings.ci_require_cgroups:
+            raise SandboxError(
+                f"{exc}: CI jobs' pids and memory limits cannot be enforced on this host; "
+                "set LEASEHOLD_CI_REQUIRE_CGROUPS=false to run with per-process limits only"
+            ) from exc
+        log.warning("CI jobs run without per-job pids and memory limits: %s", exc)
+    network: UserModeNetwork | None = None
+    try:
+        network = UserModeNetwork.detect(settings.ci_network_allowed_cidrs)
+    except NetworkUnavailable as exc:
+        # Not fatal: jobs without network (the default) run; jobs that ask for it fail with why.
+        log.warning("CI jobs cannot be given network on this worker: %s", exc)
+    return BubblewrapSandbox(users, cgroups, network)
 
 
 def limits_from(settings: Settings) -> SandboxLimits:
@@ -377,4 +696,5 @@ def limits_from(settings: Settings) -> SandboxLimits:
         max_processes=settings.ci_job_max_processes,
         max_file_bytes=settings.ci_job_max_file_bytes,
         cpu_seconds=settings.ci_job_cpu_seconds,
+        shm_bytes=settings.ci_job_shm_bytes,
     )

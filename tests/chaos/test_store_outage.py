@@ -30,7 +30,7 @@ from leasehold.storage import open_store
 from tests.chaos.checker import History, Observation, check
 from tests.chaos.stack import CHECKPOINT_INTERVAL, pending_generation, seeded
 from tests.faults import TcpProxy
-from tests.harness import ManagedProcess, start_worker, unique_prefix
+from tests.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
 from tests.s3_server import moto_s3
 from tests.video_core.jobs import probe_mp4, request, start_job
 from workflows import ci_start
@@ -98,6 +98,7 @@ async def outage(
         s3_access_key_id="k",
         s3_secret_access_key="s",  # type: ignore[arg-type]
         ci_log_flush_seconds=0.3,
+        ci_local_repo_root=tmp_path,
     )
     logs = tmp_path / "logs"
     procs: list[ManagedProcess] = [
@@ -120,6 +121,7 @@ async def outage(
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", "c")
         sha = git(repo, "rev-parse", "HEAD")
+        register_repo_row(settings, "tenant-chaos", "repo-chaos", "chaos/outage", str(repo))
         history.invoke("ci", "c1")
         push_id = await ci_start.start_push(
             temporal_client,

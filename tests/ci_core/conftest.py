@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
-from tests.harness import ManagedProcess, start_worker, unique_prefix
+from tests.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
 from workflows import ci_start
 from workflows.ci_ids import parse_log_key
 from workflows.ci_types import RUN_TERMINAL_STATUSES, CIPushInput, CIPushState, CIRunState, PushStatus
@@ -74,6 +74,7 @@ class CIStack:
         path = self.tmp / "repos" / name
         path.mkdir(parents=True)
         git(path, "init", "-q", "-b", "main")
+        register_repo_row(self.settings, "tenant-a", f"repo-{name}", f"acme/{name}", str(path))
         return Repo(path=path, repo_id=f"repo-{name}")
 
     def push_input(self, repo: Repo, sha: str, ref: str = "refs/heads/main") -> CIPushInput:
@@ -131,7 +132,8 @@ def ci_settings(tmp: Path, address: str, **extra: object) -> Settings:
         api_port=free_port(),
         ci_max_concurrent_jobs=2,
         ci_log_flush_seconds=0.3,
-        **extra,  # type: ignore[arg-type]
+        # The tests' repositories live under tmp (the data dir inside it stays refused).
+        **{"ci_local_repo_root": tmp, **extra},  # type: ignore[arg-type]
     )
 
 
