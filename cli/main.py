@@ -42,6 +42,15 @@ def _logging(settings: Settings) -> None:
     )
 
 
+def _secure_data_dir(settings: Settings) -> None:
+    from leasehold.data_dir import secure_data_dir
+
+    try:
+        secure_data_dir(settings.data_dir)
+    except OSError as exc:
+        raise UsageError(f"data dir {settings.data_dir} is not writable: {exc.strerror or exc}") from None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from cli.up import run_stack
 
@@ -72,6 +81,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         overrides["ci_labels"] = args.labels
     settings = _settings(args, **overrides)
     _logging(settings)
+    _secure_data_dir(settings)
     if args.kind == "orchestration":
         from orchestrator.main import main as run_orchestration
 
@@ -81,8 +91,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         run_gpu(settings)
     else:
+        from leasehold.data_dir import set_ci_worker_umask
         from worker_ci.main import main as run_ci
 
+        set_ci_worker_umask()
         run_ci(settings)
     return 0
 
@@ -92,10 +104,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     from leasehold.database import init_database
 
     settings = _settings(args)
-    try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"data dir {settings.data_dir} is not writable: {exc.strerror or exc}") from None
+    _secure_data_dir(settings)
     try:
         key = create_key(init_database(settings.resolved_database_url), args.tenant, args.user, args.tier)
     except ValueError as exc:
@@ -154,8 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from cli import commands  # noqa: F401  (registers feature subcommands)
+    from leasehold.data_dir import set_private_umask
 
     args = build_parser().parse_args(argv)
+    # Before any command creates a file: keys, databases and logs are the user's alone.
+    set_private_umask()
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from cli.main import UsageError
+from leasehold.data_dir import PRIVATE_UMASK, secure_data_dir
 from leasehold.devserver import (
     MissingBinary,
     dev_server_command,
@@ -84,6 +85,9 @@ class Child:
             # the children in order.
             start_new_session=True,
             preexec_fn=_die_with_parent(os.getpid()),
+            # Whoever started the supervisor, what children write in the data dir (temporal.db,
+            # leasehold.db, logs) is owner-only; the CI worker sets its own (CI_WORKER_UMASK).
+            umask=PRIVATE_UMASK,
         )
         out.close()
         self.started_at = time.monotonic()
@@ -142,7 +146,7 @@ class Child:
 
 def _check_data_dir(data_dir: Path) -> None:
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        secure_data_dir(data_dir)
         probe = data_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()

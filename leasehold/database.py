@@ -6,10 +6,14 @@ on start-up (``create_all`` is idempotent); every model is declared on ``Base``.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 
-from sqlalchemy import DateTime, Engine, String, create_engine, event, text
+from sqlalchemy import DateTime, Engine, String, create_engine, event, make_url, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+from leasehold.data_dir import make_private
 
 
 def utcnow() -> datetime:
@@ -34,9 +38,25 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
+def _private_sqlite_file(url: str) -> None:
+    """Create a SQLite file owner-only before SQLite would (0644 less the umask), and tighten an
+    existing one; its ``-wal`` and ``-shm`` files take the database file's mode."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    try:
+        fd = os.open(database, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return  # SQLite reports a path it cannot open, in its own words
+    os.close(fd)
+    make_private(Path(database))
+
+
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL and a busy timeout so several processes share it."""
+    """An engine for ``url``; SQLite gets WAL and a busy timeout so several processes share it,
+    and its file is owner-only."""
     if url.startswith("sqlite"):
+        _private_sqlite_file(url)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
