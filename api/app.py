@@ -7,11 +7,16 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth_throttle import FailedAuthThrottle
+from api.body_limits import BodyLimitMiddleware, BodyLimits
 from api.errors import install_error_handlers
-from api.routers import files, health
+from api.openapi import install_openapi
+from api.routers import files, health, hooks, videos
+from leasehold.data_dir import secure_data_dir
 from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import open_store
@@ -28,12 +33,41 @@ LATENCY = Histogram(
 )
 
 
+class RequestMetricsMiddleware:
+    """Counts and times every HTTP request by method, route and status (pure ASGI: it neither
+    wraps the request body nor runs the app in another task, so errors keep their type)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            # The router puts the matched route into this same scope.
+            path = getattr(scope.get("route"), "path", "unmatched")
+            REQUESTS.labels(scope["method"], path, str(status)).inc()
+            LATENCY.labels(scope["method"], path).observe(time.perf_counter() - start)
+
+
 def create_app(settings: Settings) -> FastAPI:
     """Build the API for ``settings``; the Temporal connection is made in ``lifespan``."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        secure_data_dir(settings.data_dir)
         app.state.settings = settings
         app.state.db = init_database(settings.resolved_database_url)
         app.state.store = open_store(settings)
@@ -48,22 +82,29 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    install_openapi(app)
+    app.state.auth_throttle = FailedAuthThrottle(settings.api_auth_failures_per_minute)
 
-    @app.middleware("http")
-    async def _metrics(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        REQUESTS.labels(request.method, path, str(response.status_code)).inc()
-        LATENCY.labels(request.method, path).observe(time.perf_counter() - start)
-        return response
-
+    app.add_middleware(BodyLimitMiddleware, limits=body_limits(settings))
+    # Added last, so outermost: it sees every answer, a body limit's early 413 included.
+    app.add_middleware(RequestMetricsMiddleware)
     app.include_router(health.router)
     app.include_router(files.router)
     for router in _product_routers():
         app.include_router(router)
     return app
+
+
+def body_limits(settings: Settings) -> BodyLimits:
+    """Each route's largest request body: the webhook takes GitHub's largest payloads, a
+    video create a prompt and a few fields, everything else small JSON."""
+    return BodyLimits(
+        default=settings.api_max_body_bytes,
+        by_path={
+            hooks.GITHUB_WEBHOOK_PATH: settings.api_webhook_max_body_bytes,
+            videos.router.prefix: videos.MAX_BODY_BYTES,
+        },
+    )
 
 
 def _product_routers() -> list:

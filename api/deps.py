@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 
+from api.auth_throttle import FailedAuthThrottle, client_key
 from api.errors import ApiError
 from leasehold.api_keys import Principal, lookup
 from leasehold.settings import Settings
@@ -30,19 +32,55 @@ def get_store(request: Request) -> ObjectStore:
     return request.app.state.store
 
 
-def get_principal(request: Request) -> Principal:
-    """The caller of an ``Authorization: Bearer <key>`` request; 401 otherwise."""
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+# Declares bearer auth in the OpenAPI document for every route that depends on the caller;
+# a missing or non-bearer header is ours to answer (401 in the error shape), hence no auto_error.
+bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey", description="An API key: `Authorization: Bearer lh_...`")
+
+
+def _throttle(request: Request) -> FailedAuthThrottle:
+    return request.app.state.auth_throttle
+
+
+def _client(request: Request) -> str:
+    return client_key(request.client.host if request.client else None)
+
+
+def refuse_if_throttled(request: Request) -> None:
+    """429 with ``Retry-After`` when the caller's address failed authentication too often;
+    called before any credential is looked at."""
+    wait = _throttle(request).retry_after(_client(request))
+    if wait is not None:
+        raise ApiError(
+            429,
+            "too_many_failed_attempts",
+            "too many failed authentication attempts from this address; retry later",
+            headers={"Retry-After": str(wait)},
+        )
+
+
+def note_failed_auth(request: Request) -> None:
+    """Count a wrong credential (key, token or signature) against the caller's address."""
+    _throttle(request).record_failure(_client(request))
+
+
+def get_principal(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+) -> Principal:
+    """The caller of an ``Authorization: Bearer <key>`` request; 401 otherwise, 429 after
+    too many wrong keys from one address."""
+    refuse_if_throttled(request)
+    key = credentials.credentials.strip() if credentials is not None else ""
+    if not key:
+        # Not a guess: nothing to count.
         raise ApiError(
             401,
             "unauthorized",
             "missing API key: send 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    principal = lookup(request.app.state.db, key.strip())
+    principal = lookup(request.app.state.db, key)
     if principal is None:
+        note_failed_auth(request)
         raise ApiError(401, "invalid_api_key", "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     return principal
 

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,32 @@ def invalid(param: str, message: str) -> ApiError:
     return ApiError(400, "invalid_request", message, param=param)
 
 
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable ``code`` to match on, a message for people, the offending input.
+
+    Some errors add fields (``details`` of a 422, ``retry_after`` of a refusal)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+    param: str | None = None
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error response (documents ``error_body``'s shape in OpenAPI)."""
+
+    error: ErrorDetail
+
+
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "invalid_request_error",
     409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
     503: "server_error",
@@ -68,6 +90,16 @@ def _field_name(loc: Any) -> str:
     # ("body", "seconds") -> "seconds"; ("query", "limit") -> "limit".
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "form")]
     return ".".join(parts) or "body"
+
+
+# Stable codes for the errors Starlette and FastAPI raise themselves (body parsing, routing).
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -92,11 +124,20 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
+        code = _HTTP_CODES.get(exc.status_code, "error")
         return JSONResponse(
-            error_body(exc.status_code, code, str(exc.detail)),
+            error_body(exc.status_code, code, str(exc.detail), "body" if exc.status_code in (400, 413) else None),
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, _exc: RecursionError) -> JSONResponse:
+        # In a request this means input nested deeper than a parser recurses (``[[[[...``): a
+        # client error, logged on one line: a traceback per hostile request would flood the log.
+        log.warning("%s %s: input nested too deeply", request.method, request.url.path)
+        return JSONResponse(
+            error_body(400, "invalid_request", "the request body is nested too deeply", "body"), status_code=400
         )
 
     @app.exception_handler(Exception)

@@ -1,16 +1,23 @@
-"""Liveness with dependencies (``/healthz``) and Prometheus metrics (``/metrics``)."""
+"""Liveness with dependencies (``/healthz``) and Prometheus metrics (``/metrics``).
+
+``/metrics`` describes every tenant's traffic, so it needs ``LEASEHOLD_METRICS_TOKEN`` as a
+bearer token; while none is configured the API serves no metrics (workers serve theirs on
+their own health port, loopback by default).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from api.deps import ClientDep, DbDep
+from api.deps import ClientDep, DbDep, SettingsDep, note_failed_auth, refuse_if_throttled
+from api.errors import ApiError
 from leasehold.database import ping
 
 router = APIRouter(tags=["health"])
@@ -39,5 +46,17 @@ async def healthz(client: ClientDep, db: DbDep) -> JSONResponse:
 
 
 @router.get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
+async def metrics(request: Request, settings: SettingsDep) -> Response:
+    """Prometheus text for ``Authorization: Bearer <metrics token>``; 404 while none is set."""
+    if settings.metrics_token is None:
+        raise ApiError(404, "not_found", "metrics are not served here: set LEASEHOLD_METRICS_TOKEN to enable them")
+    refuse_if_throttled(request)
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    expected = settings.metrics_token.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+        if token.strip():
+            note_failed_auth(request)
+        raise ApiError(
+            401, "unauthorized", "send 'Authorization: Bearer <metrics token>'", headers={"WWW-Authenticate": "Bearer"}
+        )
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -24,12 +24,12 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
+from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError, not_found
 from api.schemas.ci import PushAccepted, PushOut, PushRequest, WebhookAnswer
 from leasehold.ci_plans import get_plan
 from leasehold.ci_push_input import push_input
-from leasehold.repos import RepoRecord, get_repo, webhook_candidates
+from leasehold.repos import RepoRecord, WebhookCandidate, get_repo, webhook_candidates
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci_ids import push_workflow_id
@@ -41,8 +41,14 @@ log = logging.getLogger(__name__)
 
 ZERO_SHA = re.compile(r"^0+$")
 SHA = re.compile(r"^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$")
-# The largest push payload accepted (GitHub caps payloads at 25 MB).
-MAX_WEBHOOK_BYTES = 25 * 1024 * 1024
+GITHUB_WEBHOOK_PATH = "/v1/hooks/github"
+# What GitHub sends in X-Hub-Signature-256; anything else cannot verify, so nothing is read.
+SIGNATURE = re.compile(r"^sha256=[0-9a-f]{64}$")
+# GitHub names the repository a delivery is for in headers (for a repository webhook, the
+# target id is the repository's id), so the secret to verify with is known before the body
+# is parsed. A delivery without them is matched by the payload's repository instead.
+TARGET_ID_HEADER = "x-github-hook-installation-target-id"
+TARGET_TYPE_HEADER = "x-github-hook-installation-target-type"
 # Pull-request actions that build the head commit.
 PR_ACTIONS = ("opened", "synchronize", "reopened")
 # GitHub waits 10 s for an answer; a slow Temporal must not make us miss that.
@@ -59,7 +65,11 @@ def _unauthorized(code: str, message: str) -> ApiError:
 
 
 def _payload(request: Request, body: bytes) -> dict[str, Any]:
-    """The JSON payload, whether sent as ``application/json`` or GitHub's form encoding."""
+    """The JSON payload, whether sent as ``application/json`` or GitHub's form encoding.
+
+    Any body that is not a JSON object is a 400: malformed, not UTF-8, or nested deeper than
+    the decoder recurses (``RecursionError``, raised cleanly by the C decoder).
+    """
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     try:
         if content_type == "application/x-www-form-urlencoded":
@@ -67,11 +77,39 @@ def _payload(request: Request, body: bytes) -> dict[str, Any]:
             data = json.loads(values[0]) if values else None
         else:
             data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "invalid_payload", "the webhook body is not valid JSON") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ApiError(400, "invalid_payload", "the webhook body is not valid JSON", param="body") from None
     if not isinstance(data, dict):
-        raise ApiError(400, "invalid_payload", "the webhook body must be a JSON object")
+        raise ApiError(400, "invalid_payload", "the webhook body must be a JSON object", param="body")
     return data
+
+
+def _verified(candidates: list[WebhookCandidate], body: bytes, signature: str) -> list[RepoRecord]:
+    # Every candidate's signature is computed and compared in constant time.
+    return [c.repo for c in candidates if hmac.compare_digest(signature_of(c.webhook_secret, body), signature)]
+
+
+async def _verify(
+    request: Request, db: sessionmaker, body: bytes, signature: str
+) -> tuple[list[RepoRecord], dict[str, Any] | None]:
+    """The repositories whose secret signed ``body``, and the payload if it had to be parsed
+    to find them. Only the repository's name and id are read before the signature verifies."""
+    target = request.headers.get(TARGET_ID_HEADER, "").strip()
+    if target and request.headers.get(TARGET_TYPE_HEADER, "repository") == "repository":
+        by_header = await asyncio.to_thread(webhook_candidates, db, None, target)
+        verified = _verified(by_header, body, signature)
+        if verified:
+            return verified, None
+    try:
+        payload = _payload(request, body)
+    except ApiError:
+        # Nothing names a repository, so no secret can verify it.
+        return [], None
+    repository = _obj(payload.get("repository"))
+    full_name = _text(repository.get("full_name"))
+    host_id = repository.get("id") if isinstance(repository.get("id"), int | str) else None
+    candidates = await asyncio.to_thread(webhook_candidates, db, full_name, host_id)
+    return _verified(candidates, body, signature), payload
 
 
 async def record_push(
@@ -97,34 +135,33 @@ async def record_push(
         raise ApiError(503, "temporal_unavailable", "could not record the push; deliver it again") from None
 
 
-@router.post("/v1/hooks/github", responses={401: {}, 202: {}})
+@router.post(GITHUB_WEBHOOK_PATH, responses={202: {}})
 async def github_webhook(request: Request, db: DbDep, client: ClientDep, settings: SettingsDep) -> JSONResponse:
     """GitHub-format webhooks: ``push`` records a push; ``ping`` answers 200; others are ignored.
 
-    The signature is checked before anything else happens; an unknown repository answers the
-    same 401 as a wrong signature, so the endpoint reveals nothing about what is registered.
+    The signature over the raw body is checked before anything else is read: no header, a
+    malformed one, or one no registered repository's secret verifies answers 401, and an
+    unknown repository answers the same 401, so the endpoint reveals nothing about what is
+    registered. Only a verified body is parsed (a 400 if it is not a JSON object). Wrong
+    signatures count against the sender's address (429 after too many).
     """
-    signature = request.headers.get("x-hub-signature-256", "")
+    refuse_if_throttled(request)
+    signature = request.headers.get("x-hub-signature-256", "").strip()
     if not signature:
         raise _unauthorized("missing_signature", "X-Hub-Signature-256 is required")
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_WEBHOOK_BYTES:
-        raise ApiError(413, "payload_too_large", "the webhook body is too large")
+    if not SIGNATURE.match(signature):
+        note_failed_auth(request)
+        raise _unauthorized("invalid_signature", "X-Hub-Signature-256 must be sha256=<64 hex digits>")
+    # BodyLimitMiddleware stops a longer body while it streams in; this is the same limit.
     body = await request.body()
-    if len(body) > MAX_WEBHOOK_BYTES:
-        raise ApiError(413, "payload_too_large", "the webhook body is too large")
-    payload = _payload(request, body)
-    repository = payload.get("repository")
-    if not isinstance(repository, dict):
-        repository = {}
-    full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
-    host_id = repository.get("id") if isinstance(repository.get("id"), int | str) else None
-
-    candidates = await asyncio.to_thread(webhook_candidates, db, full_name, host_id)
-    # Every candidate's signature is computed and compared in constant time.
-    verified = [c.repo for c in candidates if hmac.compare_digest(signature_of(c.webhook_secret, body), signature)]
+    if len(body) > settings.api_webhook_max_body_bytes:
+        raise ApiError(413, "request_too_large", "the webhook body is too large", param="body")
+    verified, payload = await _verify(request, db, body, signature)
     if not verified:
+        note_failed_auth(request)
         raise _unauthorized("invalid_signature", "the signature does not match a registered repository's secret")
+    if payload is None:
+        payload = _payload(request, body)
 
     event = request.headers.get("x-github-event", "")
     delivery = request.headers.get("x-github-delivery")

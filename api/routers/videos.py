@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import ValidationError
 
+from api.body_limits import BodyTooLarge
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
 from api.errors import ApiError
 from api.routers.capacity import capacity_tracker
@@ -73,6 +74,8 @@ async def _create_fields(request: Request) -> dict[str, Any]:
             raise ApiError(413, "request_too_large", f"the request body exceeds {MAX_BODY_BYTES} bytes", "body")
         try:
             form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES)
+        except BodyTooLarge:
+            raise  # the body limit (413), not a malformed form
         except Exception as exc:
             # Starlette reports malformed multipart as several exception types; all mean one thing.
             raise ApiError(400, "invalid_request", "the form body could not be parsed", "body") from exc
@@ -87,7 +90,8 @@ async def _create_fields(request: Request) -> dict[str, Any]:
     raw = await _read_body(request)
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # RecursionError: nested deeper than the decoder recurses (``[[[[...``).
         raise ApiError(400, "invalid_json", "the request body is not valid JSON", "body") from None
     if not isinstance(parsed, dict):
         raise ApiError(400, "invalid_request", "the request body must be a JSON object", "body")

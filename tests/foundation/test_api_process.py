@@ -23,6 +23,7 @@ from tests.harness import REPO_ROOT, ManagedProcess, process_env, start_api, sta
 
 # Any authenticated route serves to check auth; listing the caller's repositories has no side effects.
 AUTHED = "/v1/repos"
+METRICS_TOKEN = "api-process-metrics-token"
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,7 @@ def api_settings(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.Tem
         temporal_address=temporal_env.client.service_client.config.target_host,
         queue_prefix=unique_prefix(),
         api_port=free_port(),
+        metrics_token=METRICS_TOKEN,
     )
 
 
@@ -105,7 +107,9 @@ def test_cli_created_key_works_and_revocation_takes_effect(api: str, api_setting
 
 def test_api_metrics(api: str, api_settings: Settings) -> None:
     httpx.get(f"{api}/healthz", timeout=10)
-    resp = httpx.get(f"{api}/metrics", timeout=10)
+    # Metrics describe every tenant's traffic: the metrics token opens them, nothing else.
+    assert httpx.get(f"{api}/metrics", timeout=10).status_code == 401
+    resp = httpx.get(f"{api}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10)
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("text/plain")
     assert 'leasehold_api_requests_total{method="GET",route="/healthz",status="200"}' in resp.text

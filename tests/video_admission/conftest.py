@@ -104,6 +104,10 @@ def cancel_all(caller: Caller, ids: list[str]) -> None:
         caller.http.post(f"/v1/videos/{video_id}/cancel")
 
 
+# Opens the API's /metrics (it serves none without a token).
+METRICS_TOKEN = "admission-metrics-token"
+
+
 def stack_settings(root: Path, temporal_address: str, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": root / "data",
@@ -115,6 +119,7 @@ def stack_settings(root: Path, temporal_address: str, **overrides: Any) -> Setti
         "video_capacity_refresh_seconds": 1.0,
         "video_paid_max_queued": PAID_CAP,
         "video_free_max_queued": FREE_CAP,
+        "metrics_token": METRICS_TOKEN,
     }
     values.update(overrides)
     return Settings(**values)

@@ -6,7 +6,16 @@ import concurrent.futures
 
 import httpx
 
-from tests.video_admission.conftest import PAID_CAP, AdmissionStack, body, cancel_all, create, get, wait_until
+from tests.video_admission.conftest import (
+    METRICS_TOKEN,
+    PAID_CAP,
+    AdmissionStack,
+    body,
+    cancel_all,
+    create,
+    get,
+    wait_until,
+)
 
 
 def test_no_worker_means_no_eta_and_a_reason(admission_stack: AdmissionStack) -> None:
@@ -111,7 +120,9 @@ def test_capacity_endpoint_and_gauges_without_workers(admission_stack: Admission
         assert figures["backlog"] >= 0 and figures["oldest_queued_age_seconds"] >= 0
         # Two jobs waiting and no worker: Little's law asks for at least one.
         assert figures["workers_needed"] >= 1
-        metrics = httpx.get(f"{admission_stack.base_url}/metrics").text
+        metrics = httpx.get(
+            f"{admission_stack.base_url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+        ).text
         assert 'leasehold_video_workers_serving{model="procedural-v1"} 0.0' in metrics
         assert 'leasehold_video_workers_needed{model="procedural-v1"}' in metrics
         assert 'leasehold_video_expected_wait_seconds{model="procedural-v1",tier="free"} +Inf' in metrics
