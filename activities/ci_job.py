@@ -44,7 +44,7 @@ from activities.ci_sandbox import (
     SandboxRequest,
     hand_over,
 )
-from activities.ci_secrets import NoSecrets, SecretSource
+from activities.ci_secrets import NoSecrets, SecretRequest, SecretSource, SecretsRefused
 from leasehold.storage import ObjectStore
 from workflows.ci_expressions import (
     ExpressionError,
@@ -179,12 +179,14 @@ def _write_new(directory: Path, name: str, data: bytes, owner: JobOwner | None) 
     """Create ``directory/name`` afresh: never through a symlink, never into an existing file."""
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             if owner is not None and owner.uid is not None:
                 os.fchown(f.fileno(), owner.uid, owner.gid if owner.gid is not None else owner.uid)
-                os.fchmod(f.fileno(), 0o600)
+            else:
+                # Root's file that the job only reads (a step script).
+                os.fchmod(f.fileno(), 0o644)
     finally:
         os.close(dir_fd)
 
@@ -196,6 +198,7 @@ def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
     if os.path.lexists(io_dir):
         _remove_tree(io_dir)
     io_dir.mkdir(mode=0o755)
+    os.chmod(io_dir, 0o755)
     for name in ("output", "env"):
         _write_new(io_dir, name, b"", owner)
     return io_dir
@@ -268,7 +271,7 @@ class CIJobActivities:
                 )
             JOBS_RUNNING.inc()
             try:
-                result = _Attempt(self, inp, grant.attempt, trusted).run()
+                result = _Attempt(self, inp, grant, trusted).run()
             finally:
                 JOBS_RUNNING.dec()
             JOBS_TOTAL.labels(result.status.value).inc()
@@ -278,9 +281,12 @@ class CIJobActivities:
 class _Attempt:
     """State of one running attempt (one thread)."""
 
-    def __init__(self, owner: CIJobActivities, inp: JobActivityInput, attempt: int, trusted: TrustedRun) -> None:
+    def __init__(self, owner: CIJobActivities, inp: JobActivityInput, grant: AttemptGrant, trusted: TrustedRun) -> None:
+        attempt = grant.attempt
         self.o = owner
         self.inp = inp
+        # Traded at the API for this attempt's secrets (valid while the attempt holds the lease).
+        self.secrets_token = grant.secrets_token
         # Tenant, repository and clone URL as the records say them (``inp`` only proposed them).
         self.trusted = trusted
         # The host user the job's files belong to (set by the sandbox in ``_prepare``).
@@ -389,8 +395,16 @@ class _Attempt:
                 f"these are empty: {', '.join(names)}"
             )
             return
+        if self.secrets_token is None:
+            # An attempt granted by a run started before secrets tokens existed.
+            raise ApplicationError("this run predates secrets tokens: retry the job", type=JOB_FATAL_ERROR)
+        request = SecretRequest(inp.run_id, self.job.id, self.attempt, self.secrets_token, names)
         try:
-            found = self.o._secrets.fetch(self.trusted.tenant_id, self.trusted.repo_id, names)
+            found = self.o._secrets.fetch(request)
+        except SecretsRefused as exc:
+            # The lease moved on (a newer attempt, a cancel): this attempt must not run.
+            log.warning("secrets for %s/%s refused: %s", inp.run_id, self.job.id, exc)
+            raise ApplicationError("the job's secrets were refused to this attempt", type="CISecretsRefused") from None
         except Exception as exc:
             # The database or the keys are unavailable: infrastructure, so a new attempt may work.
             log.warning("fetching secrets for %s/%s failed: %s", inp.run_id, self.job.id, exc)

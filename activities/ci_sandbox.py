@@ -111,14 +111,18 @@ class SandboxError(RuntimeError):
 
 def make_layout(root: Path, owner: JobOwner) -> None:
     """The job root: root-owned and closed to the job; its own dirs handed to ``owner``."""
+    # Modes are set explicitly: the worker's umask may be 077, and the job must still read
+    # its scripts and traverse its root.
     root.mkdir(mode=0o755)
     os.chmod(root, 0o755)
     for sub in ("work", "tmp", "home"):
         d = root / sub
         d.mkdir(mode=0o755)
+        os.chmod(d, 0o755)
         if owner.uid is not None:
             os.chown(d, owner.uid, owner.gid if owner.gid is not None else owner.uid)
     (root / "runner").mkdir(mode=0o755)
+    os.chmod(root / "runner", 0o755)
 
 
 def hand_over(path: Path, owner: JobOwner) -> None:

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     api_port: int = 8000
     # The base URL clients use to reach the API (signed download links point here).
     public_base_url: str | None = None
+    # How workers reach the API inside the deployment (CI workers trade attempt tokens for
+    # secrets there); default: this machine's API port.
+    api_internal_url: str | None = None
     # Key for HMAC-signed local download URLs; generated into the data dir when unset.
     url_signing_key: SecretStr | None = None
     signed_url_ttl_seconds: int = 600
@@ -227,6 +230,11 @@ class Settings(BaseSettings):
     @property
     def resolved_store_dir(self) -> Path:
         return (self.store_local_dir or self.data_dir / "objects").resolve()
+
+    @property
+    def resolved_api_internal_url(self) -> str:
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
+        return (self.api_internal_url or f"http://{host}:{self.api_port}").rstrip("/")
 
     @property
     def resolved_public_base_url(self) -> str:

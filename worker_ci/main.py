@@ -21,11 +21,10 @@ from activities.ci_job import CIJobActivities, JobConfig
 from activities.ci_listing import CIListingActivities
 from activities.ci_reconcile import CIReconcileActivities
 from activities.ci_run_records import DatabaseRunRecords
-from activities.ci_secrets import DatabaseSecretSource
+from activities.ci_secrets import ApiSecretSource
 from leasehold.ci_environments import environment_rules
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
-from leasehold.secrets import Keyring
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
@@ -65,8 +64,8 @@ async def serve(settings: Settings) -> None:
         client,
         loop,
         DatabaseRunRecords(db),
-        # Secret values are read here, when a job starts; Temporal only ever carries names.
-        DatabaseSecretSource(db, Keyring.from_settings(settings)),
+        # The worker holds no secrets key: it trades each attempt's token at the API.
+        ApiSecretSource(settings.resolved_api_internal_url),
     )
     listing = CIListingActivities(mirror, partial(environment_rules, db))
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)

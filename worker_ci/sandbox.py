@@ -333,9 +333,13 @@ class BubblewrapSandbox:
         try:
             make_layout(root, owner)
             runner = root / "runner"
-            (runner / "passwd").write_text(f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n")
-            (runner / "group").write_text(f"{SANDBOX_NAME}:x:{uid}:\n")
-            (runner / "resolv.conf").write_text(f"nameserver {SLIRP_DNS}\n")
+            for name, text in (
+                ("passwd", f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n"),
+                ("group", f"{SANDBOX_NAME}:x:{uid}:\n"),
+                ("resolv.conf", f"nameserver {SLIRP_DNS}\n"),
+            ):
+                (runner / name).write_text(text)
+                os.chmod(runner / name, 0o644)
         except OSError:
             self._users.release(uid)
             raise

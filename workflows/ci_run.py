@@ -63,6 +63,7 @@ workflow does not continue-as-new.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -126,6 +127,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Error types of the job activity that retrying cannot fix.
 JOB_FATAL_ERROR = "CIJobFatal"
+# Attempts granted after this change carry a secrets token (older histories replay without).
+PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
 
 
 @workflow.defn
@@ -164,6 +167,7 @@ class CIRunWorkflow:
                     runs_on=list(j.runs_on),
                     idempotency_key=idempotency_key(inp.run_id, j.id),
                     environment=j.environment,
+                    secret_names=list(j.secrets),
                 )
                 for j in (spec.jobs if spec else [])
             ],
@@ -203,6 +207,11 @@ class CIRunWorkflow:
                 a.finished_at = now
                 a.error = "worker lost (no heartbeat); superseded by a new attempt"
         n = max((a.attempt for a in job.attempts), default=0) + 1
+        token: str | None = None
+        if workflow.patched(PATCH_SECRETS_TOKEN):
+            # Random per attempt (the workflow's seeded RNG: replay gives the same value); only
+            # its hash is kept in the state that queries show.
+            token = workflow.uuid4().hex + workflow.uuid4().hex
         job.attempts.append(
             JobAttemptState(
                 attempt=n,
@@ -210,6 +219,7 @@ class CIRunWorkflow:
                 worker=req.worker,
                 started_at=now,
                 log_prefix=attempt_log_prefix(self._inp.tenant_id, self._inp.run_id, job.job_id, n),
+                secrets_token_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
             )
         )
         job.attempt = n
@@ -218,7 +228,7 @@ class CIRunWorkflow:
         if self._state.started_at is None:
             self._state.started_at = now
         self._set_status(RunStatus.IN_PROGRESS)
-        return AttemptGrant(proceed=True, attempt=n)
+        return AttemptGrant(proceed=True, attempt=n, secrets_token=token)
 
     @workflow.update
     def retry_job(self, req: RetryJobRequest) -> RetryJobResponse:

@@ -389,6 +389,9 @@ class AttemptGrant(BaseModel):
     proceed: bool
     attempt: int = 0
     reason: str | None = None
+    # The attempt's secrets token: the worker trades it at the API for exactly the secrets the
+    # job declares, while this attempt holds the job's lease (its state is ``running``).
+    secrets_token: str | None = None
 
 
 class LogSummary(BaseModel):
@@ -459,6 +462,8 @@ class JobAttemptState(BaseModel):
     # Object-store prefix of this attempt's log (``ci/<tenant>/<run>/<job>/attempt-<n>/``).
     log_prefix: str = ""
     log: LogSummary | None = None
+    # sha256 of the attempt's secrets token (the token itself only goes to the worker).
+    secrets_token_sha256: str | None = None
 
 
 class JobState(BaseModel):
@@ -485,6 +490,8 @@ class JobState(BaseModel):
     # Every approve/reject decision on this job, oldest first (the audit trail; kept across
     # retry rounds, each decision names its round).
     approvals: list[ApprovalDecision] = Field(default_factory=list)
+    # Names of the secrets the job declares: the most its attempts' tokens can fetch.
+    secret_names: list[str] = Field(default_factory=list)
 
     def current_attempt(self) -> JobAttemptState | None:
         """The attempt the state points at (the winning one once finished)."""

@@ -26,6 +26,11 @@ from api.routers import secrets as _ci_secrets  # noqa: E402
 
 ROUTERS.append(_ci_secrets.router)
 
+# CI: the secrets broker CI workers trade attempt tokens at (internal).
+from api.routers import ci_job_secrets as _ci_job_secrets  # noqa: E402
+
+ROUTERS.append(_ci_job_secrets.router)
+
 # CI: protected deployment environments of a repository (approvals).
 from api.routers import environments as _ci_environments  # noqa: E402
 

@@ -22,7 +22,7 @@ from leasehold.settings import Settings
 router = APIRouter(tags=["ci"])
 
 
-def _keyring(request: Request, settings: Settings) -> Keyring:
+def keyring_of(request: Request, settings: Settings) -> Keyring:
     # Built once per process (the embedded default may create the key file on first use).
     keyring = getattr(request.app.state, "secrets_keyring", None)
     if keyring is None:
@@ -47,7 +47,7 @@ async def _put(
     response: Response,
 ) -> SecretOut:
     await _check_repo(db, principal, repo_id)
-    keyring = _keyring(request, settings)
+    keyring = keyring_of(request, settings)
     try:
         info, created = await asyncio.to_thread(
             put_secret, db, keyring, principal.tenant_id, repo_id, name, body.value.get_secret_value()
