@@ -293,10 +293,11 @@ jobs:
     network: true
     steps:
       - run: |
-          for addr in 127.0.0.1 10.0.2.2; do
-            if timeout 5 bash -c "echo probe > /dev/tcp/$addr/{port}" 2>/dev/null
-            then echo "OPEN $addr"
-            else echo "CLOSED $addr"
+          for target in {targets}; do
+            addr=${{target%:*}}; port=${{target#*:}}
+            if timeout 5 bash -c "echo probe > /dev/tcp/$addr/$port" 2>/dev/null
+            then echo "OPEN $target"
+            else echo "CLOSED $target"
             fi
           done
           ip -brief addr
@@ -334,17 +335,24 @@ class Listener:
 
 async def test_network_needs_the_tenants_plan_and_never_reaches_host_loopback(hostile: CIStack) -> None:
     listener = Listener()
+    # Our listener, the Temporal frontend, Postgres and Redis, each through the job's own
+    # loopback and through slirp4netns's gateway (which would lead to the host's loopback).
+    temporal_port = int(hostile.settings.temporal_address.rsplit(":", 1)[1])
+    ports = [listener.port, temporal_port, 5432, 6379]
+    targets = " ".join(f"{addr}:{port}" for addr in ("127.0.0.1", "10.0.2.2") for port in ports)
+    workflow = NETWORK.format(targets=targets)
     try:
-        status, log = await run_workflow(hostile, "net-denied", NETWORK.format(port=listener.port), "tenant-nonet")
+        status, log = await run_workflow(hostile, "net-denied", workflow, "tenant-nonet")
         assert status == RunStatus.FAILURE, log
         assert "network: true is not allowed for tenant tenant-nonet" in log, log
         assert "CLOSED" not in log and "OPEN" not in log
 
         set_network(init_database(hostile.settings.resolved_database_url), "tenant-net", True)
-        status, log = await run_workflow(hostile, "net-granted", NETWORK.format(port=listener.port), "tenant-net")
+        status, log = await run_workflow(hostile, "net-granted", workflow, "tenant-net")
         assert status == RunStatus.SUCCESS, log
         assert "tap0" in log, log
-        assert "CLOSED 127.0.0.1" in log and "CLOSED 10.0.2.2" in log, log
+        for target in targets.split():
+            assert f"CLOSED {target}" in log, (target, log)
         assert "OPEN" not in log
         assert listener.accepted == 0
     finally:
