@@ -21,8 +21,11 @@ def _factory(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_repos_add(args: argparse.Namespace) -> int:
     from leasehold.api_keys import validate_name
+    from leasehold.clone_urls import ClonePolicy
     from leasehold.repos import RepoError, add_repo
+    from leasehold.secrets import Keyring, KeyringError
 
+    settings = _settings(args)
     try:
         validate_name("tenant", args.tenant)
         record = add_repo(
@@ -33,10 +36,13 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
             args.webhook_secret,
             args.default_branch,
             args.github_id,
+            # The same rules the API applies (LEASEHOLD_CI_LOCAL_REPO_ROOT and the allow-lists).
+            policy=ClonePolicy.from_settings(settings),
+            keyring=Keyring.from_settings(settings),
         )
     except RepoError as exc:
         raise UsageError(f"{exc.field}: {exc.message}") from None
-    except ValueError as exc:
+    except (ValueError, KeyringError) as exc:
         raise UsageError(str(exc)) from None
     # The id on stdout (for scripts); the secret is never echoed.
     print(record.id)
@@ -70,7 +76,7 @@ def add_commands(sub: Any) -> None:
     add = repos_sub.add_parser("add", parents=[common], help="register a repository for a tenant")
     add.add_argument("--tenant", required=True)
     add.add_argument("--name", required=True, help="full name, e.g. acme/widgets")
-    add.add_argument("--clone-url", required=True, help="absolute path, file:// or https:// URL")
+    add.add_argument("--clone-url", required=True, help="https:// URL, or a path below LEASEHOLD_CI_LOCAL_REPO_ROOT")
     add.add_argument("--webhook-secret", required=True, help="the secret webhooks are signed with")
     add.add_argument("--default-branch", default="main")
     add.add_argument("--github-id", type=int, default=None, help="the host's numeric repository id")

@@ -51,6 +51,8 @@ def settings(tmp_path: Path, temporal_address: str) -> Settings:
         queue_prefix=unique_prefix(),
         api_port=free_port(),
         checkpoint_interval_seconds=1.0,
+        # The test's git repositories live under its tmp dir (the data dir inside stays refused).
+        ci_local_repo_root=tmp_path,
     )
 
 

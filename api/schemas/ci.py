@@ -17,7 +17,11 @@ class RepoCreate(BaseModel):
     """``POST /v1/repos``."""
 
     name: str = Field(description="full name as the git host spells it, e.g. 'acme/widgets'", max_length=200)
-    clone_url: str = Field(description="absolute local path, file:// URL or https:// URL", max_length=2000)
+    clone_url: str = Field(
+        description="https:// URL to a public host (the operator may allow others), or a local path or file:// URL "
+        "below the operator's LEASEHOLD_CI_LOCAL_REPO_ROOT",
+        max_length=2000,
+    )
     webhook_secret: SecretStr = Field(description="the secret the git host signs webhooks with")
     default_branch: str = "main"
     github_id: int | None = Field(default=None, description="the host's numeric repository id, if known")

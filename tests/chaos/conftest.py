@@ -39,7 +39,9 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     """``leasehold up`` (Temporal on SQLite, API, orchestration, GPU and CI workers) for one module."""
-    stack = start_embedded(tmp_path_factory.mktemp("embedded"))
+    # Tests create their repositories in their own tmp dirs, all below the session's base temp.
+    root = tmp_path_factory.getbasetemp()
+    stack = start_embedded(tmp_path_factory.mktemp("embedded"), {"LEASEHOLD_CI_LOCAL_REPO_ROOT": str(root)})
     try:
         yield stack
     finally:

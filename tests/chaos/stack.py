@@ -181,6 +181,8 @@ def start_embedded(root: Path, extra_env: dict[str, str] | None = None) -> Embed
     api_port, temporal_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
     env.update(chaos_settings_env())
+    # Local clone URLs are refused unless below this root; tests keep their repositories here.
+    env["LEASEHOLD_CI_LOCAL_REPO_ROOT"] = str(root)
     env.update(extra_env or {})
     env["PYTHONUNBUFFERED"] = "1"
     out = root / "up.out"

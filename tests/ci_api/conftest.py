@@ -88,7 +88,8 @@ def running_ci_stack(temporal_env: WorkflowEnvironment, root: Path, **settings: 
         # Short heartbeats: a cancel reaches a running job at its next heartbeat.
         ci_heartbeat_timeout_seconds=5.0,
         ci_cancel_grace_seconds=2.0,
-        **settings,
+        # Tests' git remotes live under root (the data dir inside it stays refused).
+        **{"ci_local_repo_root": root, **settings},
     )
     config.data_dir.mkdir(parents=True)
     init_database(config.resolved_database_url)

@@ -17,9 +17,10 @@ from tests.harness import process_env
 def test_register_list_get_and_tenant_scoping(ci_stack: CIStack) -> None:
     alice, bob = ci_stack.new_tenant(), ci_stack.new_tenant()
     secret = "s3cret-value-never-returned"
+    local = f"{ci_stack.root}/srv/widgets.git"  # below LEASEHOLD_CI_LOCAL_REPO_ROOT; need not exist
     created = alice.post(
         "/v1/repos",
-        json={"name": "acme/widgets", "clone_url": "/srv/git/widgets.git", "webhook_secret": secret},
+        json={"name": "acme/widgets", "clone_url": local, "webhook_secret": secret},
     )
     assert created.status_code == 201, created.text
     repo = created.json()
@@ -30,7 +31,7 @@ def test_register_list_get_and_tenant_scoping(ci_stack: CIStack) -> None:
     listed = alice.get("/v1/repos").json()["data"]
     assert [r["id"] for r in listed] == [repo["id"]]
     one = alice.get(f"/v1/repos/{repo['id']}")
-    assert one.status_code == 200 and one.json()["clone_url"] == "/srv/git/widgets.git"
+    assert one.status_code == 200 and one.json()["clone_url"] == local
     assert secret not in one.text and secret not in alice.get("/v1/repos").text
 
     # Another tenant sees nothing and gets 404, not 403.
@@ -49,6 +50,9 @@ def test_register_list_get_and_tenant_scoping(ci_stack: CIStack) -> None:
     assert ci_stack.anonymous().get("/v1/repos").status_code == 401
 
 
+HTTPS = "https://git.example.com/acme/x.git"
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -60,10 +64,11 @@ def test_register_list_get_and_tenant_scoping(ci_stack: CIStack) -> None:
         ({"name": "acme/x", "clone_url": "http://example.com/acme/x.git", "webhook_secret": "12345678"}, "clone_url"),
         ({"name": "acme/x", "clone_url": "relative/path", "webhook_secret": "12345678"}, "clone_url"),
         ({"name": "acme/x", "clone_url": "https://u:p@example.com/a/x.git", "webhook_secret": "12345678"}, "clone_url"),
-        ({"name": "no-slash", "clone_url": "/srv/x.git", "webhook_secret": "12345678"}, "name"),
-        ({"name": "acme/x", "clone_url": "/srv/x.git", "webhook_secret": "short"}, "webhook_secret"),
+        ({"name": "acme/x", "clone_url": "/srv/x.git", "webhook_secret": "12345678"}, "clone_url"),
+        ({"name": "no-slash", "clone_url": HTTPS, "webhook_secret": "12345678"}, "name"),
+        ({"name": "acme/x", "clone_url": HTTPS, "webhook_secret": "short"}, "webhook_secret"),
         (
-            {"name": "acme/x", "clone_url": "/srv/x.git", "webhook_secret": "12345678", "default_branch": "a..b"},
+            {"name": "acme/x", "clone_url": HTTPS, "webhook_secret": "12345678", "default_branch": "a..b"},
             "default_branch",
         ),
         ({"name": "acme/x", "webhook_secret": "12345678"}, "clone_url"),
@@ -77,14 +82,14 @@ def test_registration_validation_names_the_field(ci_stack: CIStack, body: dict, 
     assert client.get("/v1/repos").json()["data"] == []
 
 
-def test_cli_repos_add_is_visible_through_the_api(ci_stack: CIStack, tmp_path: Path) -> None:
+def test_cli_repos_add_is_visible_through_the_api(ci_stack: CIStack) -> None:
     tenant = "cli-tenant"
     key = create_key(init_database(ci_stack.settings.resolved_database_url), tenant, "u", "paid")
     leasehold = str(Path(sys.executable).parent / "leasehold")
     env = process_env(ci_stack.settings)
     argv = [leasehold, "repos", "add", "--tenant", tenant, "--name", "acme/cli", "--clone-url"]
     ok = subprocess.run(
-        [*argv, f"file://{tmp_path}/cli.git", "--webhook-secret", "cli-secret-123"],
+        [*argv, f"file://{ci_stack.root}/cli.git", "--webhook-secret", "cli-secret-123"],
         env=env,
         capture_output=True,
         text=True,
@@ -109,5 +114,5 @@ def test_cli_repos_add_is_visible_through_the_api(ci_stack: CIStack, tmp_path: P
         client.headers["Authorization"] = f"Bearer {key}"
         listed = client.get("/v1/repos").json()["data"]
     assert [(r["id"], r["name"], r["clone_url"]) for r in listed] == [
-        (repo_id, "acme/cli", f"file://{tmp_path}/cli.git")
+        (repo_id, "acme/cli", f"file://{ci_stack.root}/cli.git")
     ]

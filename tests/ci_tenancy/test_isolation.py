@@ -86,7 +86,8 @@ def webhook_needs_signature(b: httpx.Client, v: Victim) -> None:
 def repos_post_is_own_namespace(b: httpx.Client, v: Victim) -> None:
     # Registering the same name creates B's own repository, never touching A's.
     response = b.post(
-        "/v1/repos", json={"name": v.pushed.name, "clone_url": "/nonexistent/x.git", "webhook_secret": "s" * 16}
+        "/v1/repos",
+        json={"name": v.pushed.name, "clone_url": "https://git.example.com/b/x.git", "webhook_secret": "s" * 16},
     )
     assert response.status_code == 201 and response.json()["id"] != v.pushed.repo_id
 
