@@ -79,10 +79,14 @@ def cmd_secrets_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_secrets_rotate(args: argparse.Namespace) -> int:
+    from leasehold.repos import rotate_webhook_secrets, seal_webhook_secrets
     from leasehold.secrets import rotate_secrets
 
     factory, keyring = _open(args)
     print(f"re-sealed {rotate_secrets(factory, keyring)} secret(s) under key {keyring.active}", file=sys.stderr)
+    # Webhook secrets are sealed with the same keys, so a retired key must leave them too.
+    hooks = seal_webhook_secrets(factory, keyring) + rotate_webhook_secrets(factory, keyring)
+    print(f"re-sealed {hooks} webhook secret(s) under key {keyring.active}", file=sys.stderr)
     return 0
 
 
