@@ -38,6 +38,7 @@ from temporalio.worker import Worker
 from activities.ci_git import GitMirror
 from activities.ci_job import CIJobActivities, JobConfig
 from activities.ci_run_records import TrustedRun
+from leasehold.clone_urls import ClonePolicy
 from leasehold.devserver import start_local_environment
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
@@ -167,7 +168,8 @@ async def one_round(
         ),
         store,
         UnsafeProcessSandbox(),
-        GitMirror(work / "mirrors"),
+        # The benchmark's repository lies beside its work dirs: the only local root it allows.
+        GitMirror(work / "mirrors", ClonePolicy(local_root=work.parent)),
         client,
         asyncio.get_running_loop(),
         BenchRunRecords(),
