@@ -116,3 +116,15 @@ def test_cli_repos_add_is_visible_through_the_api(ci_stack: CIStack) -> None:
     assert [(r["id"], r["name"], r["clone_url"]) for r in listed] == [
         (repo_id, "acme/cli", f"file://{ci_stack.root}/cli.git")
     ]
+
+
+def test_refused_paths_read_the_same_whether_they_exist(ci_stack: CIStack) -> None:
+    # Issue 11: a tenant probed the host's files through registration errors.
+    client = ci_stack.new_tenant()
+    answers = []
+    for path in ("/etc", "/no/such/dir", f"file://{ci_stack.settings.data_dir}", f"{ci_stack.root}/../x"):
+        response = client.post("/v1/repos", json={"name": "acme/probe", "clone_url": path, "webhook_secret": "x" * 8})
+        assert response.status_code in (400, 422) and response.json()["error"]["param"] == "clone_url"
+        answers.append(response.json()["error"]["message"])
+    assert len(set(answers)) == 1 and "/etc" not in answers[0]
+    assert client.get("/v1/repos").json()["data"] == []
