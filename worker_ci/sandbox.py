@@ -47,6 +47,7 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -122,6 +123,7 @@ class JobUserPool:
         self._base = base
         self._count = count
         self._held: dict[int, int] = {}
+        self._roots: dict[Path, JobOwner] = {}
         self._lock = threading.Lock()
         self._next = 0
 
@@ -147,6 +149,48 @@ class JobUserPool:
             fd = self._held.pop(uid, None)
         if fd is not None:
             os.close(fd)
+
+    def lease_root(self, root: Path, extra: Callable[[Path, int], None] | None = None) -> JobOwner:
+        """Lease a uid for one job root and make the root's layout for it (``extra`` adds a
+        backend's own files)."""
+        uid = self.acquire()
+        owner = JobOwner(uid, uid)
+        try:
+            make_layout(root, owner)
+            if extra is not None:
+                extra(root, uid)
+        except OSError:
+            self.release(uid)
+            raise
+        with self._lock:
+            self._roots[root] = owner
+        return owner
+
+    def release_root(self, root: Path) -> None:
+        with self._lock:
+            owner = self._roots.pop(root, None)
+        if owner is not None and owner.uid is not None:
+            self.release(owner.uid)
+
+    def owner_of(self, root: Path) -> JobOwner:
+        with self._lock:
+            owner = self._roots.get(root)
+        if owner is None or owner.uid is None:
+            raise SandboxError(f"no job user for {root}: prepare() was not called")
+        return owner
+
+
+def _runner_files(root: Path, uid: int) -> None:
+    """The job's passwd and group (its tools want a name for its uid) and, for jobs with
+    network, a resolv.conf naming slirp4netns's resolver."""
+    runner = root / "runner"
+    for name, text in (
+        ("passwd", f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n"),
+        ("group", f"{SANDBOX_NAME}:x:{uid}:\n"),
+        ("resolv.conf", f"nameserver {SLIRP_DNS}\n"),
+    ):
+        (runner / name).write_text(text)
+        os.chmod(runner / name, 0o644)
 
 
 class _PopenProcess:
@@ -317,8 +361,6 @@ class BubblewrapSandbox:
         self._users = users
         self._cgroups = cgroups
         self._network = network
-        self._owners: dict[Path, JobOwner] = {}
-        self._lock = threading.Lock()
 
     @property
     def supports_network(self) -> bool:
@@ -328,37 +370,10 @@ class BubblewrapSandbox:
         return MOUNT_POINT
 
     def prepare(self, root: Path) -> JobOwner:
-        uid = self._users.acquire()
-        owner = JobOwner(uid, uid)
-        try:
-            make_layout(root, owner)
-            runner = root / "runner"
-            for name, text in (
-                ("passwd", f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n"),
-                ("group", f"{SANDBOX_NAME}:x:{uid}:\n"),
-                ("resolv.conf", f"nameserver {SLIRP_DNS}\n"),
-            ):
-                (runner / name).write_text(text)
-                os.chmod(runner / name, 0o644)
-        except OSError:
-            self._users.release(uid)
-            raise
-        with self._lock:
-            self._owners[root] = owner
-        return owner
+        return self._users.lease_root(root, _runner_files)
 
     def release(self, root: Path) -> None:
-        with self._lock:
-            owner = self._owners.pop(root, None)
-        if owner is not None and owner.uid is not None:
-            self._users.release(owner.uid)
-
-    def _owner(self, root: Path) -> JobOwner:
-        with self._lock:
-            owner = self._owners.get(root)
-        if owner is None or owner.uid is None:
-            raise SandboxError(f"no job user for {root}: prepare() was not called")
-        return owner
+        self._users.release_root(root)
 
     def argv(
         self, request: SandboxRequest, owner: JobOwner, info_fd: int, block_fd: int | None
@@ -426,7 +441,7 @@ class BubblewrapSandbox:
     def start(self, request: SandboxRequest) -> _BwrapProcess:
         if request.network and self._network is None:
             raise SandboxError("this worker cannot give jobs a network")
-        owner = self._owner(request.root)
+        owner = self._users.owner_of(request.root)
         cgroup: StepCgroup | None = None
         if self._cgroups is not None and request.limits is not None:
             try:
@@ -588,35 +603,18 @@ class DockerSandbox:
         self._docker = found
         self._image = image
         self._users = users
-        self._owners: dict[Path, JobOwner] = {}
-        self._lock = threading.Lock()
 
     def mount_point(self, root: Path) -> str:
         return MOUNT_POINT
 
     def prepare(self, root: Path) -> JobOwner:
-        uid = self._users.acquire()
-        owner = JobOwner(uid, uid)
-        try:
-            make_layout(root, owner)
-        except OSError:
-            self._users.release(uid)
-            raise
-        with self._lock:
-            self._owners[root] = owner
-        return owner
+        return self._users.lease_root(root)
 
     def release(self, root: Path) -> None:
-        with self._lock:
-            owner = self._owners.pop(root, None)
-        if owner is not None and owner.uid is not None:
-            self._users.release(owner.uid)
+        self._users.release_root(root)
 
     def start(self, request: SandboxRequest) -> _DockerProcess:
-        with self._lock:
-            owner = self._owners.get(request.root)
-        if owner is None:
-            raise SandboxError(f"no job user for {request.root}: prepare() was not called")
+        owner = self._users.owner_of(request.root)
         if request.network:
             raise SandboxError("the docker backend gives jobs no network")
         name = f"leasehold-ci-{os.urandom(6).hex()}"

@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -137,10 +138,10 @@ def ci_settings(tmp: Path, address: str, **extra: object) -> Settings:
     )
 
 
-@pytest.fixture(scope="module")
-def ci_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
-    tmp = tmp_path_factory.mktemp("ci")
-    settings = ci_settings(tmp, temporal_env.client.service_client.config.target_host)
+@contextmanager
+def engine_stack(env: WorkflowEnvironment, tmp: Path, **extra: object) -> Iterator[CIStack]:
+    """An orchestration and a CI worker process (real bubblewrap) against ``env``'s server."""
+    settings = ci_settings(tmp, env.client.service_client.config.target_host, **extra)
     logs = tmp / "logs"
     procs: list[ManagedProcess] = [
         start_worker(settings, "orchestration", logs),
@@ -149,7 +150,13 @@ def ci_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPat
     try:
         for p in procs:
             p.wait_healthy(60)
-        yield CIStack(settings, temporal_env.client, open_store(settings), logs, tmp)
+        yield CIStack(settings, env.client, open_store(settings), logs, tmp)
     finally:
         for p in procs:
             p.stop()
+
+
+@pytest.fixture(scope="module")
+def ci_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
+    with engine_stack(temporal_env, tmp_path_factory.mktemp("ci")) as stack:
+        yield stack

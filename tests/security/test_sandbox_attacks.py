@@ -25,9 +25,8 @@ from temporalio.testing import WorkflowEnvironment
 from leasehold.ci_plans import set_network
 from leasehold.database import init_database
 from leasehold.settings import Settings
-from leasehold.storage import open_store
-from tests.ci_core.conftest import CIStack, ci_settings
-from tests.harness import ManagedProcess, register_repo_row, start_worker
+from tests.ci_core.conftest import CIStack, engine_stack
+from tests.harness import register_repo_row
 from workflows import ci_start
 from workflows.ci_types import RunStatus
 
@@ -41,10 +40,9 @@ LIMIT_DISK = 64 << 20
 
 @pytest.fixture(scope="module")
 def hostile(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
-    tmp = tmp_path_factory.mktemp("hostile")
-    settings = ci_settings(
-        tmp,
-        temporal_env.client.service_client.config.target_host,
+    with engine_stack(
+        temporal_env,
+        tmp_path_factory.mktemp("hostile"),
         ci_job_max_processes=LIMIT_PROCESSES,
         ci_job_memory_bytes=LIMIT_MEMORY,
         ci_job_shm_bytes=LIMIT_SHM,
@@ -52,19 +50,8 @@ def hostile(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPath
         # A uid range of its own, so counting its processes counts no other test's jobs.
         ci_sandbox_uid_base=1_700_000,
         ci_sandbox_uid_count=64,
-    )
-    logs = tmp / "logs"
-    procs: list[ManagedProcess] = [
-        start_worker(settings, "orchestration", logs),
-        start_worker(settings, "ci", logs, "--labels", "linux"),
-    ]
-    try:
-        for p in procs:
-            p.wait_healthy(60)
-        yield CIStack(settings, temporal_env.client, open_store(settings), logs, tmp)
-    finally:
-        for p in procs:
-            p.stop()
+    ) as stack:
+        yield stack
 
 
 def job_uids(settings: Settings) -> range:
