@@ -23,6 +23,7 @@ from activities.ci_reconcile import CIReconcileActivities
 from activities.ci_run_records import DatabaseRunRecords
 from activities.ci_secrets import ApiSecretSource
 from leasehold.ci_environments import environment_rules
+from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
 from leasehold.settings import Settings
@@ -47,7 +48,7 @@ async def serve(settings: Settings) -> None:
     client = await connect(settings, identity="leasehold-ci")
     loop = asyncio.get_running_loop()
     ci_dir = settings.data_dir / "ci"
-    mirror = GitMirror(ci_dir / "mirrors")
+    mirror = GitMirror(ci_dir / "mirrors", ClonePolicy.from_settings(settings))
     jobs = CIJobActivities(
         JobConfig(
             workspaces=ci_dir / "workspaces",
