@@ -15,7 +15,9 @@ from api.auth_throttle import FailedAuthThrottle
 from api.body_limits import BodyLimitMiddleware, BodyLimits
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
-from api.routers import files, health, hooks, videos
+from api.routers import files, health
+from api.routers.ci import hooks
+from api.routers.video import videos
 from leasehold.data_dir import secure_data_dir
 from leasehold.database import init_database
 from leasehold.settings import Settings

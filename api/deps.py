@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from api.auth_throttle import FailedAuthThrottle, client_key
 from api.errors import ApiError
-from leasehold.api_keys import Principal, lookup
+from leasehold.records.api_keys import Principal, lookup
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
 

@@ -35,17 +35,17 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.ci_git import GitMirror
-from activities.ci_job import CIJobActivities, JobConfig
-from activities.ci_run_records import TrustedRun
+from activities.ci.git import GitMirror
+from activities.ci.job import CIJobActivities, JobConfig
+from activities.ci.run_records import TrustedRun
 from leasehold.clone_urls import ClonePolicy
 from leasehold.devserver import start_local_environment
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from
-from workflows.ci_run import CIRunWorkflow
-from workflows.ci_semaphore import CITenantSemaphoreWorkflow
-from workflows.ci_types import (
+from workflows.ci.run import CIRunWorkflow
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow
+from workflows.ci.types import (
     MAX_JOBS_PER_WORKFLOW,
     CIRunInput,
     CIRunState,

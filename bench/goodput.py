@@ -55,8 +55,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
-from activities.video_checkpoints import JobCheckpoints
-from activities.video_generation import GENERATE_VIDEO, VideoGenerationActivities, job_fingerprint, resolve_job
+from activities.video.checkpoints import JobCheckpoints
+from activities.video.generation import GENERATE_VIDEO, VideoGenerationActivities, job_fingerprint, resolve_job
 from bench.report import Table, mean, percentile
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
@@ -73,8 +73,8 @@ from tests.chaos.stack import (
 )
 from worker_gpu.encoding import H264Encoder
 from worker_gpu.models.procedural import ProceduralVideoModel
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, VideoRequest
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import GenerateInput, GenerateProgress, GenerateResult, VideoRequest
 
 
 def _generate(

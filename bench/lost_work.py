@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from bench.report import Table, mean, percentile
 from tests.chaos.checker import History
 from tests.chaos.stack import EmbeddedStack, VideoClient, lost_work_of_kill, read_gpu_logs, running_generation
-from workflows.video_job import VideoJobWorkflow
+from workflows.video.job import VideoJobWorkflow
 
 GPU = "worker gpu"
 # The model's most steps, on a 4-second video: long jobs; when one ends, the next starts.

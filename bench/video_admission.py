@@ -50,10 +50,10 @@ import httpx
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.video_generation import GENERATE_VIDEO
-from leasehold.api_keys import create_key
+from activities.video.generation import GENERATE_VIDEO
 from leasehold.database import init_database
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
+from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix
 from workflows import search_attributes

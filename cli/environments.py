@@ -12,7 +12,7 @@ from cli.main import EXTRA_COMMANDS, UsageError, _settings
 
 def _db(args: argparse.Namespace) -> Any:
     from leasehold.database import init_database
-    from leasehold.repos import get_repo
+    from leasehold.records.ci.repos import get_repo
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -23,7 +23,7 @@ def _db(args: argparse.Namespace) -> Any:
 
 
 def cmd_environments_set(args: argparse.Namespace) -> int:
-    from leasehold.ci_environments import EnvironmentError, set_environment
+    from leasehold.records.ci.environments import EnvironmentError, set_environment
 
     db = _db(args)
     try:
@@ -35,7 +35,7 @@ def cmd_environments_set(args: argparse.Namespace) -> int:
 
 
 def cmd_environments_list(args: argparse.Namespace) -> int:
-    from leasehold.ci_environments import list_environments
+    from leasehold.records.ci.environments import list_environments
 
     for record in list_environments(_db(args), args.tenant, args.repo):
         print(json.dumps({**record.__dict__, "updated_at": record.updated_at.isoformat()}))

@@ -100,8 +100,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from leasehold.api_keys import create_key
     from leasehold.database import init_database
+    from leasehold.records.api_keys import create_key
 
     settings = _settings(args)
     _secure_data_dir(settings)

@@ -11,9 +11,9 @@ from cli.main import EXTRA_COMMANDS, UsageError, _settings
 
 
 def cmd_plans_set(args: argparse.Namespace) -> int:
-    from leasehold.api_keys import validate_name
-    from leasehold.ci_plans import set_plan
     from leasehold.database import init_database
+    from leasehold.records.api_keys import validate_name
+    from leasehold.records.ci.plans import set_plan
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -27,8 +27,8 @@ def cmd_plans_set(args: argparse.Namespace) -> int:
 
 
 def cmd_plans_show(args: argparse.Namespace) -> int:
-    from leasehold.ci_plans import get_plan, network_allowed
     from leasehold.database import init_database
+    from leasehold.records.ci.plans import get_plan, network_allowed
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -39,9 +39,9 @@ def cmd_plans_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plans_network(args: argparse.Namespace) -> int:
-    from leasehold.api_keys import validate_name
-    from leasehold.ci_plans import set_network
     from leasehold.database import init_database
+    from leasehold.records.api_keys import validate_name
+    from leasehold.records.ci.plans import set_network
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)

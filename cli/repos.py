@@ -20,10 +20,10 @@ def _factory(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_repos_add(args: argparse.Namespace) -> int:
-    from leasehold.api_keys import validate_name
     from leasehold.clone_urls import ClonePolicy
-    from leasehold.repos import RepoError, add_repo
-    from leasehold.secrets import Keyring, KeyringError
+    from leasehold.records.api_keys import validate_name
+    from leasehold.records.ci.repos import RepoError, add_repo
+    from leasehold.records.ci.secrets import Keyring, KeyringError
 
     settings = _settings(args)
     try:
@@ -51,7 +51,7 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
 
 
 def cmd_repos_list(args: argparse.Namespace) -> int:
-    from leasehold.repos import list_repos
+    from leasehold.records.ci.repos import list_repos
 
     for record in list_repos(_factory(args), args.tenant):
         print(

@@ -17,7 +17,7 @@ from cli.main import EXTRA_COMMANDS, UsageError, _settings
 
 def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from leasehold.database import init_database
-    from leasehold.secrets import Keyring
+    from leasehold.records.ci.secrets import Keyring
 
     settings = _settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -25,8 +25,8 @@ def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _check_scope(factory: Any, args: argparse.Namespace) -> None:
-    from leasehold.api_keys import validate_name
-    from leasehold.repos import get_repo
+    from leasehold.records.api_keys import validate_name
+    from leasehold.records.ci.repos import get_repo
 
     try:
         validate_name("tenant", args.tenant)
@@ -37,7 +37,7 @@ def _check_scope(factory: Any, args: argparse.Namespace) -> None:
 
 
 def cmd_secrets_set(args: argparse.Namespace) -> int:
-    from leasehold.secrets import SecretError, put_secret
+    from leasehold.records.ci.secrets import SecretError, put_secret
 
     factory, keyring = _open(args)
     _check_scope(factory, args)
@@ -55,7 +55,7 @@ def cmd_secrets_set(args: argparse.Namespace) -> int:
 
 
 def cmd_secrets_list(args: argparse.Namespace) -> int:
-    from leasehold.secrets import list_secrets
+    from leasehold.records.ci.secrets import list_secrets
 
     factory, _ = _open(args)
     _check_scope(factory, args)
@@ -65,7 +65,7 @@ def cmd_secrets_list(args: argparse.Namespace) -> int:
 
 
 def cmd_secrets_delete(args: argparse.Namespace) -> int:
-    from leasehold.secrets import SecretError, delete_secret
+    from leasehold.records.ci.secrets import SecretError, delete_secret
 
     factory, _ = _open(args)
     _check_scope(factory, args)
@@ -79,8 +79,8 @@ def cmd_secrets_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_secrets_rotate(args: argparse.Namespace) -> int:
-    from leasehold.repos import rotate_webhook_secrets, seal_webhook_secrets
-    from leasehold.secrets import rotate_secrets
+    from leasehold.records.ci.repos import rotate_webhook_secrets, seal_webhook_secrets
+    from leasehold.records.ci.secrets import rotate_secrets
 
     factory, keyring = _open(args)
     print(f"re-sealed {rotate_secrets(factory, keyring)} secret(s) under key {keyring.active}", file=sys.stderr)

@@ -188,8 +188,8 @@ def _check_ports(ports: dict[str, int]) -> None:
 
 def _first_key(settings: Settings) -> str | None:
     """On a fresh data dir: create an admin key, write it (0600), return it to print once."""
-    from leasehold.api_keys import create_key
     from leasehold.database import init_database
+    from leasehold.records.api_keys import create_key
 
     path = settings.data_dir / "api-key"
     if path.exists():

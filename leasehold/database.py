@@ -73,7 +73,7 @@ def make_engine(url: str) -> Engine:
 def init_database(url: str) -> sessionmaker:
     """Create the tables if needed and return a session factory."""
     # Import the modules that declare tables so create_all sees them.
-    import leasehold.tables  # noqa: F401
+    import leasehold.records.tables  # noqa: F401
 
     engine = make_engine(url)
     Base.metadata.create_all(engine)

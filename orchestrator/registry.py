@@ -18,14 +18,14 @@ ACTIVITY_FACTORIES: list[Callable[[Settings], list[Callable[..., Any]]]] = []
 
 
 def _video_activities(settings: Settings) -> list[Callable[..., Any]]:
-    from activities.video_housekeeping import VideoHousekeepingActivities
+    from activities.video.housekeeping import VideoHousekeepingActivities
     from leasehold.storage import open_store
 
     return [VideoHousekeepingActivities(open_store(settings)).delete_video_objects]
 
 
 def _register_video() -> None:
-    from workflows.video_job import VideoJobWorkflow
+    from workflows.video.job import VideoJobWorkflow
 
     WORKFLOWS.append(VideoJobWorkflow)
     ACTIVITY_FACTORIES.append(_video_activities)
@@ -35,8 +35,8 @@ _register_video()
 
 
 def _register_ci() -> None:
-    from workflows.ci_push import CIPushWorkflow
-    from workflows.ci_run import CIRunWorkflow
+    from workflows.ci.push import CIPushWorkflow
+    from workflows.ci.run import CIRunWorkflow
 
     WORKFLOWS.extend([CIPushWorkflow, CIRunWorkflow])
 
@@ -45,7 +45,7 @@ _register_ci()
 
 
 def _register_ci_tenancy() -> None:
-    from workflows.ci_semaphore import CITenantSemaphoreWorkflow
+    from workflows.ci.semaphore import CITenantSemaphoreWorkflow
 
     WORKFLOWS.append(CITenantSemaphoreWorkflow)
 
@@ -54,7 +54,7 @@ _register_ci_tenancy()
 
 
 def _register_ci_reconcile() -> None:
-    from workflows.ci_reconcile import CIReconcileWorkflow
+    from workflows.ci.reconcile import CIReconcileWorkflow
 
     WORKFLOWS.append(CIReconcileWorkflow)
 

@@ -173,7 +173,7 @@ def register_repo_row(settings: Settings, tenant_id: str, repo_id: str, name: st
     not the API): the CI worker reads a job's tenant and clone URL from this row, never from
     the job's input."""
     from leasehold.database import init_database
-    from leasehold.repos import Repository
+    from leasehold.records.ci.repos import Repository
 
     factory = init_database(settings.resolved_database_url)
     with factory.begin() as session:

@@ -16,21 +16,21 @@ from functools import partial
 
 from temporalio.worker import Worker
 
-from activities.ci_git import GitMirror
-from activities.ci_job import CIJobActivities, JobConfig
-from activities.ci_listing import CIListingActivities
-from activities.ci_reconcile import CIReconcileActivities
-from activities.ci_run_records import DatabaseRunRecords
-from activities.ci_secrets import ApiSecretSource
-from leasehold.ci_environments import environment_rules
+from activities.ci.git import GitMirror
+from activities.ci.job import CIJobActivities, JobConfig
+from activities.ci.listing import CIListingActivities
+from activities.ci.reconcile import CIReconcileActivities
+from activities.ci.run_records import DatabaseRunRecords
+from activities.ci.secrets import ApiSecretSource
+from leasehold.client.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
+from leasehold.records.ci.environments import environment_rules
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
 from worker_ci.sandbox import limits_from, make_sandbox
-from workflows.ci_start import ensure_reconcile_schedule
 from workflows.queues import ci_control_queue, ci_queue
 
 log = logging.getLogger(__name__)

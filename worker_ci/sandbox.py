@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from activities.ci_sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxRequest, make_layout
+from activities.ci.sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxRequest, make_layout
 from leasehold.settings import Settings
 from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable, StepCgroup
 from worker_ci.network import SLIRP_DNS, NetworkUnavailable, UserModeNetwork

@@ -19,7 +19,7 @@ import numpy as np
 from av.video.codeccontext import VideoCodecContext
 from av.video.stream import VideoStream
 
-from activities.video_generation import EncodedVideo
+from activities.video.generation import EncodedVideo
 
 VIDEO_CODEC = "libx264"
 THUMBNAIL_CODEC = "libwebp"

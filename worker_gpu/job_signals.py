@@ -7,8 +7,8 @@ import logging
 
 from temporalio.client import Client
 
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import GenerationStarted
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import GenerationStarted
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.video_generation import VideoGenerationActivities
+from activities.video.generation import VideoGenerationActivities
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
@@ -23,7 +23,7 @@ from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
 from worker_gpu.models import LOADERS, load_model
 from workflows.queues import GPU_GRACEFUL_SHUTDOWN, GPU_MAX_HEARTBEAT_THROTTLE, video_queue
-from workflows.video_models import get_model
+from workflows.video.models import get_model
 
 log = logging.getLogger(__name__)
 

@@ -25,15 +25,15 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from leasehold.api_keys import create_key
 from leasehold.database import init_database
 from leasehold.devserver import free_port
+from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
 from tests.chaos.checker import History, Observation
 from tests.harness import REPO_ROOT
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import GenerateProgress, job_object_prefix
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import GenerateProgress, job_object_prefix
 
 log = logging.getLogger("chaos")
 

@@ -39,7 +39,7 @@ from tests.chaos.stack import (
     wait_until,
 )
 from tests.harness import ManagedProcess, start_worker
-from workflows.video_job import VideoJobWorkflow
+from workflows.video.job import VideoJobWorkflow
 
 pytestmark = pytest.mark.chaos
 

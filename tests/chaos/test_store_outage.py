@@ -24,6 +24,7 @@ import pytest
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
+from leasehold.client.ci import start as ci_start
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.storage import open_store
@@ -33,10 +34,9 @@ from tests.faults import TcpProxy
 from tests.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
 from tests.s3_server import moto_s3
 from tests.video_core.jobs import probe_mp4, request, start_job
-from workflows import ci_start
-from workflows.ci_ids import parse_log_key
-from workflows.ci_types import RUN_TERMINAL_STATUSES, CIPushInput, CIRunState, PushStatus
-from workflows.video_types import VideoJobState, VideoStatus, job_object_prefix
+from workflows.ci.ids import parse_log_key
+from workflows.ci.types import RUN_TERMINAL_STATUSES, CIPushInput, CIRunState, PushStatus
+from workflows.video.types import VideoJobState, VideoStatus, job_object_prefix
 
 pytestmark = pytest.mark.chaos
 

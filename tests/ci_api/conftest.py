@@ -15,9 +15,9 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.api_keys import create_key
 from leasehold.database import init_database
 from leasehold.devserver import free_port
+from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from tests.gitrepo import GitRemote
 from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix

@@ -13,7 +13,7 @@ import httpx
 
 from tests.ci_api.conftest import CIStack
 from tests.gitrepo import GitRemote
-from workflows.ci_ids import push_id, run_id
+from workflows.ci.ids import push_id, run_id
 
 WORKFLOW_PATH = ".github/workflows/ci.yml"
 TERMINAL = {"success", "failure", "cancelled"}

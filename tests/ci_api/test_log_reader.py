@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from api.routers.ci_logs import read_attempt_log
+from api.routers.ci.logs import read_attempt_log
 from leasehold.storage import LocalObjectStore
-from workflows.ci_ids import attempt_log_prefix, log_chunk_key, log_end_key, log_gap_key
-from workflows.ci_types import AttemptStatus, LogEnd
+from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, log_gap_key
+from workflows.ci.types import AttemptStatus, LogEnd
 
 
 def _store(tmp_path: Path) -> LocalObjectStore:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from leasehold.api_keys import create_key
 from leasehold.database import init_database
+from leasehold.records.api_keys import create_key
 from tests.ci_api.conftest import CIStack
 from tests.harness import process_env
 

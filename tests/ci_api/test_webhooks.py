@@ -8,7 +8,7 @@ import json
 
 from tests.ci_api.conftest import CIStack
 from tests.gitrepo import ZERO_SHA
-from workflows.ci_ids import push_id
+from workflows.ci.ids import push_id
 
 
 def _sign(secret: str, body: bytes) -> str:

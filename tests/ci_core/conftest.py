@@ -16,13 +16,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from leasehold.client.ci import start as ci_start
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
 from tests.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
-from workflows import ci_start
-from workflows.ci_ids import parse_log_key
-from workflows.ci_types import RUN_TERMINAL_STATUSES, CIPushInput, CIPushState, CIRunState, PushStatus
+from workflows.ci.ids import parse_log_key
+from workflows.ci.types import RUN_TERMINAL_STATUSES, CIPushInput, CIPushState, CIRunState, PushStatus
 
 HEARTBEAT_SECONDS = 3.0
 CANCEL_GRACE_SECONDS = 2.0

@@ -9,10 +9,10 @@ import threading
 import time
 from pathlib import Path
 
+from leasehold.client.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from tests.harness import start_worker
-from workflows import ci_start
-from workflows.ci_types import AttemptStatus, CIRunState, JobStatus, RunStatus
+from workflows.ci.types import AttemptStatus, CIRunState, JobStatus, RunStatus
 
 
 def host_pids_with(marker: str) -> list[int]:

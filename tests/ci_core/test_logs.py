@@ -6,10 +6,10 @@ import json
 import time
 from pathlib import Path
 
-from activities.ci_logs import LogShipper
+from activities.ci.logs import LogShipper
 from leasehold.storage import LocalObjectStore
-from workflows.ci_ids import log_chunk_key, log_end_key, log_gap_key, parse_log_key
-from workflows.ci_types import AttemptStatus
+from workflows.ci.ids import log_chunk_key, log_end_key, log_gap_key, parse_log_key
+from workflows.ci.types import AttemptStatus
 
 
 class OutageStore(LocalObjectStore):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from tests.ci_core.conftest import CIStack
-from workflows.ci_ids import log_end_key, run_id
-from workflows.ci_types import AttemptStatus, JobStatus, LogEnd, RunStatus
+from workflows.ci.ids import log_end_key, run_id
+from workflows.ci.types import AttemptStatus, JobStatus, LogEnd, RunStatus
 
 CHAIN = """
 name: chain

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.ci_expressions import ExpressionError, StatusFunctions, evaluate_condition, interpolate
-from workflows.ci_spec import WorkflowSpecError, parse_workflow, push_triggers
-from workflows.ci_types import PushFilter
+from activities.ci.spec import WorkflowSpecError, parse_workflow, push_triggers
+from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, interpolate
+from workflows.ci.types import PushFilter
 
 FULL = """
 name: Full

@@ -11,8 +11,8 @@ import sys
 import httpx
 import pytest
 
-from leasehold.api_keys import create_key
 from leasehold.database import init_database
+from leasehold.records.api_keys import create_key
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, runs_of_push, wait_for, wait_run
 

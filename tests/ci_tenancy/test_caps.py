@@ -11,13 +11,13 @@ import time
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.ci_plans import set_plan
 from leasehold.database import init_database
+from leasehold.records.ci.plans import set_plan
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, push_workflow, wait_for, wait_run
-from workflows.ci_ids import run_workflow_id
-from workflows.ci_semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
-from workflows.ci_types import SemaphoreState
+from workflows.ci.ids import run_workflow_id
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
+from workflows.ci.types import SemaphoreState
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.routers.hooks import signature_of
+from api.routers.ci.hooks import signature_of
+from leasehold.client.ci.start import reconcile_schedule_id
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import WORKFLOW_PATH, done_push, wait_for, wait_run
-from workflows.ci_reconcile import CIReconcileWorkflow
-from workflows.ci_start import reconcile_schedule_id
-from workflows.ci_types import ReconcileInput, ReconcileResult
+from workflows.ci.reconcile import CIReconcileWorkflow
+from workflows.ci.types import ReconcileInput, ReconcileResult
 from workflows.queues import orchestration_queue
 
 pytestmark = pytest.mark.slow

@@ -10,12 +10,12 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.ci_masking import secret_forms
-from api.routers.hooks import signature_of
+from activities.ci.masking import secret_forms
+from api.routers.ci.hooks import signature_of
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, log_text, push_workflow, runs_of_push, sse_text, wait_run
 from tests.gitrepo import GitRemote, git
-from workflows.ci_ids import push_workflow_id, run_workflow_id
+from workflows.ci.ids import push_workflow_id, run_workflow_id
 
 pytestmark = pytest.mark.slow
 

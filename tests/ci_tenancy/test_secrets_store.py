@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import sessionmaker
 
 from leasehold.database import init_database
-from leasehold.secrets import (
+from leasehold.records.ci.secrets import (
     MIN_SECRET_LENGTH,
     CISecret,
     Keyring,

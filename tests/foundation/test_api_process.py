@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import update
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.api_keys import create_key, lookup
 from leasehold.database import ApiKey, init_database
 from leasehold.devserver import free_port
+from leasehold.records.api_keys import create_key, lookup
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from tests.harness import REPO_ROOT, ManagedProcess, process_env, start_api, start_worker, unique_prefix

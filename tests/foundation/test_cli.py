@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from leasehold.api_keys import lookup
 from leasehold.database import init_database
+from leasehold.records.api_keys import lookup
 from leasehold.settings import Settings
 from tests.harness import REPO_ROOT
 

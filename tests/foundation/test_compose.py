@@ -296,8 +296,8 @@ def test_postgres_init_script(postgres_url: str) -> None:
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from leasehold.api_keys import create_key, lookup
     from leasehold.database import init_database
+    from leasehold.records.api_keys import create_key, lookup
 
     if shutil.which("psql") is None:
         if in_ci():

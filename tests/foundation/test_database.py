@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import sessionmaker
 
-from leasehold.api_keys import Principal, create_key, lookup
 from leasehold.database import ApiKey, init_database, ping
+from leasehold.records.api_keys import Principal, create_key, lookup
 from tests.foundation.conftest import sqlite_url
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database, make_engine
-from leasehold.repos import (
+from leasehold.records.ci.repos import (
     Repository,
     RepoWebhookSecret,
     add_repo,
@@ -21,7 +21,7 @@ from leasehold.repos import (
     seal_webhook_secrets,
     webhook_candidates,
 )
-from leasehold.secrets import Keyring, KeyringError
+from leasehold.records.ci.secrets import Keyring, KeyringError
 from tests.foundation.conftest import sqlite_url
 
 POLICY = ClonePolicy()

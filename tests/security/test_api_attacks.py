@@ -23,10 +23,10 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.routers.hooks import signature_of
-from leasehold.api_keys import create_key
+from api.routers.ci.hooks import signature_of
 from leasehold.database import init_database
 from leasehold.devserver import dev_server_command, find_temporal_binary, free_port
+from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from tests.ci_api.conftest import CIStack, running_ci_stack
 from tests.harness import ManagedProcess, start_api, unique_prefix

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from activities.ci_git import FETCH_FAILED, GitError, GitMirror, InvalidRequest
+from activities.ci.git import FETCH_FAILED, GitError, GitMirror, InvalidRequest
 from leasehold.clone_urls import ADDRESS_REFUSED, ClonePolicy, CloneUrlRefused, RemoteRepo, address_refusal, parse
 from leasehold.clone_urls import resolve_checked as checked_addresses
-from leasehold.repos import RepoError, validate_clone_url
+from leasehold.records.ci.repos import RepoError, validate_clone_url
 from leasehold.settings import Settings
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)

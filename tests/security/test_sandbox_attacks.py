@@ -22,13 +22,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.ci_plans import set_network
+from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
+from leasehold.records.ci.plans import set_network
 from leasehold.settings import Settings
 from tests.ci_core.conftest import CIStack, engine_stack
 from tests.harness import register_repo_row
-from workflows import ci_start
-from workflows.ci_types import RunStatus
+from workflows.ci.types import RunStatus
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from activities.ci_secrets import JOB_SECRETS_PATH
+from activities.ci.secrets import JOB_SECRETS_PATH
 from tests.ci_api.conftest import CIStack, running_ci_stack
 from tests.ci_api.flows import job, push_workflow, wait_for, wait_run
-from workflows.ci_ids import run_workflow_id
+from workflows.ci.ids import run_workflow_id
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ import httpx
 import openai
 import pytest
 
-from leasehold.api_keys import create_key
 from leasehold.database import init_database
 from leasehold.devserver import free_port
+from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
 from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix

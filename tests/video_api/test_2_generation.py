@@ -25,8 +25,8 @@ from tests.video_api.conftest import (
     sse_events,
     wait_for,
 )
-from workflows.video_models import get_model
-from workflows.video_types import job_object_prefix
+from workflows.video.models import get_model
+from workflows.video.types import job_object_prefix
 
 
 def _decode(data: bytes) -> tuple[str, int, int, int]:

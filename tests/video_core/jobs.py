@@ -20,8 +20,8 @@ from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore, open_store
 from tests.harness import ManagedProcess, start_worker
 from workflows.queues import orchestration_queue, video_queue
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import GenerateProgress, VideoJobInput, VideoJobState, VideoRequest, job_object_prefix
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import GenerateProgress, VideoJobInput, VideoJobState, VideoRequest, job_object_prefix
 
 MODEL = "procedural-v1"
 # Short, so lease loss is detected within seconds in tests.

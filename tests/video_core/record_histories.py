@@ -18,8 +18,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.video_generation import VideoGenerationActivities
-from activities.video_housekeeping import VideoHousekeepingActivities
+from activities.video.generation import VideoGenerationActivities
+from activities.video.housekeeping import VideoHousekeepingActivities
 from leasehold.devserver import find_temporal_binary
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
@@ -29,7 +29,7 @@ from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.models.procedural import ProceduralVideoModel
 from workflows import search_attributes
 from workflows.queues import orchestration_queue, video_queue
-from workflows.video_job import VideoJobWorkflow
+from workflows.video.job import VideoJobWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 

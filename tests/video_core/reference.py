@@ -14,11 +14,11 @@ from pathlib import Path
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.video_generation import VideoGenerationActivities
+from activities.video.generation import VideoGenerationActivities
 from leasehold.storage import LocalObjectStore
 from worker_gpu.encoding import H264Encoder
 from worker_gpu.models.procedural import ProceduralVideoModel
-from workflows.video_types import GenerateInput, VideoRequest
+from workflows.video.types import GenerateInput, VideoRequest
 
 
 @cache

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.video_generation import VideoGenerationActivities
+from activities.video.generation import VideoGenerationActivities
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from tests.harness import ManagedProcess
@@ -33,8 +33,8 @@ from tests.video_core.jobs import (
 from tests.video_core.reference import reference_video
 from worker_gpu.encoding import H264Encoder
 from worker_gpu.models.procedural import ProceduralVideoModel
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import GenerateInput, GenerateProgress, VideoErrorType, VideoStatus
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import GenerateInput, GenerateProgress, VideoErrorType, VideoStatus
 
 # About 8 s of CPU here: several 1 s checkpoint intervals before the kill, some work after it.
 LONG = request(prompt="a grey heron in a reed bed", seed=5, seconds=1, width=180, height=320, steps=300)

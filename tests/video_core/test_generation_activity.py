@@ -11,13 +11,13 @@ from temporalio.activity import ActivityCancellationDetails
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from activities.video_checkpoints import JobCheckpoints
-from activities.video_generation import VideoGenerationActivities
+from activities.video.checkpoints import JobCheckpoints
+from activities.video.generation import VideoGenerationActivities
 from leasehold.storage import LocalObjectStore
 from tests.video_core.jobs import request
 from worker_gpu.encoding import H264Encoder
 from worker_gpu.models.procedural import ProceduralVideoModel
-from workflows.video_types import GenerateInput, GenerateProgress, GenerateResult, VideoErrorType, VideoRequest
+from workflows.video.types import GenerateInput, GenerateProgress, GenerateResult, VideoErrorType, VideoRequest
 
 PREFIX = "videos/video_unit"
 SMALL = request(seconds=1, width=180, height=320, steps=8)
@@ -199,7 +199,7 @@ def test_resume_uses_newest_valid_checkpoint(model: ProceduralVideoModel, tmp_pa
 
 
 def _manifest_fingerprint(store: LocalObjectStore, key: str) -> str:
-    from activities.video_checkpoints import CheckpointManifest
+    from activities.video.checkpoints import CheckpointManifest
 
     return CheckpointManifest.model_validate_json(store.get(key)).fingerprint
 

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from activities.video_generation import GenerationJob
+from activities.video.generation import GenerationJob
 from worker_gpu.models.procedural import ProceduralVideoModel
 
 JOB = GenerationJob(

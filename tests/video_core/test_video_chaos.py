@@ -32,8 +32,8 @@ from tests.video_core.jobs import (
     wait_for_step,
 )
 from tests.video_core.reference import reference_video
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import GenerateProgress, VideoStatus
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import GenerateProgress, VideoStatus
 
 pytestmark = pytest.mark.chaos
 

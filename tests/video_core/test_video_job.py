@@ -24,8 +24,8 @@ from tests.video_core.jobs import (
     wait_for_step,
 )
 from workflows import search_attributes as sa
-from workflows.video_job import VideoJobWorkflow
-from workflows.video_types import VideoErrorType, VideoStatus
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import VideoErrorType, VideoStatus
 
 
 async def test_bad_job_fails_then_a_job_completes_as_h264_of_requested_size(

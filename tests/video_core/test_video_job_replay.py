@@ -9,7 +9,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.video_job import VideoJobWorkflow
+from workflows.video.job import VideoJobWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from activities.video_generation import VideoModel
+from activities.video.generation import VideoModel
 
 
 def _procedural(device: str, threads: int, pace: float) -> VideoModel:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from activities.video_generation import GenerationJob
+from activities.video.generation import GenerationJob
 
 LATENT_CHANNELS = 4
 LATENT_SCALE = 8

@@ -1,0 +1,788 @@
+"""The CI job activity: one attempt of one job, its steps in a fresh sandbox over a fresh checkout.
+
+Order of an attempt: ask the run workflow for an attempt number (Update ``attempt_started``;
+a stale or cancelled attempt is told not to proceed), fetch the mirror and extract the commit
+into a new workspace, run each step as its own sandboxed process while shipping output in
+numbered chunks and heartbeating, then return a ``JobResult``. The job's own failure (non-zero
+exit, timeout, cancellation) is a result; only infrastructure trouble raises, so Temporal
+retries it as a new attempt. Cancellation arrives through heartbeats; the step's process tree
+gets SIGTERM, then SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import stat
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from activities.ci.cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
+from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
+from activities.ci.logs import LogShipper
+from activities.ci.masking import ADD_MASK, StreamMasker
+from activities.ci.run_records import RunRecords, TrustedRun, UntrustedRun
+from activities.ci.sandbox import (
+    JobOwner,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxProcess,
+    SandboxRequest,
+    hand_over,
+)
+from activities.ci.secrets import NoSecrets, SecretRequest, SecretSource, SecretsRefused
+from leasehold.storage import ObjectStore
+from workflows.ci.expressions import (
+    ExpressionError,
+    StatusFunctions,
+    evaluate_condition,
+    github_context,
+    interpolate,
+)
+from workflows.ci.ids import attempt_log_prefix, idempotency_key
+from workflows.ci.run import JOB_FATAL_ERROR, CIRunWorkflow
+from workflows.ci.types import (
+    ACTION_CACHE,
+    ACTION_CHECKOUT,
+    ACTIVITY_RUN_JOB,
+    AttemptGrant,
+    AttemptStartRequest,
+    AttemptStatus,
+    JobActivityInput,
+    JobHeartbeat,
+    JobResult,
+    StepResult,
+    StepSpec,
+    StepStatus,
+)
+
+log = logging.getLogger(__name__)
+
+JOBS_TOTAL = Counter("leasehold_ci_jobs_total", "CI job attempts finished on this worker", ["status"])
+JOBS_RUNNING = Gauge("leasehold_ci_jobs_running", "CI job attempts running on this worker")
+
+POLL_SECONDS = 0.2
+HEARTBEAT_SECONDS = 1.0
+DISK_CHECK_SECONDS = 2.0
+MAX_OUTPUT_FILE_BYTES = 1 << 20
+GRANT_TIMEOUT_SECONDS = 30.0
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class JobConfig:
+    """Worker-side settings of job execution (from ``Settings``)."""
+
+    workspaces: Path
+    limits: SandboxLimits
+    disk_bytes: int
+    log_flush_seconds: float = 0.5
+    log_max_bytes: int = 64 << 20
+    # How long a log chunk is retried while the object store is unreachable.
+    log_retry_seconds: float = 120.0
+    # Largest cache archive a job may save (bytes before compression).
+    cache_max_bytes: int = 2 << 30
+    identity: str = field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+
+
+class _Stop:
+    """Why a step is being stopped, set by the watcher loop."""
+
+    def __init__(self) -> None:
+        self.reason: AttemptStatus | None = None
+        self.message: str | None = None
+
+
+def _read_output_file(path: Path) -> dict[str, str]:
+    """``name=value`` and ``name<<DELIM`` blocks, read without following symlinks: the job
+    controls this file and must not make the worker read a host file through it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return {}
+        text = f.read(MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+    values: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delim = line.split("<<", 1)
+            body: list[str] = []
+            while i < len(lines) and lines[i] != delim:
+                body.append(lines[i])
+                i += 1
+            i += 1
+            values[name.strip()] = "\n".join(body)
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            values[name.strip()] = value
+    return values
+
+
+def _shown_name(name: str) -> str:
+    """A step name for the log: a default name made of an ``::add-mask::`` command line must
+    not print the value before the command has run."""
+    cut = name.find(ADD_MASK.decode())
+    return name if cut == -1 else name[: cut + len(ADD_MASK)] + "***"
+
+
+def _disk_usage(root: Path, limit: int) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                pass
+            if total > limit:
+                return total
+    return total
+
+
+def _remove_tree(path: Path) -> None:
+    def fix(func: Any, p: str, _exc: Any) -> None:
+        # A job may chmod its directories unwritable (only matters for a non-root worker).
+        # Never chmod through a symlink: the job may have planted one to a host file.
+        try:
+            parent = os.path.dirname(p)
+            if not os.path.islink(parent):
+                os.chmod(parent, 0o700)
+            if not os.path.islink(p):
+                os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=fix)
+
+
+def _write_new(directory: Path, name: str, data: bytes, owner: JobOwner | None) -> None:
+    """Create ``directory/name`` afresh: never through a symlink, never into an existing file."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if owner is not None and owner.uid is not None:
+                os.fchown(f.fileno(), owner.uid, owner.gid if owner.gid is not None else owner.uid)
+            else:
+                # Root's file that the job only reads (a step script).
+                os.fchmod(f.fileno(), 0o644)
+    finally:
+        os.close(dir_fd)
+
+
+def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
+    """A new root-owned ``io/`` for one step, holding the step's ``output`` and ``env`` files
+    owned by the job: the job can write them but cannot swap them for links, and nothing of a
+    previous step's files survives into this one."""
+    if os.path.lexists(io_dir):
+        _remove_tree(io_dir)
+    io_dir.mkdir(mode=0o755)
+    os.chmod(io_dir, 0o755)
+    for name in ("output", "env"):
+        _write_new(io_dir, name, b"", owner)
+    return io_dir
+
+
+class CIJobActivities:
+    """Built once per CI worker with its sandbox, store, mirror and Temporal client."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        store: ObjectStore,
+        sandbox: Sandbox,
+        mirror: GitMirror,
+        client: Client,
+        loop: asyncio.AbstractEventLoop,
+        records: RunRecords,
+        secrets: SecretSource | None = None,
+    ) -> None:
+        self._config = config
+        self._records = records
+        self._secrets: SecretSource = secrets or NoSecrets()
+        self._store = store
+        self._sandbox = sandbox
+        self._mirror = mirror
+        self._client = client
+        self._loop = loop
+        self._cache = CICache(store, config.cache_max_bytes)
+
+    # Fencing ------------------------------------------------------------------------------
+
+    def _request_attempt(self, inp: JobActivityInput) -> AttemptGrant:
+        info = activity.info()
+        req = AttemptStartRequest(
+            job_id=inp.job.id, round=inp.round, activity_attempt=info.attempt, worker=self._config.identity
+        )
+        handle = self._client.get_workflow_handle(inp.run_workflow_id)
+        coro = handle.execute_update(
+            CIRunWorkflow.attempt_started,
+            req,
+            # Same id on a repeated call: the workflow answers it once.
+            id=f"attempt:{inp.job.id}:{inp.round}:{info.attempt}",
+        )
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout=GRANT_TIMEOUT_SECONDS)
+        except (WorkflowUpdateFailedError, RPCError) as exc:
+            # The run is closed or refuses: this attempt must not run.
+            return AttemptGrant(proceed=False, reason=str(exc))
+        except TimeoutError:
+            future.cancel()
+            raise ApplicationError("the run did not answer the attempt request") from None
+
+    # The activity -------------------------------------------------------------------------
+
+    @activity.defn(name=ACTIVITY_RUN_JOB)
+    def run_job(self, inp: JobActivityInput) -> JobResult:
+        """Run one attempt of a job; see the module docstring."""
+        with activity.shield_thread_cancel_exception():
+            try:
+                trusted = self._records.verify(inp, activity.info().workflow_id or "")
+            except UntrustedRun as exc:
+                log.warning("refused job %s of %s: %s", inp.job.id, inp.run_workflow_id, exc)
+                raise ApplicationError(f"refused: {exc}", type=JOB_FATAL_ERROR, non_retryable=True) from None
+            grant = self._request_attempt(inp)
+            if not grant.proceed:
+                log.info("job %s round %s not started: %s", inp.job.id, inp.round, grant.reason)
+                return JobResult(
+                    job_id=inp.job.id, attempt=0, round=inp.round, status=AttemptStatus.CANCELLED, error=grant.reason
+                )
+            JOBS_RUNNING.inc()
+            try:
+                result = _Attempt(self, inp, grant, trusted).run()
+            finally:
+                JOBS_RUNNING.dec()
+            JOBS_TOTAL.labels(result.status.value).inc()
+            return result
+
+
+class _Attempt:
+    """State of one running attempt (one thread)."""
+
+    def __init__(self, owner: CIJobActivities, inp: JobActivityInput, grant: AttemptGrant, trusted: TrustedRun) -> None:
+        attempt = grant.attempt
+        self.o = owner
+        self.inp = inp
+        # Traded at the API for this attempt's secrets (valid while the attempt holds the lease).
+        self.secrets_token = grant.secrets_token
+        # Tenant, repository and clone URL as the records say them (``inp`` only proposed them).
+        self.trusted = trusted
+        # The host user the job's files belong to (set by the sandbox in ``_prepare``).
+        self.owner: JobOwner | None = None
+        self.job = inp.job
+        self.attempt = attempt
+        self.prefix = attempt_log_prefix(trusted.tenant_id, inp.run_id, inp.job.id, attempt)
+        self.root = owner._config.workspaces / f"{inp.run_id}-{inp.job.id}-{attempt}-{uuid.uuid4().hex[:8]}"
+        self.mount = owner._sandbox.mount_point(self.root)
+        self.step_index = 0
+        self.cancelled = False
+        self.shutdown = False
+        self.last_heartbeat = 0.0
+        # Values of the secrets the job references (missing ones empty); they exist only in
+        # this attempt's memory and sandbox, and the masker hides them from its log.
+        self.secrets: dict[str, str] = {}
+        # actions/cache steps whose key missed: saved after the job succeeds (the post step).
+        self.cache_saves: list[tuple[str, list[str]]] = []
+        self.masker = StreamMasker()
+        self.log = LogShipper(
+            owner._store,
+            self.prefix,
+            attempt,
+            flush_seconds=owner._config.log_flush_seconds,
+            max_bytes=owner._config.log_max_bytes,
+            masker=self.masker,
+            retry_seconds=owner._config.log_retry_seconds,
+        )
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+            self.last_heartbeat = now
+            activity.heartbeat(
+                JobHeartbeat(attempt=self.attempt, step=self.step_index, log_next_seq=self.log.summary.next_seq)
+            )
+        if activity.is_cancelled():
+            self.cancelled = True
+        if activity.is_worker_shutdown():
+            self.shutdown = True
+
+    def run(self) -> JobResult:
+        started = datetime.now(UTC)
+        status = AttemptStatus.ERROR
+        exit_code: int | None = None
+        error: str | None = None
+        steps: list[StepResult] = []
+        outputs: dict[str, str] = {}
+        try:
+            self.log.line(f"[leasehold] job {self.job.id} attempt {self.attempt} on {self.o._config.identity}")
+            refusal = self._network_refusal()
+            if refusal is not None:
+                self.log.line(f"[leasehold] {refusal}")
+                status, error = AttemptStatus.FAILURE, refusal
+            else:
+                self._load_secrets()
+                self._prepare()
+                status, exit_code, error, steps, outputs = self._run_steps()
+            if status == AttemptStatus.SUCCESS and not self.shutdown:
+                self._save_caches()
+        except (InvalidRequest, CommitNotFound) as exc:
+            self.log.line(f"[leasehold] checkout failed: {exc}")
+            self.log.close(AttemptStatus.ERROR, None)
+            raise ApplicationError(str(exc), type=JOB_FATAL_ERROR, non_retryable=True) from exc
+        except (GitError, SandboxError) as exc:
+            self.log.line(f"[leasehold] infrastructure error: {exc}")
+            self.log.close(AttemptStatus.ERROR, None)
+            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        finally:
+            _remove_tree(self.root)
+            if self.owner is not None:
+                self.o._sandbox.release(self.root)
+        if self.shutdown and status != AttemptStatus.SUCCESS:
+            self.log.line("[leasehold] worker shutting down; the job will run again as a new attempt")
+            self.log.close(AttemptStatus.LOST, exit_code)
+            raise ApplicationError("CI worker shut down during the job", type="CIWorkerShutdown")
+        if error is not None:
+            error = self.masker.mask_text(error)
+        self.log.line(f"[leasehold] job {self.job.id} finished: {status.value}" + (f" ({error})" if error else ""))
+        summary = self.log.close(status, exit_code)
+        return JobResult(
+            job_id=self.job.id,
+            attempt=self.attempt,
+            round=self.inp.round,
+            status=status,
+            exit_code=exit_code,
+            error=error,
+            outputs=outputs,
+            steps=steps,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            log=summary,
+            worker=self.o._config.identity,
+        )
+
+    def _load_secrets(self) -> None:
+        """Fetch exactly the secrets the job names, for its own tenant and repository."""
+        names = list(self.job.secrets)
+        if not names:
+            return
+        inp = self.inp
+        if not inp.secrets_allowed:
+            self.secrets = dict.fromkeys(names, "")
+            self.log.line(
+                "[leasehold] notice: this run builds code from a fork; secrets are not available and "
+                f"these are empty: {', '.join(names)}"
+            )
+            return
+        if self.secrets_token is None:
+            # An attempt granted by a run started before secrets tokens existed.
+            raise ApplicationError("this run predates secrets tokens: retry the job", type=JOB_FATAL_ERROR)
+        request = SecretRequest(inp.run_id, self.job.id, self.attempt, self.secrets_token, names)
+        try:
+            found = self.o._secrets.fetch(request)
+        except SecretsRefused as exc:
+            # The lease moved on (a newer attempt, a cancel): this attempt must not run.
+            log.warning("secrets for %s/%s refused: %s", inp.run_id, self.job.id, exc)
+            raise ApplicationError("the job's secrets were refused to this attempt", type="CISecretsRefused") from None
+        except Exception as exc:
+            # The database or the keys are unavailable: infrastructure, so a new attempt may work.
+            log.warning("fetching secrets for %s/%s failed: %s", inp.run_id, self.job.id, exc)
+            raise ApplicationError("could not read the job's secrets", type="CISecretsUnavailable") from None
+        for value in found.values():
+            self.masker.add(value)
+        missing = [n for n in names if n not in found]
+        if missing:
+            self.log.line(f"[leasehold] notice: secrets not set (empty): {', '.join(missing)}")
+        self.secrets = {n: found.get(n, "") for n in names}
+
+    def _network_refusal(self) -> str | None:
+        """Why this job may not have the network it asks for (``None``: it may, or it did
+        not ask). Decided here from the records, whatever the input says."""
+        if not self.job.network:
+            return None
+        if not self.trusted.network_allowed:
+            return (
+                f"network: true is not allowed for tenant {self.trusted.tenant_id}: an operator grants it "
+                f"with `leasehold plans network --tenant {self.trusted.tenant_id} on`"
+            )
+        if not self.inp.secrets_allowed:
+            return "network: true is never allowed for code from a fork"
+        if not self.o._sandbox.supports_network:
+            return "network: true: this CI worker cannot give jobs a filtered network (see its log)"
+        return None
+
+    def _prepare(self) -> None:
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        self.owner = self.o._sandbox.prepare(self.root)
+        self.heartbeat(force=True)
+        inp = self.inp
+        mirror = self.o._mirror.ensure_commit(
+            self.trusted.repo_id, self.trusted.clone_url, inp.commit_sha, self.heartbeat
+        )
+        self.o._mirror.archive(mirror, inp.commit_sha, self.root / "work", self.heartbeat)
+        hand_over(self.root / "work", self.owner)
+        self.log.line(f"[leasehold] checked out {inp.repo_full_name}@{inp.commit_sha}")
+
+    def _base_env(self) -> dict[str, str]:
+        inp = self.inp
+        gh = github_context(inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, inp.workflow_name)
+        m = self.mount
+        return {
+            "PATH": PATH,
+            "HOME": f"{m}/home",
+            "TMPDIR": f"{m}/tmp",
+            "LANG": "C.UTF-8",
+            "CI": "true",
+            "CI_RUN_ID": inp.run_id,
+            "CI_JOB": self.job.id,
+            "CI_ATTEMPT": str(self.attempt),
+            "CI_IDEMPOTENCY_KEY": idempotency_key(inp.run_id, self.job.id),
+            "GITHUB_SHA": inp.commit_sha,
+            "GITHUB_REF": inp.ref,
+            "GITHUB_REF_NAME": str(gh["ref_name"]),
+            "GITHUB_REF_TYPE": str(gh["ref_type"]),
+            "GITHUB_REPOSITORY": inp.repo_full_name,
+            "GITHUB_REPOSITORY_OWNER": str(gh["repository_owner"]),
+            "GITHUB_WORKSPACE": f"{m}/work",
+            "GITHUB_RUN_ID": inp.run_id,
+            "GITHUB_RUN_ATTEMPT": str(self.attempt),
+            "GITHUB_JOB": self.job.id,
+            "GITHUB_WORKFLOW": inp.workflow_name,
+            "GITHUB_EVENT_NAME": inp.event,
+            "RUNNER_OS": "Linux",
+            "RUNNER_TEMP": f"{m}/tmp",
+        }
+
+    def _context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
+        inp = self.inp
+        return {
+            "github": github_context(inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, inp.workflow_name),
+            "env": env,
+            "needs": {k: v.model_dump() for k, v in inp.needs.items()},
+            "steps": steps_ctx,
+            "job": {"status": job_status},
+            "runner": {"os": "Linux", "temp": f"{self.mount}/tmp"},
+            "secrets": self.secrets,
+        }
+
+    def _run_steps(self) -> tuple[AttemptStatus, int | None, str | None, list[StepResult], dict[str, str]]:
+        inp = self.inp
+        job = self.job
+        base = self._base_env()
+        env_ctx: dict[str, str] = {}
+        steps_ctx: dict[str, Any] = {}
+        results: list[StepResult] = []
+        step_outputs: dict[str, str] = {}
+        failed = False
+        timed_out = False
+        exit_code: int | None = 0
+        error: str | None = None
+        job_deadline = time.monotonic() + job.timeout_minutes * 60
+        try:
+            ctx = self._context(env_ctx, steps_ctx, "success")
+            for k, v in inp.workflow_env.items():
+                env_ctx[k] = interpolate(v, ctx)
+            for k, v in job.env.items():
+                env_ctx[k] = interpolate(v, self._context(env_ctx, steps_ctx, "success"))
+        except ExpressionError as exc:
+            return AttemptStatus.FAILURE, None, f"env: {exc}", results, {}
+        extra_env: dict[str, str] = {}
+        for step in job.steps:
+            self.step_index = step.index
+            self.heartbeat()
+            job_status = "cancelled" if self.cancelled else "failure" if failed else "success"
+            status_fns = StatusFunctions(
+                success=not failed and not self.cancelled and not timed_out,
+                failure=failed or timed_out,
+                cancelled=self.cancelled,
+                hash_files=self._hash_files,
+            )
+            step_env = dict(env_ctx)
+            step_env.update(extra_env)
+            try:
+                for k, v in step.env.items():
+                    step_env[k] = interpolate(v, self._context(step_env, steps_ctx, job_status), status_fns)
+                ctx = self._context(step_env, steps_ctx, job_status)
+                run_it = not timed_out and not self.shutdown and evaluate_condition(step.if_expr, status_fns, ctx)
+                script = interpolate(step.run, ctx, status_fns) if run_it else ""
+                workdir = interpolate(step.working_directory, ctx, status_fns) if step.working_directory else None
+                inputs = {k: interpolate(v, ctx, status_fns) for k, v in step.with_inputs.items()} if run_it else {}
+            except ExpressionError as exc:
+                self.log.line(f"[leasehold] step {step.index + 1} ({step.name}): {exc}")
+                results.append(StepResult(index=step.index, name=step.name, status=StepStatus.FAILURE))
+                failed = True
+                error = f"steps[{step.index}]: {exc}"
+                exit_code = None
+                continue
+            if not run_it:
+                results.append(StepResult(index=step.index, name=step.name, status=StepStatus.SKIPPED))
+                if step.id:
+                    steps_ctx[step.id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
+                continue
+            step_started = datetime.now(UTC)
+            if step.uses is not None:
+                outcome, code, values, env_file = self._run_action(step, inputs)
+            else:
+                outcome, code, values, env_file = self._run_step(step, script, workdir, base, step_env, job_deadline)
+            extra_env.update(env_file)
+            if step.uses is None:
+                step_outputs.update(values)
+            conclusion = StepStatus.SUCCESS if outcome != StepStatus.SUCCESS and step.continue_on_error else outcome
+            if outcome == StepStatus.TIMED_OUT and time.monotonic() >= job_deadline:
+                timed_out = True
+            results.append(
+                StepResult(
+                    index=step.index,
+                    name=step.name,
+                    status=conclusion,
+                    exit_code=code,
+                    outcome=outcome,
+                    started_at=step_started,
+                    finished_at=datetime.now(UTC),
+                )
+            )
+            if step.id:
+                steps_ctx[step.id] = {"outputs": values, "outcome": outcome.value, "conclusion": conclusion.value}
+            if conclusion != StepStatus.SUCCESS:
+                if not failed:
+                    exit_code = code
+                    error = f"step {step.index + 1} ({step.name}) {outcome.value}" + (
+                        f" with exit code {code}" if code is not None else ""
+                    )
+                failed = True
+        outputs = self._job_outputs(step_outputs, steps_ctx, env_ctx)
+        if self.cancelled:
+            return AttemptStatus.CANCELLED, exit_code, error or "cancelled", results, outputs
+        if timed_out:
+            return (
+                AttemptStatus.TIMED_OUT,
+                exit_code,
+                f"job exceeded timeout-minutes ({job.timeout_minutes})",
+                results,
+                outputs,
+            )
+        if failed:
+            return AttemptStatus.FAILURE, exit_code, error, results, outputs
+        return AttemptStatus.SUCCESS, 0, None, results, outputs
+
+    def _hash_files(self, patterns: list[str]) -> str:
+        try:
+            return hash_files(self.root / "work", patterns)
+        except CacheError as exc:
+            raise ExpressionError(str(exc)) from None
+
+    def _run_action(
+        self, step: StepSpec, inputs: dict[str, str]
+    ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
+        """A built-in ``uses:`` action, run by the worker itself (nothing of it is sandboxed:
+        it only moves the job's own files between the workspace and the tenant's cache)."""
+        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+        if step.action == ACTION_CHECKOUT:
+            self.log.line(f"[leasehold] {step.uses}: the workspace already holds {self.inp.commit_sha}")
+            return StepStatus.SUCCESS, 0, {}, {}
+        assert step.action == ACTION_CACHE
+        inp = self.inp
+        key = inputs.get("key", "").strip()
+        restore_keys = [k.strip() for k in inputs.get("restore-keys", "").splitlines() if k.strip()]
+        try:
+            if not key or len(key) > 512 or "\n" in key:
+                raise CacheError("the cache key must be one line of at most 512 characters")
+            paths = workspace_paths(inputs.get("path", ""), self.mount)
+            found = self.o._cache.lookup(
+                self.trusted.tenant_id,
+                self.trusted.repo_id,
+                read_scopes(inp.ref, inp.default_branch),
+                key,
+                restore_keys,
+            )
+            if found.entry is not None:
+                size = self.o._cache.restore(found.entry, self.root, paths, self.heartbeat)
+                # Extracted by the worker: hand the files to the job (no job process runs now).
+                for sub in ("work", "home", "tmp"):
+                    hand_over(self.root / sub, self.owner or JobOwner())
+                how = "hit" if found.exact else f"restored from {found.entry.key!r}"
+                self.log.line(f"[leasehold] cache {how}: {size} bytes into {', '.join(paths)}")
+            else:
+                self.log.line(f"[leasehold] cache miss for key {key!r}")
+        except Exception as exc:
+            # As on GitHub, a cache problem (a bad path, a broken archive, the store down) is a
+            # warning: the job goes on without the cache.
+            self.log.line(f"[leasehold] warning: cache not restored: {exc}")
+            return StepStatus.SUCCESS, 0, {"cache-hit": "false"}, {}
+        if not found.exact:
+            self.cache_saves.append((key, paths))
+        return StepStatus.SUCCESS, 0, {"cache-hit": "true" if found.exact else "false"}, {}
+
+    def _save_caches(self) -> None:
+        """The post step of each missed actions/cache step: save into this ref's own scope."""
+        inp = self.inp
+        for key, paths in self.cache_saves:
+            try:
+                size = self.o._cache.save(
+                    self.trusted.tenant_id,
+                    self.trusted.repo_id,
+                    ref_scope(inp.ref),
+                    key,
+                    self.root,
+                    paths,
+                    self.heartbeat,
+                )
+            except Exception as exc:
+                self.log.line(f"[leasehold] warning: cache {key!r} not saved: {exc}")
+                continue
+            if size is None:
+                self.log.line(f"[leasehold] cache {key!r} not saved: none of its paths exist")
+            else:
+                self.log.line(f"[leasehold] cache {key!r} saved ({size} bytes)")
+
+    def _job_outputs(
+        self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]
+    ) -> dict[str, str]:
+        # Outputs go into the run's history and the API: one holding a secret is dropped.
+        kept: dict[str, str] = {}
+        for name, value in self._raw_outputs(step_outputs, steps_ctx, env).items():
+            if self.masker.reveals_secret(value):
+                self.log.line(f"[leasehold] output {name} skipped: it may contain a secret")
+            else:
+                kept[name] = value
+        return kept
+
+    def _raw_outputs(
+        self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]
+    ) -> dict[str, str]:
+        if not self.job.outputs:
+            return step_outputs
+        outputs = {}
+        ctx = self._context(env, steps_ctx, "success")
+        for name, expr in self.job.outputs.items():
+            try:
+                outputs[name] = interpolate(expr, ctx)
+            except ExpressionError as exc:
+                self.log.line(f"[leasehold] output {name}: {exc}")
+        return outputs
+
+    def _run_step(
+        self,
+        step: StepSpec,
+        script: str,
+        workdir: str | None,
+        base: dict[str, str],
+        step_env: dict[str, str],
+        job_deadline: float,
+    ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
+        n = step.index
+        _write_new(self.root / "runner", f"step-{n}.sh", script.encode(), None)
+        io_dir = _fresh_io_dir(self.root / "io", self.owner or JobOwner())
+        env = dict(step_env)
+        env.update(base)
+        env["GITHUB_OUTPUT"] = f"{self.mount}/io/output"
+        env["GITHUB_ENV"] = f"{self.mount}/io/env"
+        env["GITHUB_STEP"] = str(n)
+        script_path = f"{self.mount}/runner/step-{n}.sh"
+        argv = (
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_path]
+            if step.shell == "bash"
+            else ["sh", "-e", script_path]
+        )
+        cwd = f"{self.mount}/work"
+        if workdir:
+            cwd = workdir if workdir.startswith("/") else f"{cwd}/{workdir}"
+        self.log.line(f"[leasehold] step {n + 1}: {_shown_name(step.name)}")
+        deadline = job_deadline
+        if step.timeout_minutes is not None:
+            deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
+        proc = self.o._sandbox.start(
+            SandboxRequest(
+                argv=argv,
+                env=env,
+                root=self.root,
+                cwd=cwd,
+                network=self.job.network,
+                limits=self.o._config.limits,
+                name=f"{self.inp.run_id}-{self.job.id}-{n}",
+            )
+        )
+        stop = self._supervise(proc, deadline)
+        code = proc.poll()
+        for note in proc.finish():
+            self.log.line(f"[leasehold] step {n + 1}: {note}")
+        values = _read_output_file(io_dir / "output")
+        env_values = _read_output_file(io_dir / "env")
+        if stop.reason == AttemptStatus.CANCELLED:
+            self.log.line("[leasehold] step cancelled")
+            return StepStatus.CANCELLED, code, values, env_values
+        if stop.reason == AttemptStatus.TIMED_OUT:
+            self.log.line(f"[leasehold] step timed out: {stop.message}")
+            return StepStatus.TIMED_OUT, code, values, env_values
+        if stop.reason == AttemptStatus.FAILURE:
+            self.log.line(f"[leasehold] step stopped: {stop.message}")
+            return StepStatus.FAILURE, code, values, env_values
+        if code == 0:
+            return StepStatus.SUCCESS, 0, values, env_values
+        self.log.line(f"[leasehold] step {n + 1} failed with exit code {code}")
+        return StepStatus.FAILURE, code, values, env_values
+
+    def _supervise(self, proc: SandboxProcess, deadline: float) -> _Stop:
+        """Pump output, heartbeat, and stop the tree on cancel, timeout, shutdown or disk quota."""
+        stop = _Stop()
+        reader = threading.Thread(target=self._pump, args=(proc,), daemon=True)
+        reader.start()
+        grace = self.inp.cancel_grace_seconds
+        next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
+        terminated_at: float | None = None
+        while proc.poll() is None:
+            time.sleep(POLL_SECONDS)
+            self.heartbeat()
+            now = time.monotonic()
+            if stop.reason is None:
+                if self.cancelled or self.shutdown:
+                    stop.reason, stop.message = AttemptStatus.CANCELLED, "cancelled"
+                elif now >= deadline:
+                    stop.reason, stop.message = AttemptStatus.TIMED_OUT, "timeout-minutes exceeded"
+                elif now >= next_disk_check:
+                    next_disk_check = now + DISK_CHECK_SECONDS
+                    if _disk_usage(self.root, self.o._config.disk_bytes) > self.o._config.disk_bytes:
+                        stop.reason = AttemptStatus.FAILURE
+                        stop.message = f"workspace exceeded {self.o._config.disk_bytes} bytes"
+                if stop.reason is not None:
+                    proc.terminate_tree()
+                    terminated_at = now
+            elif terminated_at is not None and now - terminated_at >= grace:
+                proc.kill_tree()
+                terminated_at = None
+        # The step's shell is gone: nothing of its tree may outlive it (background jobs).
+        proc.kill_tree()
+        reader.join(timeout=10)
+        return stop
+
+    def _pump(self, proc: SandboxProcess) -> None:
+        fd = proc.stdout.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.log.write(data)

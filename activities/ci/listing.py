@@ -1,0 +1,72 @@
+"""Control activity of CI: read and parse the workflow files at a pushed commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.ci.git import GitError, GitMirror, InvalidRequest
+from activities.ci.spec import (
+    MAX_WORKFLOW_BYTES,
+    WorkflowSpecError,
+    parse_workflow,
+    pull_request_triggers,
+    push_triggers,
+)
+from workflows.ci.push import PUSH_GIT_FAILED
+from workflows.ci.types import (
+    ACTIVITY_LIST_WORKFLOWS,
+    EnvironmentRule,
+    ListWorkflowsInput,
+    ListWorkflowsResult,
+    SpecError,
+    WorkflowFile,
+)
+
+# (tenant, repo, environment names) -> the rules of those that require approval.
+EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]
+
+
+class CIListingActivities:
+    """Runs on CI workers (they hold the git mirrors), on the control queue."""
+
+    def __init__(self, mirror: GitMirror, environments: EnvironmentRules | None = None) -> None:
+        self._mirror = mirror
+        self._environments = environments
+
+    @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
+    def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
+        """Fetch the mirror, then parse each ``.github/workflows/*.yml|yaml`` and match ``on.push``."""
+        try:
+            mirror = self._mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
+            found = self._mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
+        except InvalidRequest as exc:
+            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
+        except GitError as exc:
+            # Transient (network, a fetch racing a push): Temporal retries, then the push fails.
+            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        files = []
+        for path, content in found:
+            if content is None:
+                error = SpecError(file=path, message=f"file is larger than {MAX_WORKFLOW_BYTES} bytes")
+                files.append(WorkflowFile(path=path, error=error))
+                continue
+            try:
+                spec = parse_workflow(path, content)
+            except WorkflowSpecError as exc:
+                # The run is still created, and fails with this message.
+                files.append(WorkflowFile(path=path, error=exc.error))
+                continue
+            if inp.event == "pull_request":
+                triggered = pull_request_triggers(spec.on_pull_request, inp.base_ref or "", inp.action or "opened")
+            else:
+                triggered = push_triggers(spec.on_push, inp.ref)
+            files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
+        named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
+        rules: dict[str, EnvironmentRule] = {}
+        if named and inp.tenant_id and self._environments is not None:
+            # Read with the listing, so the run carries its protection rules from the start.
+            rules = self._environments(inp.tenant_id, inp.repo_id, named)
+        return ListWorkflowsResult(files=files, environments=rules)

@@ -1,0 +1,164 @@
+"""Shipping a job attempt's output to the object store as numbered chunks.
+
+Each flush (every ``flush_seconds`` or ``chunk_bytes``) takes the next sequence number, so seqs
+are gap-free by construction; a chunk is written once (``create``) under the attempt's prefix.
+A chunk that cannot be stored is retried with back-off for up to ``retry_seconds`` (an object
+store outage of that length loses nothing: output keeps buffering meanwhile). Only then does
+it keep its seq as a gap (in ``end.json``, in the ``LogSummary`` the run state holds, and best
+effort as a ``.gap`` marker), so a reader sees a hole, never a silent splice. Once a chunk has
+exhausted the window, later chunks get only a few quick tries until one succeeds, so a store
+that stays down costs the job seconds, not the window again per chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from activities.ci.masking import StreamMasker
+from leasehold.retry import retry_within
+from leasehold.storage import ObjectStore
+from workflows.ci.ids import log_chunk_key, log_end_key, log_gap_key
+from workflows.ci.types import AttemptStatus, LogEnd, LogSummary
+
+log = logging.getLogger(__name__)
+
+# Tries a write always gets, even while the store is known to be down.
+PUT_MIN_ATTEMPTS = 3
+DEFAULT_RETRY_SECONDS = 120.0
+# Producers block above this many unshipped bytes, so a chatty job cannot exhaust memory.
+MAX_BUFFERED_BYTES = 8 << 20
+
+
+class LogShipper:
+    """Thread-safe: the output reader calls ``write``; a background thread flushes."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix: str,
+        attempt: int,
+        flush_seconds: float = 0.5,
+        chunk_bytes: int = 64 << 10,
+        max_bytes: int = 64 << 20,
+        masker: StreamMasker | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> None:
+        self._store = store
+        self._retry_seconds = retry_seconds
+        # False after a write exhausted the retry window, until a write succeeds again.
+        self._store_up = True
+        # Every byte passes the job's secret masker before it is buffered, stored or streamed.
+        self._masker = masker
+        self._prefix = prefix
+        self._attempt = attempt
+        self._flush_seconds = flush_seconds
+        self._chunk_bytes = chunk_bytes
+        self._max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._truncated = False
+        self._accepted = 0
+        self.summary = LogSummary(prefix=prefix)
+        self._thread = threading.Thread(target=self._run, name=f"log-{prefix}", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._cond:
+            # Masked before anything else (truncation included), so no cut can split a secret
+            # into pieces the masker no longer recognises.
+            self._append(self._masker.feed(data) if self._masker is not None else data)
+
+    def _append(self, data: bytes) -> None:
+        if data:
+            if self._accepted >= self._max_bytes:
+                if not self._truncated:
+                    self._truncated = True
+                    self._buffer += f"\n[leasehold: log truncated at {self._max_bytes} bytes]\n".encode()
+                    self._cond.notify_all()
+                return
+            data = data[: self._max_bytes - self._accepted]
+            self._accepted += len(data)
+            deadline = time.monotonic() + 60
+            while len(self._buffer) > MAX_BUFFERED_BYTES and not self._closed and time.monotonic() < deadline:
+                self._cond.wait(0.5)
+            self._buffer += data
+            if len(self._buffer) >= self._chunk_bytes:
+                self._cond.notify_all()
+
+    @property
+    def masker(self) -> StreamMasker | None:
+        return self._masker
+
+    def line(self, text: str) -> None:
+        """A line of leasehold's own (step headers, results)."""
+        self.write(text.encode() + b"\n")
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._closed and len(self._buffer) < self._chunk_bytes:
+                    self._cond.wait(self._flush_seconds)
+                if self._closed and not self._buffer:
+                    return
+                data = bytes(self._buffer[: self._chunk_bytes])
+                del self._buffer[: len(data)]
+                self._cond.notify_all()
+            if data:
+                self._ship(data)
+
+    def _write(self, what: str, write: Callable[[], object]) -> bool:
+        """Run ``write`` until it succeeds or the retry window closes; ``True`` on success."""
+        window = self._retry_seconds if self._store_up else 0.0
+        self._store_up = retry_within(write, window, what, log, min_tries=PUT_MIN_ATTEMPTS) is None
+        return self._store_up
+
+    def _ship(self, data: bytes) -> None:
+        seq = self.summary.next_seq
+        self.summary.next_seq += 1
+        key = log_chunk_key(self._prefix, seq)
+
+        def create() -> None:
+            # A retry after a write that landed but timed out finds its own chunk: same bytes.
+            if not self._store.create(key, data, "text/plain"):
+                log.warning("log chunk %s already existed; kept the first", key)
+
+        if self._write(f"log chunk {key}", create):
+            self.summary.bytes += len(data)
+            return
+        self.summary.gaps.append(seq)
+        try:
+            self._store.put(log_gap_key(self._prefix, seq), f'{{"seq": {seq}, "bytes": {len(data)}}}'.encode())
+        except Exception as exc:  # the gap is also in end.json and the run state
+            log.warning("storing gap marker for %s failed: %s", key, exc)
+
+    def close(self, status: AttemptStatus, exit_code: int | None) -> LogSummary:
+        """Flush everything, then write ``end.json``; returns what was stored."""
+        with self._cond:
+            if self._masker is not None:
+                self._append(self._masker.flush())
+            self._closed = True
+            self._cond.notify_all()
+        # Long enough for chunks still waiting out an outage of the full retry window.
+        self._thread.join(timeout=self._retry_seconds + 60)
+        end = LogEnd(
+            attempt=self._attempt,
+            next_seq=self.summary.next_seq,
+            gaps=list(self.summary.gaps),
+            status=status,
+            exit_code=exit_code,
+            finished_at=datetime.now(UTC),
+        )
+        payload = end.model_dump_json().encode()
+        if self._write(
+            f"end of log {self._prefix}",
+            lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
+        ):
+            self.summary.ended = True
+        return self.summary.model_copy()

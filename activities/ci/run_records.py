@@ -1,0 +1,70 @@
+"""What a CI job attempt may trust about the run it serves, and where that comes from.
+
+The job activity's input is whatever the scheduling workflow passed; anyone able to start a
+workflow could pass another tenant's id and read that tenant's secrets. So the activity
+derives the tenant from records it can check: the workflow that scheduled it (Temporal's
+``activity.info().workflow_id``, not a field of the input) must be the run workflow whose id
+the input's repository, commit, workflow file and event derive to, and the repository's
+owner, clone URL and network grant are read from the database, never from the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy.orm import sessionmaker
+
+from leasehold.records.ci.plans import network_allowed
+from leasehold.records.ci.repos import all_repos
+from workflows.ci.ids import run_id, run_workflow_id
+from workflows.ci.types import JobActivityInput
+
+
+@dataclass(frozen=True)
+class TrustedRun:
+    """The facts of a job's run as the records say them."""
+
+    tenant_id: str
+    repo_id: str
+    clone_url: str
+    # The operator let this tenant's jobs ask for network.
+    network_allowed: bool
+
+
+class UntrustedRun(Exception):
+    """The input does not match the records: the attempt must not run."""
+
+
+class RunRecords(Protocol):
+    def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
+        """The run's trusted facts; raises ``UntrustedRun``."""
+
+
+def check_workflow_id(inp: JobActivityInput, workflow_id: str) -> None:
+    """The scheduling workflow is the run the input describes (ids are derived, not chosen)."""
+    expected = run_workflow_id(run_id(inp.repo_id, inp.commit_sha, inp.workflow_path, inp.event))
+    if workflow_id != expected or inp.run_workflow_id != expected or run_workflow_id(inp.run_id) != expected:
+        raise UntrustedRun(f"workflow {workflow_id!r} is not the run of {inp.repo_id}@{inp.commit_sha[:12]}")
+
+
+class DatabaseRunRecords:
+    """Repositories and network grants in the leasehold database."""
+
+    def __init__(self, factory: sessionmaker) -> None:
+        self._factory = factory
+
+    def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
+        check_workflow_id(inp, workflow_id)
+        found = all_repos(self._factory, [inp.repo_id])
+        if not found:
+            raise UntrustedRun(f"repository {inp.repo_id} is not registered")
+        repo = found[0]
+        if repo.tenant_id != inp.tenant_id:
+            raise UntrustedRun(f"repository {inp.repo_id} does not belong to tenant {inp.tenant_id}")
+        return TrustedRun(
+            tenant_id=repo.tenant_id,
+            repo_id=repo.id,
+            clone_url=repo.clone_url,
+            network_allowed=network_allowed(self._factory, repo.tenant_id),
+        )

@@ -1,0 +1,673 @@
+"""Parsing ``.github/workflows/*.yml`` into a ``WorkflowSpec``: the ``run:`` subset of GitHub Actions.
+
+Anything outside the subset is rejected with the file, 1-based line and key, so a run can fail
+with a message a user can act on. YAML follows 1.2 booleans (``on:`` is a key, not ``True``).
+Also: ``on.push`` branch/tag filters (``push_triggers``). Light: PyYAML and pydantic only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from workflows.ci.expressions import (
+    STATUS_FUNCTIONS,
+    STRING_FUNCTIONS,
+    WORKSPACE_FUNCTIONS,
+    ExpressionError,
+    context_paths,
+    expressions_in,
+    function_names,
+    parse,
+    strip_wrapper,
+)
+from workflows.ci.types import (
+    ACTION_CACHE,
+    BUILTIN_ACTIONS,
+    MAX_JOBS_PER_WORKFLOW,
+    MAX_STEPS_PER_JOB,
+    JobSpec,
+    PushFilter,
+    SpecError,
+    StepSpec,
+    WorkflowSpec,
+)
+
+MAX_WORKFLOW_BYTES = 512 * 1024
+JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+SHELLS = ("bash", "sh")
+SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+WORKFLOW_KEYS = {"name", "on", "env", "jobs"}
+JOB_KEYS = {
+    "name",
+    "needs",
+    "runs-on",
+    "env",
+    "if",
+    "timeout-minutes",
+    "continue-on-error",
+    "outputs",
+    "steps",
+    "network",
+    "environment",
+}
+STEP_KEYS = {"id", "name", "run", "env", "working-directory", "shell", "if", "continue-on-error", "timeout-minutes"}
+USES_STEP_KEYS = {"id", "name", "uses", "with", "env", "if", "continue-on-error", "timeout-minutes"}
+# ``with:`` inputs of actions/cache leasehold implements (key and path are required).
+CACHE_INPUTS = {"key", "path", "restore-keys"}
+ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore"}
+
+# Which contexts each place may use (GitHub's context availability, reduced to the subset).
+WORKFLOW_ENV_CONTEXTS = {"github", "secrets"}
+JOB_IF_CONTEXTS = {"github", "needs", "env"}
+JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets"}
+STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets"}
+OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner"}
+
+
+class WorkflowSpecError(ValueError):
+    """A rejected workflow file; ``error`` says where and why."""
+
+    def __init__(self, error: SpecError) -> None:
+        super().__init__(error.render())
+        self.error = error
+
+
+class _Map(dict):
+    """A mapping that remembers the line of itself and of each key."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+
+class _List(list):
+    line: int = 0
+    item_lines: list[int]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans, line numbers and duplicate-key errors."""
+
+
+# YAML 1.1 reads on/off/yes/no as booleans; GitHub (YAML 1.2) does not.
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
+    result = _Map()
+    result.line = node.start_mark.line + 1
+    result.key_lines = {}
+    loader.flatten_mapping(node)
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) or key is None:
+            raise yaml.constructor.ConstructorError(None, None, "mapping keys must be scalars", key_node.start_mark)
+        if key in result:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = key_node.start_mark.line + 1
+    return result
+
+
+def _construct_list(loader: _Loader, node: yaml.SequenceNode) -> _List:
+    result = _List(loader.construct_object(child, deep=True) for child in node.value)
+    result.line = node.start_mark.line + 1
+    result.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return result
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
+
+
+class _Ctx:
+    """Where we are in the file, to name file, line and key in errors."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, line: int | None, key: str | None, message: str) -> WorkflowSpecError:
+        return WorkflowSpecError(SpecError(file=self.path, line=line, key=key, message=message))
+
+
+def _line_of(container: Any, key: Any) -> int | None:
+    if isinstance(container, _Map):
+        return container.key_lines.get(key, container.line)
+    if isinstance(container, _List) and isinstance(key, int) and key < len(container.item_lines):
+        return container.item_lines[key]
+    return getattr(container, "line", None)
+
+
+def _scalar_text(ctx: _Ctx, value: Any, line: int | None, key: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    if value is None:
+        return ""
+    raise ctx.fail(line, key, "must be a string, number or boolean")
+
+
+def _string_list(ctx: _Ctx, value: Any, line: int | None, key: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return [str(v) for v in value]
+    raise ctx.fail(line, key, "must be a string or a list of strings")
+
+
+def _check_keys(ctx: _Ctx, mapping: _Map, allowed: set[str], where: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            hint = {
+                "uses": "'uses:' is supported only in steps, for actions/checkout and actions/cache",
+                "strategy": "'strategy' (matrix) is not supported",
+                "services": "'services' is not supported",
+                "container": "'container' is not supported",
+                "with": "'with' is not supported (it belongs to 'uses:' actions)",
+            }.get(str(key), f"unsupported key (supported: {', '.join(sorted(allowed))})")
+            raise ctx.fail(mapping.key_lines.get(key, mapping.line), f"{where}{key}", hint)
+
+
+def _check_expression(
+    ctx: _Ctx, expr: str, line: int | None, key: str, contexts: set[str], needs: list[str] | None
+) -> None:
+    try:
+        node = parse(expr)
+    except ExpressionError as exc:
+        raise ctx.fail(line, key, str(exc)) from None
+    # Only steps run where the workspace is (STEP_CONTEXTS is the one set with both).
+    in_step = "steps" in contexts and "secrets" in contexts
+    for name in function_names(node):
+        if name in WORKSPACE_FUNCTIONS and not in_step:
+            raise ctx.fail(line, key, f"{name}() is only available in steps")
+        if name not in STATUS_FUNCTIONS and name not in STRING_FUNCTIONS and name not in WORKSPACE_FUNCTIONS:
+            raise ctx.fail(line, key, f"unknown function {name}()")
+    for path in context_paths(node):
+        root = path[0]
+        if root not in contexts:
+            allowed = ", ".join(sorted(contexts))
+            raise ctx.fail(line, key, f"context {root!r} is not available here (available: {allowed})")
+        if root == "needs" and needs is not None and len(path) > 1 and path[1] not in needs:
+            raise ctx.fail(line, key, f"needs.{path[1]} is not in this job's 'needs'")
+        if root == "secrets" and (len(path) < 2 or not SECRET_NAME.match(path[1])):
+            # The job fetches exactly the secrets it names; a computed name cannot be known.
+            raise ctx.fail(line, key, "secrets must be named literally, as secrets.NAME")
+
+
+def _check_text(ctx: _Ctx, text: str, line: int | None, key: str, contexts: set[str], needs: list[str] | None) -> None:
+    if "${{" in text and not expressions_in(text):
+        raise ctx.fail(line, key, "unterminated '${{' expression")
+    for expr in expressions_in(text):
+        _check_expression(ctx, expr, line, key, contexts, needs)
+
+
+def _env(
+    ctx: _Ctx, value: Any, line: int | None, where: str, contexts: set[str], needs: list[str] | None
+) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, _Map):
+        raise ctx.fail(line, where, "must be a mapping of variable names to values")
+    env: dict[str, str] = {}
+    for k, v in value.items():
+        kline = value.key_lines.get(k)
+        name = str(k)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ctx.fail(kline, f"{where}.{name}", "invalid environment variable name")
+        text = _scalar_text(ctx, v, kline, f"{where}.{name}")
+        _check_text(ctx, text, kline, f"{where}.{name}", contexts, needs)
+        env[name] = text
+    return env
+
+
+def _positive_number(ctx: _Ctx, value: Any, line: int | None, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ctx.fail(line, key, "must be a positive number of minutes")
+    return float(value)
+
+
+def _bool(ctx: _Ctx, value: Any, line: int | None, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ctx.fail(line, key, "must be true or false (expressions are not supported here)")
+    return value
+
+
+def _if(ctx: _Ctx, value: Any, line: int | None, key: str, contexts: set[str], needs: list[str] | None) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, (str, int, float)):
+        raise ctx.fail(line, key, "must be an expression")
+    text = str(value)
+    _check_expression(ctx, strip_wrapper(text), line, key, contexts, needs)
+    return text
+
+
+def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
+    if isinstance(on, str):
+        return PushFilter(enabled=on == "push")
+    if isinstance(on, list):
+        events = _string_list(ctx, on, line, "on")
+        return PushFilter(enabled="push" in events)
+    if not isinstance(on, _Map):
+        raise ctx.fail(line, "on", "must be an event name, a list of event names or a mapping")
+    if "push" not in on:
+        return PushFilter(enabled=False)
+    push = on["push"]
+    pline = on.key_lines.get("push")
+    if push is None:
+        return PushFilter(enabled=True)
+    if not isinstance(push, _Map):
+        raise ctx.fail(pline, "on.push", "must be a mapping of filters or empty")
+    _check_keys(ctx, push, PUSH_KEYS, "on.push.")
+    for a, b in (("branches", "branches-ignore"), ("tags", "tags-ignore")):
+        if a in push and b in push:
+            raise ctx.fail(push.key_lines[b], f"on.push.{b}", f"cannot be used together with '{a}'")
+    values: dict[str, list[str] | None] = {}
+    for key in PUSH_KEYS:
+        values[key] = _string_list(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
+    return PushFilter(
+        enabled=True,
+        branches=values["branches"],
+        branches_ignore=values["branches-ignore"],
+        tags=values["tags"],
+        tags_ignore=values["tags-ignore"],
+    )
+
+
+PULL_REQUEST_KEYS = {"branches", "branches-ignore", "types"}
+PULL_REQUEST_TYPES = ("opened", "synchronize", "reopened")
+
+
+def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
+    if isinstance(on, str):
+        return PushFilter(enabled=on == "pull_request")
+    if isinstance(on, list):
+        return PushFilter(enabled="pull_request" in on)
+    if not isinstance(on, _Map) or "pull_request" not in on:
+        return PushFilter(enabled=False)
+    pr = on["pull_request"]
+    line = on.key_lines.get("pull_request")
+    if pr is None:
+        return PushFilter(enabled=True)
+    if not isinstance(pr, _Map):
+        raise ctx.fail(line, "on.pull_request", "must be a mapping of filters or empty")
+    _check_keys(ctx, pr, PULL_REQUEST_KEYS, "on.pull_request.")
+    if "branches" in pr and "branches-ignore" in pr:
+        raise ctx.fail(
+            pr.key_lines["branches-ignore"], "on.pull_request.branches-ignore", "cannot be used with 'branches'"
+        )
+    values = {
+        k: _string_list(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}") if k in pr else None
+        for k in PULL_REQUEST_KEYS
+    }
+    for t in values["types"] or []:
+        if t not in PULL_REQUEST_TYPES:
+            raise ctx.fail(
+                pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
+            )
+    return PushFilter(
+        enabled=True, branches=values["branches"], branches_ignore=values["branches-ignore"], types=values["types"]
+    )
+
+
+def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool:
+    """Whether a pull request into ``base_branch`` with ``action`` triggers the workflow."""
+    if not pr.enabled or action not in (pr.types or PULL_REQUEST_TYPES):
+        return False
+    if pr.branches is not None:
+        return _matches_any(pr.branches, base_branch)
+    if pr.branches_ignore is not None:
+        return not _matches_any(pr.branches_ignore, base_branch)
+    return True
+
+
+def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs: list[str]) -> StepSpec:
+    where = f"jobs.{job_id}.steps[{index}]"
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, where, "must be a mapping")
+    if "uses" in raw:
+        return _uses_step(ctx, where, index, raw, needs)
+    _check_keys(ctx, raw, STEP_KEYS, f"{where}.")
+
+    def ln(key: str) -> int | None:
+        return raw.key_lines.get(key, raw.line)
+
+    if "run" not in raw:
+        raise ctx.fail(raw.line, where, "a step needs 'run:' (or 'uses:' of actions/checkout or actions/cache)")
+    run = _scalar_text(ctx, raw["run"], ln("run"), f"{where}.run")
+    if not run.strip():
+        raise ctx.fail(ln("run"), f"{where}.run", "must not be empty")
+    _check_text(ctx, run, ln("run"), f"{where}.run", STEP_CONTEXTS, needs)
+    step_id = None
+    if "id" in raw:
+        step_id = _scalar_text(ctx, raw["id"], ln("id"), f"{where}.id")
+        if not JOB_ID.match(step_id):
+            raise ctx.fail(
+                ln("id"), f"{where}.id", "must start with a letter or '_' and hold letters, digits, '_', '-'"
+            )
+    shell = _scalar_text(ctx, raw.get("shell", "bash"), ln("shell"), f"{where}.shell")
+    if shell not in SHELLS:
+        raise ctx.fail(ln("shell"), f"{where}.shell", f"unsupported shell {shell!r} (supported: bash, sh)")
+    wd = None
+    if "working-directory" in raw:
+        wd = _scalar_text(ctx, raw["working-directory"], ln("working-directory"), f"{where}.working-directory")
+        _check_text(ctx, wd, ln("working-directory"), f"{where}.working-directory", STEP_CONTEXTS, needs)
+    first_line = run.strip().splitlines()[0]
+    return StepSpec(
+        index=index,
+        id=step_id,
+        name=_scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else f"Run {first_line}",
+        run=run,
+        env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", STEP_CONTEXTS, needs),
+        working_directory=wd,
+        shell=shell,
+        if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", STEP_CONTEXTS, needs) if "if" in raw else None,
+        continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
+        if "continue-on-error" in raw
+        else False,
+        timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
+        if "timeout-minutes" in raw
+        else None,
+        line=raw.line,
+    )
+
+
+def _uses_step(ctx: _Ctx, where: str, index: int, raw: _Map, needs: list[str]) -> StepSpec:
+    """``uses:`` of a built-in action; any other action is refused with its line."""
+    if "run" in raw:
+        raise ctx.fail(raw.key_lines.get("run"), f"{where}.run", "a step has either 'run:' or 'uses:', not both")
+    _check_keys(ctx, raw, USES_STEP_KEYS, f"{where}.")
+
+    def ln(key: str) -> int | None:
+        return raw.key_lines.get(key, raw.line)
+
+    uses = _scalar_text(ctx, raw["uses"], ln("uses"), f"{where}.uses").strip()
+    action, _, version = uses.partition("@")
+    if action.lower() not in BUILTIN_ACTIONS or not version:
+        raise ctx.fail(
+            ln("uses"),
+            f"{where}.uses",
+            f"action {uses!r} is not supported (only {', '.join(a + '@<version>' for a in BUILTIN_ACTIONS)}; "
+            "use 'run:' steps)",
+        )
+    inputs: dict[str, str] = {}
+    if "with" in raw:
+        given = raw["with"]
+        if not isinstance(given, _Map):
+            raise ctx.fail(ln("with"), f"{where}.with", "must be a mapping of inputs")
+        for k, v in given.items():
+            kline = given.key_lines.get(k)
+            name = str(k)
+            if action.lower() == ACTION_CACHE and name not in CACHE_INPUTS:
+                raise ctx.fail(
+                    kline, f"{where}.with.{name}", f"unsupported input (supported: {', '.join(sorted(CACHE_INPUTS))})"
+                )
+            text = _scalar_text(ctx, v, kline, f"{where}.with.{name}")
+            _check_text(ctx, text, kline, f"{where}.with.{name}", STEP_CONTEXTS, needs)
+            inputs[name] = text
+    if action.lower() == ACTION_CACHE:
+        for required in ("key", "path"):
+            if not inputs.get(required, "").strip():
+                raise ctx.fail(ln("with"), f"{where}.with.{required}", "actions/cache needs this input")
+    return StepSpec(
+        index=index,
+        id=_step_id(ctx, raw, where, ln("id")) if "id" in raw else None,
+        name=_scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else f"Run {uses}",
+        uses=uses,
+        with_inputs=inputs,
+        env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", STEP_CONTEXTS, needs),
+        if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", STEP_CONTEXTS, needs) if "if" in raw else None,
+        continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
+        if "continue-on-error" in raw
+        else False,
+        timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
+        if "timeout-minutes" in raw
+        else None,
+        line=raw.line,
+    )
+
+
+def _step_id(ctx: _Ctx, raw: _Map, where: str, line: int | None) -> str:
+    step_id = _scalar_text(ctx, raw["id"], line, f"{where}.id")
+    if not JOB_ID.match(step_id):
+        raise ctx.fail(line, f"{where}.id", "must start with a letter or '_' and hold letters, digits, '_', '-'")
+    return step_id
+
+
+def _environment(ctx: _Ctx, value: Any, line: int | None, where: str) -> str:
+    """``environment: name`` or ``environment: {name: ..., url: ...}`` (the url is ignored)."""
+    if isinstance(value, _Map):
+        for k in value:
+            if k not in ("name", "url"):
+                raise ctx.fail(value.key_lines.get(k), f"{where}.{k}", "supported: name, url")
+        value = value.get("name")
+    name = _scalar_text(ctx, value, line, where) if isinstance(value, str) else None
+    if name is None or not ENVIRONMENT_NAME.match(name):
+        raise ctx.fail(line, where, "must be an environment name (letters, digits, '_', '-', '.'; no expressions)")
+    return name
+
+
+def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
+    where = f"jobs.{job_id}"
+    if not JOB_ID.match(job_id):
+        raise ctx.fail(line, where, "job ids start with a letter or '_' and hold letters, digits, '_', '-'")
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, where, "must be a mapping")
+    _check_keys(ctx, raw, JOB_KEYS, f"{where}.")
+
+    def ln(key: str) -> int | None:
+        return raw.key_lines.get(key, raw.line)
+
+    needs = _string_list(ctx, raw["needs"], ln("needs"), f"{where}.needs") if "needs" in raw else []
+    runs_on = _string_list(ctx, raw.get("runs-on"), ln("runs-on"), f"{where}.runs-on") if "runs-on" in raw else None
+    if runs_on is None:
+        raise ctx.fail(raw.line, where, "a job needs 'runs-on'")
+    if not runs_on or any("${{" in label or not label.strip() for label in runs_on):
+        raise ctx.fail(ln("runs-on"), f"{where}.runs-on", "labels must be plain, non-empty strings")
+    steps_raw = raw.get("steps")
+    if not isinstance(steps_raw, _List) or not steps_raw:
+        raise ctx.fail(ln("steps"), f"{where}.steps", "a job needs a non-empty list of steps")
+    if len(steps_raw) > MAX_STEPS_PER_JOB:
+        raise ctx.fail(ln("steps"), f"{where}.steps", f"at most {MAX_STEPS_PER_JOB} steps per job")
+    steps = [_step(ctx, job_id, i, s, _line_of(steps_raw, i), needs) for i, s in enumerate(steps_raw)]
+    ids = [s.id for s in steps if s.id]
+    if len(ids) != len(set(ids)):
+        raise ctx.fail(ln("steps"), f"{where}.steps", "step ids must be unique")
+    outputs: dict[str, str] = {}
+    if "outputs" in raw:
+        out = raw["outputs"]
+        if not isinstance(out, _Map):
+            raise ctx.fail(ln("outputs"), f"{where}.outputs", "must be a mapping of names to expressions")
+        for k, v in out.items():
+            kline = out.key_lines.get(k)
+            text = _scalar_text(ctx, v, kline, f"{where}.outputs.{k}")
+            _check_text(ctx, text, kline, f"{where}.outputs.{k}", OUTPUT_CONTEXTS, needs)
+            outputs[str(k)] = text
+    return JobSpec(
+        id=job_id,
+        name=_scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else job_id,
+        needs=needs,
+        runs_on=runs_on,
+        env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", JOB_ENV_CONTEXTS, needs),
+        if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", JOB_IF_CONTEXTS, needs) if "if" in raw else None,
+        timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
+        if "timeout-minutes" in raw
+        else 360.0,
+        continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
+        if "continue-on-error" in raw
+        else False,
+        outputs=outputs,
+        steps=steps,
+        network=_bool(ctx, raw["network"], ln("network"), f"{where}.network") if "network" in raw else False,
+        line=line,
+        environment=_environment(ctx, raw["environment"], ln("environment"), f"{where}.environment")
+        if "environment" in raw
+        else None,
+    )
+
+
+def _check_graph(ctx: _Ctx, jobs: list[JobSpec], lines: dict[str, int | None]) -> None:
+    ids = {j.id for j in jobs}
+    by_id = {j.id: j for j in jobs}
+    for job in jobs:
+        for need in job.needs:
+            if need not in ids:
+                raise ctx.fail(lines.get(job.id), f"jobs.{job.id}.needs", f"unknown job {need!r}")
+            if need == job.id:
+                raise ctx.fail(lines.get(job.id), f"jobs.{job.id}.needs", "a job cannot need itself")
+    # Depth-first search; grey = on the current path, so a grey hit closes a cycle.
+    colour: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(job_id: str) -> None:
+        colour[job_id] = 1
+        path.append(job_id)
+        for need in by_id[job_id].needs:
+            if colour.get(need) == 1:
+                cycle = [*path[path.index(need) :], need]
+                raise ctx.fail(lines.get(job_id), f"jobs.{job_id}.needs", "dependency cycle: " + " -> ".join(cycle))
+            if colour.get(need) is None:
+                visit(need)
+        path.pop()
+        colour[job_id] = 2
+
+    for job in jobs:
+        if colour.get(job.id) is None:
+            visit(job.id)
+
+
+def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
+    """Parse and validate one workflow file; raises ``WorkflowSpecError``."""
+    ctx = _Ctx(path)
+    if isinstance(text, bytes):
+        if len(text) > MAX_WORKFLOW_BYTES:
+            raise ctx.fail(None, None, f"file is larger than {MAX_WORKFLOW_BYTES} bytes")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ctx.fail(None, None, "file is not UTF-8 text") from None
+    try:
+        doc = yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ctx.fail(line, None, f"invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ctx.fail(None, None, f"invalid YAML: {exc}") from None
+    if not isinstance(doc, _Map):
+        raise ctx.fail(1, None, "a workflow file must be a mapping")
+    _check_keys(ctx, doc, WORKFLOW_KEYS, "")
+    if "on" not in doc:
+        raise ctx.fail(doc.line, "on", "missing 'on'")
+    on_push = _push_filter(ctx, doc["on"], doc.key_lines.get("on"))
+    on_pull_request = _pull_request_filter(ctx, doc["on"])
+    env = _env(ctx, doc.get("env"), doc.key_lines.get("env"), "env", WORKFLOW_ENV_CONTEXTS, None)
+    jobs_raw = doc.get("jobs")
+    if not isinstance(jobs_raw, _Map) or not jobs_raw:
+        raise ctx.fail(doc.key_lines.get("jobs", doc.line), "jobs", "a workflow needs a non-empty 'jobs' mapping")
+    if len(jobs_raw) > MAX_JOBS_PER_WORKFLOW:
+        raise ctx.fail(doc.key_lines.get("jobs"), "jobs", f"at most {MAX_JOBS_PER_WORKFLOW} jobs per workflow")
+    # Graph errors point at each job's 'needs' line (or the job's own line without one).
+    lines = {
+        str(k): (v.key_lines.get("needs", v.line) if isinstance(v, _Map) else jobs_raw.key_lines.get(k))
+        for k, v in jobs_raw.items()
+    }
+    jobs = [_job(ctx, str(k), v, jobs_raw.key_lines.get(k)) for k, v in jobs_raw.items()]
+    _check_graph(ctx, jobs, lines)
+    name = _scalar_text(ctx, doc["name"], doc.key_lines.get("name"), "name") if "name" in doc else path
+    for job in jobs:
+        job.secrets = job_secret_names(env, job)
+    return WorkflowSpec(path=path, name=name, on_push=on_push, on_pull_request=on_pull_request, env=env, jobs=jobs)
+
+
+def _names_in(expr: str) -> set[str]:
+    return {p[1].upper() for p in context_paths(parse(expr)) if p[0] == "secrets" and len(p) > 1}
+
+
+def job_secret_names(workflow_env: dict[str, str], job: JobSpec) -> list[str]:
+    """The secrets a job references (upper-case, sorted): all its worker will ever fetch."""
+    texts = [*workflow_env.values(), *job.env.values()]
+    names: set[str] = set()
+    for step in job.steps:
+        texts += [step.run, *step.env.values(), step.working_directory or "", *step.with_inputs.values()]
+        if step.if_expr:
+            names |= _names_in(strip_wrapper(step.if_expr))
+    for text in texts:
+        for expr in expressions_in(text):
+            names |= _names_in(expr)
+    return sorted(names)
+
+
+# on.push filters ----------------------------------------------------------------------------
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """GitHub filter globs: ``*`` (no '/'), ``**`` (anything), ``?`` and ``+`` quantify the
+    previous character, ``[...]`` classes."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "*":
+            if pattern[i : i + 2] == "**":
+                out.append(".*")
+                i += 2
+                continue
+            out.append("[^/]*")
+        elif c in "?+" and out:
+            out.append(c)
+        elif c == "[":
+            end = pattern.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(c))
+            else:
+                out.append(pattern[i : end + 1])
+                i = end + 1
+                continue
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _matches_any(patterns: list[str], name: str) -> bool:
+    # Later patterns win, and '!' negates: GitHub's order-sensitive evaluation.
+    matched = False
+    for pattern in patterns:
+        if pattern.startswith("!"):
+            if _glob_regex(pattern[1:]).match(name):
+                matched = False
+        elif _glob_regex(pattern).match(name):
+            matched = True
+    return matched
+
+
+def push_triggers(push: PushFilter, ref: str) -> bool:
+    """Whether a push of ``ref`` (``refs/heads/x`` or ``refs/tags/x``) triggers the workflow."""
+    if not push.enabled:
+        return False
+    if ref.startswith("refs/heads/"):
+        name, include, ignore = ref[len("refs/heads/") :], push.branches, push.branches_ignore
+        other_defined = push.tags is not None or push.tags_ignore is not None
+    elif ref.startswith("refs/tags/"):
+        name, include, ignore = ref[len("refs/tags/") :], push.tags, push.tags_ignore
+        other_defined = push.branches is not None or push.branches_ignore is not None
+    else:
+        return False
+    if include is not None:
+        return _matches_any(include, name)
+    if ignore is not None:
+        return not _matches_any(ignore, name)
+    # Filters only for the other ref kind: this kind does not trigger.
+    return not other_defined

@@ -1,0 +1,462 @@
+"""The generation activity: one attempt at turning a video request into an MP4 and a thumbnail.
+
+It runs on a GPU worker, which injects the loaded model, the video encoder and the object
+store. One attempt:
+
+* resumes from the newest valid checkpoint of the job (any attempt), else starts fresh;
+* runs sampler steps, heartbeating ``GenerateProgress`` after each one;
+* commits a checkpoint every ``checkpoint_interval_seconds`` and at once when the worker is
+  told it will be preempted (SIGTERM), then fails the attempt as ``Preempted`` so Temporal
+  hands the job to another worker right away;
+* stops at once when the job is cancelled or this attempt lost its lease (the server answers
+  a heartbeat with "not found" or "timed out"), writing nothing more;
+* writes every object under ``<object_prefix>/attempt-<n>/``: a stale attempt's objects are
+  never the ones the workflow records.
+
+A worker built with ``checkpoints=False`` (setting ``video_checkpoints``) neither resumes,
+nor checkpoints periodically, nor at the notice: every attempt starts at step 0. That is the
+restart-from-zero baseline the goodput benchmark measures checkpointing against.
+
+This module stays free of torch and PyAV: the workflow imports it for the activity
+definition. Models and encoders implement the small protocols below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, CancelledError
+
+from activities.video.checkpoints import JobCheckpoints, attempt_prefix
+from leasehold.retry import retry_within
+from leasehold.storage import ObjectStore
+from workflows.video.models import format_size, get_model
+from workflows.video.types import GenerateInput, GenerateProgress, GenerateResult, GenerationStarted, VideoErrorType
+
+log = logging.getLogger(__name__)
+
+GENERATE_VIDEO = "generate_video"
+
+# How long the final video and thumbnail uploads are retried while the store is unreachable.
+UPLOAD_RETRY_SECONDS = 120.0
+
+# A gap this much longer than the heartbeat timeout between two steps (the process was
+# stopped, or starved) means the server has probably given the job to another worker; the
+# attempt asks the server before it writes anything more.
+_LEASE_CHECK_FRACTION = 0.8
+# How long to wait for the server's answer to that heartbeat.
+_LEASE_CHECK_WAIT_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    """What a model generates: the request resolved against the model catalogue."""
+
+    model: str
+    prompt: str
+    seed: int
+    width: int
+    height: int
+    frames: int
+    fps: int
+    steps: int
+
+
+class VideoModel(Protocol):
+    """A loaded model version. A real diffusion pipeline implements the same five methods."""
+
+    name: str
+    # Changes whenever the sampler changes in a way that makes old checkpoints meaningless.
+    revision: str
+
+    # A state is the whole generation state between two steps (what a checkpoint holds); it
+    # is opaque to the activity except for its ``step`` attribute, the steps done so far.
+    def init_state(self, job: GenerationJob) -> Any:
+        """The state before the first step (noise drawn from the job's seed)."""
+        ...
+
+    def step(self, state: Any) -> None:
+        """Advance ``state`` by one sampler step, in place."""
+        ...
+
+    def save_state(self, state: Any) -> bytes:
+        """Serialize everything ``step`` depends on (latent, step, RNG state)."""
+        ...
+
+    def load_state(self, job: GenerationJob, data: bytes) -> Any:
+        """Inverse of ``save_state``; raises ``ValueError`` when ``data`` is not a state of ``job``."""
+        ...
+
+    def decode(self, state: Any) -> Any:
+        """The finished video as uint8 RGB frames, shape (frames, height, width, 3)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EncodedVideo:
+    """Files an encoder wrote."""
+
+    video_path: Path
+    video_content_type: str
+    thumbnail_path: Path
+    thumbnail_content_type: str
+    thumbnail_extension: str
+    frames: int
+
+
+class VideoEncoder(Protocol):
+    """Turns decoded frames into a deterministic MP4 and a thumbnail image."""
+
+    def encode(self, frames: Any, fps: int, directory: Path, progress: Callable[[], None]) -> EncodedVideo:
+        """Write the files into ``directory``; call ``progress`` now and then (it heartbeats)."""
+        ...
+
+
+class GenerationObserver(Protocol):
+    """Receives measurements (the GPU worker exports them as Prometheus metrics)."""
+
+    def generation_started(self, job_id: str, attempt: int, resumed_from_step: int) -> None: ...
+
+    def step_done(self, seconds: float) -> None: ...
+
+    def checkpoint_written(self, seconds: float, size: int) -> None: ...
+
+    def generation_ended(self, outcome: str) -> None: ...
+
+
+class _NoObserver:
+    def generation_started(self, job_id: str, attempt: int, resumed_from_step: int) -> None:
+        pass
+
+    def step_done(self, seconds: float) -> None:
+        pass
+
+    def checkpoint_written(self, seconds: float, size: int) -> None:
+        pass
+
+    def generation_ended(self, outcome: str) -> None:
+        pass
+
+
+class _Stop(Exception):
+    """Internal: the loop must stop; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def resolve_job(model_name: str, input: GenerateInput) -> GenerationJob:
+    """Check the request against the catalogue; a request that cannot run fails for good."""
+    request = input.request
+    spec = get_model(request.model)
+    if spec is None:
+        raise ApplicationError(
+            f"unknown model {request.model!r}", type=VideoErrorType.INVALID_REQUEST, non_retryable=True
+        )
+    if request.model != model_name:
+        raise ApplicationError(
+            f"this worker serves {model_name!r}, not {request.model!r}",
+            type=VideoErrorType.MODEL_MISMATCH,
+            non_retryable=True,
+        )
+    size = format_size(request.width, request.height)
+    if not spec.accepts_size(size):
+        raise ApplicationError(
+            f"size {size} is not one of {', '.join(spec.sizes)}",
+            type=VideoErrorType.INVALID_REQUEST,
+            non_retryable=True,
+        )
+    if not spec.accepts_seconds(request.seconds):
+        raise ApplicationError(
+            f"seconds must be between {spec.min_seconds} and {spec.max_seconds}",
+            type=VideoErrorType.INVALID_REQUEST,
+            non_retryable=True,
+        )
+    steps = request.steps if request.steps is not None else spec.default_steps
+    if not 1 <= steps <= spec.max_steps:
+        raise ApplicationError(
+            f"steps must be between 1 and {spec.max_steps}", type=VideoErrorType.INVALID_REQUEST, non_retryable=True
+        )
+    if not request.prompt.strip():
+        raise ApplicationError("prompt is empty", type=VideoErrorType.INVALID_REQUEST, non_retryable=True)
+    return GenerationJob(
+        model=request.model,
+        prompt=request.prompt,
+        seed=request.seed,
+        width=request.width,
+        height=request.height,
+        frames=spec.frame_count(request.seconds),
+        fps=spec.fps,
+        steps=steps,
+    )
+
+
+def job_fingerprint(model: VideoModel, job: GenerationJob) -> str:
+    """Identifies the inputs a checkpoint was made for; a mismatch means it is not ours."""
+    body = json.dumps({"revision": model.revision, **job.__dict__}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+class VideoGenerationActivities:
+    """The generation activity with its dependencies: built once per GPU worker process."""
+
+    def __init__(
+        self,
+        model: VideoModel,
+        encoder: VideoEncoder,
+        store: ObjectStore,
+        observer: GenerationObserver | None = None,
+        announce_started: Callable[[str, GenerationStarted], None] | None = None,
+        checkpoints: bool = True,
+    ) -> None:
+        self._model = model
+        # False: every attempt starts from step 0 and stores no checkpoint (the baseline).
+        self._checkpoints = checkpoints
+        # Tells the job's workflow an attempt started (the GPU worker signals it); optional.
+        self._announce_started = announce_started
+        self._encoder = encoder
+        self._store = store
+        self._observer = observer or _NoObserver()
+        self._preemption = threading.Event()
+
+    @property
+    def announce_started(self) -> Callable[[str, GenerationStarted], None] | None:
+        return self._announce_started
+
+    def notify_preemption(self) -> None:
+        """The worker is about to go away (SIGTERM): checkpoint now and hand the job back."""
+        self._preemption.set()
+
+    # The loop checks cancellation between steps, so no asynchronous exception can land in
+    # the middle of a checkpoint upload.
+    @activity.defn(name=GENERATE_VIDEO, no_thread_cancel_exception=True)
+    def generate_video(self, input: GenerateInput) -> GenerateResult:
+        """Run (or resume) one job; see the module docstring."""
+        job = resolve_job(self._model.name, input)
+        info = activity.info()
+        attempt = info.attempt
+        outcome = "failed"
+        try:
+            result = _Attempt(self, input, job, attempt, info.heartbeat_timeout).run()
+            outcome = "completed"
+            return result
+        except _Stop as stop:
+            outcome = stop.reason
+            if stop.reason == "preempted":
+                raise ApplicationError(
+                    "the worker was preempted; the job resumes from its checkpoint",
+                    type=VideoErrorType.PREEMPTED,
+                    non_retryable=False,
+                    next_retry_delay=timedelta(seconds=0.2),
+                ) from None
+            raise CancelledError(stop.reason) from None
+        except (ApplicationError, CancelledError):
+            raise
+        except (ValueError, RuntimeError, MemoryError) as exc:
+            # The model rejected this input or ran out of memory on it: the job fails with a
+            # reason, the worker keeps serving.
+            log.exception("generation of %s failed", input.job_id)
+            raise ApplicationError(
+                f"{type(exc).__name__}: {exc}", type=VideoErrorType.GENERATION_FAILED, non_retryable=True
+            ) from exc
+        finally:
+            self._observer.generation_ended(outcome)
+
+
+class _Attempt:
+    """The state of one running attempt (kept apart so the activity method stays short)."""
+
+    def __init__(
+        self,
+        owner: VideoGenerationActivities,
+        input: GenerateInput,
+        job: GenerationJob,
+        attempt: int,
+        heartbeat_timeout: timedelta | None,
+    ) -> None:
+        self.owner = owner
+        self.input = input
+        self.job = job
+        self.attempt = attempt
+        self.model = owner._model
+        self.store = owner._store
+        self.observer = owner._observer
+        self.prefix = attempt_prefix(input.object_prefix.rstrip("/"), attempt)
+        self.checkpoints = JobCheckpoints(owner._store, input.object_prefix, attempt)
+        self.fingerprint = job_fingerprint(self.model, job)
+        self.heartbeat_timeout = heartbeat_timeout.total_seconds() if heartbeat_timeout else None
+        self.progress = GenerateProgress(total_steps=job.steps, attempt=attempt)
+        self.checkpoint_seconds = 0.0
+        self.last_checkpoint_step = -1
+        self.last_heartbeat = time.monotonic()
+
+    def heartbeat(self) -> None:
+        self.progress.sent_at = time.time()
+        activity.heartbeat(self.progress)
+        self.last_heartbeat = time.monotonic()
+
+    def check(self) -> None:
+        """Raise ``_Stop`` when the attempt must end now; verify the lease after a long gap."""
+        if self.heartbeat_timeout is not None:
+            gap = time.monotonic() - self.last_heartbeat
+            if gap > self.heartbeat_timeout * _LEASE_CHECK_FRACTION and not activity.is_cancelled():
+                log.warning("no heartbeat for %.1fs; confirming the lease before going on", gap)
+                self.heartbeat()
+                activity.wait_for_cancelled_sync(timeout=_LEASE_CHECK_WAIT_SECONDS)
+        if activity.is_cancelled():
+            details = activity.cancellation_details()
+            if details is not None and details.worker_shutdown:
+                raise _Stop("preempted")
+            if details is not None and details.cancel_requested:
+                raise _Stop("cancelled")
+            # Not found, timed out, paused, reset, or a failed heartbeat: another attempt
+            # owns the job now, or will. Stop the GPU work and write nothing more.
+            raise _Stop("lease_lost")
+        # SIGTERM (the preemption notice) or any other graceful worker stop: hand the job back
+        # with nothing lost.
+        if self.owner._preemption.is_set() or activity.is_worker_shutdown():
+            raise _Stop("preempted")
+
+    def checkpoint(self, state: Any) -> bool:
+        """Commit ``state``; ``False`` when the store refused it (the previous one stays valid).
+
+        An unreachable store does not end the attempt: generation goes on, and the next
+        interval tries again, so an outage costs at most the work since the last commit.
+        """
+        if state.step == self.last_checkpoint_step:
+            return True
+        started = time.monotonic()
+        data = self.model.save_state(state)
+        try:
+            key = self.checkpoints.commit(state.step, self.job.steps, self.fingerprint, data)
+        except Exception as exc:
+            log.warning(
+                "job %s attempt %d: checkpoint at step %d not stored (%s: %s); the previous one stays valid",
+                self.input.job_id,
+                self.attempt,
+                state.step,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        self.last_checkpoint_step = state.step
+        self.progress.checkpoint_key = key
+        self.progress.checkpoint_step = state.step
+        self.heartbeat()
+        try:
+            self.checkpoints.prune()
+        except Exception as exc:  # an extra old checkpoint is harmless; the next prune gets it
+            log.warning("job %s: pruning old checkpoints failed: %s", self.input.job_id, exc)
+        seconds = time.monotonic() - started
+        self.checkpoint_seconds += seconds
+        self.observer.checkpoint_written(seconds, len(data))
+        log.info(
+            "job %s attempt %d: checkpoint at step %d (%d bytes)",
+            self.input.job_id,
+            self.attempt,
+            state.step,
+            len(data),
+        )
+        return True
+
+    def upload(self, key: str, path: Path, content_type: str) -> None:
+        """Store a final asset, riding out a store outage of up to ``UPLOAD_RETRY_SECONDS``.
+
+        Between tries the attempt keeps heartbeating and still stops on cancel or lease loss.
+        """
+
+        def between_tries() -> None:
+            self.heartbeat()
+            self.check()
+
+        error = retry_within(
+            lambda: self.store.put_file(key, path, content_type),
+            UPLOAD_RETRY_SECONDS,
+            f"{key} of job {self.input.job_id}",
+            log,
+            between=between_tries,
+        )
+        if error is not None:
+            raise error
+
+    def run(self) -> GenerateResult:
+        job = self.job
+        restored = (
+            self.checkpoints.newest_valid(self.fingerprint, lambda data: self.model.load_state(job, data))
+            if self.owner._checkpoints
+            else None
+        )
+        if restored is not None:
+            state = restored.state
+            self.last_checkpoint_step = state.step
+            self.progress.checkpoint_key = restored.manifest_key
+            self.progress.checkpoint_step = state.step
+            log.info("job %s attempt %d resumes from %s", self.input.job_id, self.attempt, restored.manifest_key)
+        else:
+            state = self.model.init_state(job)
+        resumed_from = state.step
+        self.observer.generation_started(self.input.job_id, self.attempt, resumed_from)
+        workflow_id = activity.info().workflow_id
+        if self.owner._announce_started is not None and workflow_id:
+            self.owner._announce_started(
+                workflow_id, GenerationStarted(attempt=self.attempt, resumed_from_step=resumed_from)
+            )
+        self.progress.step = state.step
+        self.heartbeat()
+
+        gpu_started = time.monotonic()
+        last_checkpoint = time.monotonic()
+        interval = self.input.checkpoint_interval_seconds if self.owner._checkpoints else math.inf
+        try:
+            while state.step < job.steps:
+                self.check()
+                step_started = time.monotonic()
+                self.model.step(state)
+                self.observer.step_done(time.monotonic() - step_started)
+                self.progress.step = state.step
+                self.heartbeat()
+                if time.monotonic() - last_checkpoint >= interval and state.step < job.steps:
+                    self.check()
+                    self.checkpoint(state)
+                    last_checkpoint = time.monotonic()
+        except _Stop as stop:
+            if stop.reason == "preempted" and self.owner._checkpoints:
+                # The whole point of the notice: lose no work.
+                self.checkpoint(state)
+            raise
+        self.check()
+        frames = self.model.decode(state)
+        gpu_seconds = time.monotonic() - gpu_started
+        with tempfile.TemporaryDirectory(prefix="leasehold-video-") as tmp:
+            encoded = self.owner._encoder.encode(frames, job.fps, Path(tmp), self.heartbeat)
+            self.check()
+            video_key = f"{self.prefix}/video.mp4"
+            thumbnail_key = f"{self.prefix}/thumbnail.{encoded.thumbnail_extension}"
+            self.upload(video_key, encoded.video_path, encoded.video_content_type)
+            self.upload(thumbnail_key, encoded.thumbnail_path, encoded.thumbnail_content_type)
+        return GenerateResult(
+            video_key=video_key,
+            thumbnail_key=thumbnail_key,
+            attempt=self.attempt,
+            width=job.width,
+            height=job.height,
+            frames=encoded.frames,
+            fps=job.fps,
+            total_steps=job.steps,
+            resumed_from_step=resumed_from,
+            gpu_seconds=gpu_seconds,
+            checkpoint_seconds=self.checkpoint_seconds,
+        )

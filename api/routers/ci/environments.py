@@ -1,0 +1,51 @@
+"""``/v1/repos/{id}/environments``: which deployment environments of a repository require approval,
+and who may give it. Another tenant's repository answers 404 like a missing one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+
+from api.deps import DbDep, PrincipalDep
+from api.errors import invalid, not_found
+from api.schemas.ci.runs import EnvironmentList, EnvironmentOut, EnvironmentPut
+from leasehold.records.ci.environments import EnvironmentError, EnvironmentRecord, list_environments, set_environment
+from leasehold.records.ci.repos import get_repo
+
+router = APIRouter(tags=["ci"])
+
+
+def _out(record: EnvironmentRecord) -> EnvironmentOut:
+    return EnvironmentOut(
+        repo_id=record.repo_id,
+        name=record.name,
+        required_approval=record.required_approval,
+        approvers=record.approvers,
+        updated_at=record.updated_at,
+    )
+
+
+@router.put("/v1/repos/{repo_id}/environments/{name}")
+async def put_environment(
+    repo_id: str, name: str, body: EnvironmentPut, principal: PrincipalDep, db: DbDep
+) -> EnvironmentOut:
+    """Create or change an environment's protection; applies to runs pushed after it."""
+    if await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id) is None:
+        raise not_found("repository")
+    try:
+        record = await asyncio.to_thread(
+            set_environment, db, principal.tenant_id, repo_id, name, body.required_approval, body.approvers
+        )
+    except EnvironmentError as exc:
+        raise invalid(exc.field, exc.message) from None
+    return _out(record)
+
+
+@router.get("/v1/repos/{repo_id}/environments")
+async def get_environments(repo_id: str, principal: PrincipalDep, db: DbDep) -> EnvironmentList:
+    """The repository's environments and their protection."""
+    if await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id) is None:
+        raise not_found("repository")
+    records = await asyncio.to_thread(list_environments, db, principal.tenant_id, repo_id)
+    return EnvironmentList(data=[_out(r) for r in records])

@@ -1,0 +1,272 @@
+"""Push triggers: GitHub's webhook format and a generic, API-key authenticated form.
+
+A push is made durable by starting ``CIPushWorkflow`` under a deterministic id (repository +
+commit + ref) before answering 2xx; that workflow reads the workflow files at the commit and
+starts one ``CIRunWorkflow`` per file, whose id is again deterministic (repository + commit +
+file). A redelivered webhook, or the same push sent twice, therefore lands on the same push
+and the same runs instead of creating new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import re
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import sessionmaker
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
+from api.errors import ApiError, not_found
+from api.schemas.ci.runs import PushAccepted, PushOut, PushRequest, WebhookAnswer
+from leasehold.client.ci.push_input import push_input
+from leasehold.client.ci.start import push_state, start_push
+from leasehold.records.ci.plans import get_plan
+from leasehold.records.ci.repos import RepoRecord, WebhookCandidate, get_repo, webhook_candidates
+from leasehold.settings import Settings
+from workflows import search_attributes as sa
+from workflows.ci.ids import push_workflow_id
+from workflows.ci.types import PullRequestInfo
+
+router = APIRouter(tags=["ci"])
+log = logging.getLogger(__name__)
+
+ZERO_SHA = re.compile(r"^0+$")
+SHA = re.compile(r"^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$")
+GITHUB_WEBHOOK_PATH = "/v1/hooks/github"
+# What GitHub sends in X-Hub-Signature-256; anything else cannot verify, so nothing is read.
+SIGNATURE = re.compile(r"^sha256=[0-9a-f]{64}$")
+# GitHub names the repository a delivery is for in headers (for a repository webhook, the
+# target id is the repository's id), so the secret to verify with is known before the body
+# is parsed. A delivery without them is matched by the payload's repository instead.
+TARGET_ID_HEADER = "x-github-hook-installation-target-id"
+TARGET_TYPE_HEADER = "x-github-hook-installation-target-type"
+# Pull-request actions that build the head commit.
+PR_ACTIONS = ("opened", "synchronize", "reopened")
+# GitHub waits 10 s for an answer; a slow Temporal must not make us miss that.
+START_TIMEOUT_SECONDS = 5.0
+
+
+def signature_of(secret: str, body: bytes) -> str:
+    """``sha256=<hex>``: what GitHub sends in ``X-Hub-Signature-256``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _unauthorized(code: str, message: str) -> ApiError:
+    return ApiError(401, code, message)
+
+
+def _payload(request: Request, body: bytes) -> dict[str, Any]:
+    """The JSON payload, whether sent as ``application/json`` or GitHub's form encoding.
+
+    Any body that is not a JSON object is a 400: malformed, not UTF-8, or nested deeper than
+    the decoder recurses (``RecursionError``, raised cleanly by the C decoder).
+    """
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        if content_type == "application/x-www-form-urlencoded":
+            values = parse_qs(body.decode(), strict_parsing=False).get("payload", [])
+            data = json.loads(values[0]) if values else None
+        else:
+            data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ApiError(400, "invalid_payload", "the webhook body is not valid JSON", param="body") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_payload", "the webhook body must be a JSON object", param="body")
+    return data
+
+
+def _verified(candidates: list[WebhookCandidate], body: bytes, signature: str) -> list[RepoRecord]:
+    # Every candidate's signature is computed and compared in constant time.
+    return [c.repo for c in candidates if hmac.compare_digest(signature_of(c.webhook_secret, body), signature)]
+
+
+async def _verify(
+    request: Request, db: sessionmaker, body: bytes, signature: str
+) -> tuple[list[RepoRecord], dict[str, Any] | None]:
+    """The repositories whose secret signed ``body``, and the payload if it had to be parsed
+    to find them. Only the repository's name and id are read before the signature verifies."""
+    target = request.headers.get(TARGET_ID_HEADER, "").strip()
+    if target and request.headers.get(TARGET_TYPE_HEADER, "repository") == "repository":
+        by_header = await asyncio.to_thread(webhook_candidates, db, None, target)
+        verified = _verified(by_header, body, signature)
+        if verified:
+            return verified, None
+    try:
+        payload = _payload(request, body)
+    except ApiError:
+        # Nothing names a repository, so no secret can verify it.
+        return [], None
+    repository = _obj(payload.get("repository"))
+    full_name = _text(repository.get("full_name"))
+    host_id = repository.get("id") if isinstance(repository.get("id"), int | str) else None
+    candidates = await asyncio.to_thread(webhook_candidates, db, full_name, host_id)
+    return _verified(candidates, body, signature), payload
+
+
+async def record_push(
+    client: Client,
+    settings: Settings,
+    db: sessionmaker,
+    repo: RepoRecord,
+    sha: str,
+    ref: str,
+    delivery: str | None,
+    pull_request: PullRequestInfo | None = None,
+) -> str:
+    """Durably record a push (idempotent on repository + commit + ref); returns the push id.
+    The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it."""
+    plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
+    try:
+        return await asyncio.wait_for(
+            start_push(client, push_input(settings, repo, sha, ref, delivery, pull_request, plan)),
+            timeout=START_TIMEOUT_SECONDS,
+        )
+    except (RPCError, TimeoutError) as exc:
+        log.warning("could not record a push of %s %s@%s: %s", repo.id, ref, sha[:12], exc)
+        raise ApiError(503, "temporal_unavailable", "could not record the push; deliver it again") from None
+
+
+@router.post(GITHUB_WEBHOOK_PATH, responses={202: {}})
+async def github_webhook(request: Request, db: DbDep, client: ClientDep, settings: SettingsDep) -> JSONResponse:
+    """GitHub-format webhooks: ``push`` records a push; ``ping`` answers 200; others are ignored.
+
+    The signature over the raw body is checked before anything else is read: no header, a
+    malformed one, or one no registered repository's secret verifies answers 401, and an
+    unknown repository answers the same 401, so the endpoint reveals nothing about what is
+    registered. Only a verified body is parsed (a 400 if it is not a JSON object). Wrong
+    signatures count against the sender's address (429 after too many).
+    """
+    refuse_if_throttled(request)
+    signature = request.headers.get("x-hub-signature-256", "").strip()
+    if not signature:
+        raise _unauthorized("missing_signature", "X-Hub-Signature-256 is required")
+    if not SIGNATURE.match(signature):
+        note_failed_auth(request)
+        raise _unauthorized("invalid_signature", "X-Hub-Signature-256 must be sha256=<64 hex digits>")
+    # BodyLimitMiddleware stops a longer body while it streams in; this is the same limit.
+    body = await request.body()
+    if len(body) > settings.api_webhook_max_body_bytes:
+        raise ApiError(413, "request_too_large", "the webhook body is too large", param="body")
+    verified, payload = await _verify(request, db, body, signature)
+    if not verified:
+        note_failed_auth(request)
+        raise _unauthorized("invalid_signature", "the signature does not match a registered repository's secret")
+    if payload is None:
+        payload = _payload(request, body)
+
+    event = request.headers.get("x-github-event", "")
+    delivery = request.headers.get("x-github-delivery")
+    if event == "ping":
+        return JSONResponse(WebhookAnswer(event="ping", status="ok").model_dump(), status_code=200)
+    if event == "pull_request":
+        return await _pull_request(payload, verified, client, settings, db, delivery)
+    if event != "push":
+        answer = WebhookAnswer(
+            event=event or "unknown", status="ignored", reason="only push and pull_request events start runs"
+        )
+        return JSONResponse(answer.model_dump(), status_code=202)
+
+    ref = payload.get("ref")
+    after = payload.get("after")
+    if not isinstance(ref, str) or not ref.startswith("refs/"):
+        raise ApiError(400, "invalid_payload", "a push payload needs 'ref' (refs/...)", param="ref")
+    if payload.get("deleted") is True or (isinstance(after, str) and ZERO_SHA.match(after)):
+        answer = WebhookAnswer(event="push", status="ignored", reason="deletion of " + ref)
+        return JSONResponse(answer.model_dump(), status_code=200)
+    if not isinstance(after, str) or not SHA.match(after):
+        raise ApiError(400, "invalid_payload", "a push payload needs 'after' (a commit sha)", param="after")
+
+    pushes = []
+    for repo in verified:
+        pid = await record_push(client, settings, db, repo, after, ref, delivery)
+        log.info("push %s for %s %s@%s (delivery %s)", pid, repo.id, ref, after[:12], delivery)
+        pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=after.lower(), ref=ref))
+    answer = WebhookAnswer(event="push", status="accepted", pushes=pushes)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+async def _pull_request(
+    payload: dict[str, Any],
+    verified: list[RepoRecord],
+    client: Client,
+    settings: Settings,
+    db: sessionmaker,
+    delivery: str | None,
+) -> JSONResponse:
+    """``pull_request`` opened/synchronize/reopened: a run of the head commit (``refs/pull/<n>/head``,
+    which the host keeps in the base repository). Code from a fork runs without secrets."""
+    action = _text(payload.get("action")) or ""
+    if action not in PR_ACTIONS:
+        answer = WebhookAnswer(event="pull_request", status="ignored", reason=f"action {action or 'unknown'!r}")
+        return JSONResponse(answer.model_dump(), status_code=202)
+    pr = payload.get("pull_request")
+    number = payload.get("number", pr.get("number") if isinstance(pr, dict) else None)
+    if not isinstance(pr, dict) or not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+        raise ApiError(400, "invalid_payload", "a pull_request payload needs 'number' and 'pull_request'")
+    head, base = _obj(pr.get("head")), _obj(pr.get("base"))
+    sha = _text(head.get("sha"))
+    if sha is None or not SHA.match(sha):
+        raise ApiError(400, "invalid_payload", "pull_request.head.sha must be a commit sha", param="head.sha")
+    head_repo, base_repo, repository = _obj(head.get("repo")), _obj(base.get("repo")), _obj(payload.get("repository"))
+    base_name = _text(base_repo.get("full_name")) or _text(repository.get("full_name")) or ""
+    pushes = []
+    for repo in verified:
+        info = PullRequestInfo(
+            number=number,
+            head_ref=_text(head.get("ref")) or "",
+            base_ref=_text(base.get("ref")) or repo.default_branch,
+            # A deleted fork has no head repository: treat it as foreign code.
+            head_repo=_text(head_repo.get("full_name")) or "(deleted fork)",
+            base_repo=base_name or repo.name,
+            action=action,
+        )
+        ref = f"refs/pull/{number}/head"
+        pid = await record_push(client, settings, db, repo, sha, ref, delivery, info)
+        log.info("pull request #%s of %s at %s (fork: %s)", number, repo.id, sha[:12], info.from_fork)
+        pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=sha.lower(), ref=ref))
+    answer = WebhookAnswer(event="pull_request", status="accepted", pushes=pushes)
+    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
+
+
+@router.post("/v1/hooks/push", status_code=202)
+async def generic_push(
+    body: PushRequest, principal: PrincipalDep, db: DbDep, client: ClientDep, settings: SettingsDep
+) -> PushAccepted:
+    """The generic trigger: the caller's repository, a commit and a ref."""
+    repo = await asyncio.to_thread(get_repo, db, principal.tenant_id, body.repo_id)
+    if repo is None:
+        raise not_found("repository")
+    pid = await record_push(client, settings, db, repo, body.commit_sha, body.ref, None)
+    return PushAccepted(id=pid, repo_id=repo.id, commit_sha=body.commit_sha.lower(), ref=body.ref)
+
+
+@router.get("/v1/pushes/{push}")
+async def get_push(push: str, principal: PrincipalDep, client: ClientDep) -> PushOut:
+    """A push and the runs it created so far (another tenant's push answers 404)."""
+    try:
+        description = await client.get_workflow_handle(push_workflow_id(push)).describe()
+        if description.typed_search_attributes.get(sa.TENANT_ID) != principal.tenant_id:
+            raise not_found("push")
+        state = await push_state(client, push)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise not_found("push") from None
+        raise
+    return PushOut.from_state(state, description.typed_search_attributes.get(sa.REPO_ID) or "")

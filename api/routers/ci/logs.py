@@ -1,0 +1,285 @@
+"""Job logs: stored chunks of one attempt (``/logs``) and a live SSE tail (``/logs/stream``).
+
+Each attempt logs under its own object-store prefix as ``<seq:08d>.log`` chunks numbered from 0
+without holes; a chunk that could not be stored leaves a ``.gap`` marker (and is listed in the
+attempt's ``end.json``), so readers show lost output as a gap instead of silently skipping it.
+``end.json`` marks the end of the attempt's log. An attempt whose worker was lost never writes
+``end.json``; the run state (attempt no longer running) ends its stream instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from api.deps import ClientDep, PrincipalDep, StoreDep
+from api.errors import ApiError, not_found
+from api.routers.ci.runs import check_job_id, load_run
+from api.schemas.ci.runs import LogChunkOut, LogPage
+from leasehold.records.api_keys import Principal
+from leasehold.storage import ObjectNotFound, ObjectStore
+from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, parse_log_key
+from workflows.ci.types import JOB_FINAL_STATUSES, AttemptStatus, CIRunState, JobAttemptState, LogEnd
+
+router = APIRouter(tags=["ci"])
+log = logging.getLogger(__name__)
+
+MAX_CHUNKS_PER_PAGE = 1000
+MAX_BYTES_PER_PAGE = 4 * 1024 * 1024
+# How often a live stream looks for new chunks, and re-reads the run state (a lost attempt
+# writes no end marker, so the state is what ends its stream).
+POLL_SECONDS = 0.25
+STATE_POLL_SECONDS = 2.0
+WAIT_ATTEMPT_POLL_SECONDS = 1.0
+KEEPALIVE_SECONDS = 15.0
+# A stream is bounded; a client that wants more reconnects with Last-Event-ID.
+MAX_STREAM_SECONDS = 3600.0
+
+
+@dataclass
+class LogRead:
+    """What one read of an attempt's prefix found from ``from_seq`` on."""
+
+    # (seq, text) for stored chunks and (seq, None) for gaps, in seq order without holes.
+    items: list[tuple[int, str | None]] = field(default_factory=list)
+    next_seq: int = 0
+    end: LogEnd | None = None
+    has_more: bool = False
+
+
+def read_attempt_log(
+    store: ObjectStore,
+    prefix: str,
+    from_seq: int,
+    known_gaps: set[int] | frozenset[int] = frozenset(),
+    final: bool = False,
+    max_chunks: int = MAX_CHUNKS_PER_PAGE,
+    max_bytes: int = MAX_BYTES_PER_PAGE,
+) -> LogRead:
+    """Chunks and gaps of one attempt from ``from_seq``, stopping at the first seq not yet known.
+
+    A missing seq counts as a gap when a ``.gap`` marker, the end marker or ``known_gaps`` says
+    so, or when a later chunk exists and the attempt is ``final`` (its writer is gone).
+    """
+    found: dict[int, str] = {}
+    for key in store.list(prefix):
+        parsed = parse_log_key(key)
+        if parsed is not None and parsed[0] >= from_seq:
+            # A chunk stored after all wins over a gap marker for the same seq.
+            if parsed[1] == "log" or parsed[0] not in found:
+                found[parsed[0]] = parsed[1]
+    end: LogEnd | None = None
+    try:
+        end = LogEnd.model_validate_json(store.get(log_end_key(prefix)))
+    except ObjectNotFound:
+        pass
+    gaps = set(known_gaps) | (set(end.gaps) if end else set())
+    limit = end.next_seq if end is not None else (max(found) + 1 if found else from_seq)
+    result = LogRead(end=end)
+    seq, size = from_seq, 0
+    while seq < limit:
+        if len(result.items) >= max_chunks or size >= max_bytes:
+            result.has_more = True
+            break
+        kind = found.get(seq)
+        if kind == "log":
+            try:
+                data = store.get(log_chunk_key(prefix, seq))
+            except ObjectNotFound:
+                break
+            size += len(data)
+            result.items.append((seq, data.decode("utf-8", errors="replace")))
+        elif kind == "gap" or seq in gaps or end is not None or final:
+            result.items.append((seq, None))
+        else:
+            break  # not written yet: a live reader waits here
+        seq += 1
+    result.next_seq = seq
+    return result
+
+
+def _attempt(state: CIRunState, job_id: str, attempt: int | None) -> JobAttemptState | None:
+    job = state.job(job_id)
+    if job is None:
+        raise not_found("job")
+    if attempt is None:
+        if job.attempt:
+            return job.current_attempt()
+        # Between a retry and its first attempt, the older attempts are not "the current log".
+        return job.attempts[-1] if job.attempts and job.status in JOB_FINAL_STATUSES else None
+    for candidate in job.attempts:
+        if candidate.attempt == attempt:
+            return candidate
+    raise ApiError(404, "not_found", f"job {job_id!r} has no attempt {attempt}", param="attempt")
+
+
+def _prefix(state: CIRunState, job_id: str, attempt: JobAttemptState) -> str:
+    # The state names the prefix; derive it for states recorded before it did.
+    return attempt.log_prefix or attempt_log_prefix(state.tenant_id, state.run_id, job_id, attempt.attempt)
+
+
+def _known_gaps(attempt: JobAttemptState) -> set[int]:
+    return set(attempt.log.gaps) if attempt.log is not None else set()
+
+
+def _attempt_final(attempt: JobAttemptState) -> bool:
+    return attempt.status != AttemptStatus.RUNNING
+
+
+@router.get("/v1/runs/{run}/jobs/{job}/logs")
+async def get_logs(
+    run: str,
+    job: str,
+    principal: PrincipalDep,
+    client: ClientDep,
+    store: StoreDep,
+    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    from_seq: int = Query(0, ge=0),
+) -> LogPage:
+    """Stored chunks of one attempt from ``from_seq``; gaps are listed, never hidden."""
+    check_job_id(job)
+    state = await load_run(client, principal, run)
+    chosen = _attempt(state, job, attempt)
+    job_state = state.job(job)
+    assert job_state is not None
+    attempts = [a.attempt for a in job_state.attempts]
+    if chosen is None:
+        # The job has not started: nothing logged yet (and nothing ever if it gets skipped).
+        return LogPage(
+            run_id=run,
+            job_id=job,
+            attempt=0,
+            attempts=attempts,
+            from_seq=from_seq,
+            next_seq=from_seq,
+            ended=False,
+            status=job_state.status.value,
+        )
+    read = await asyncio.to_thread(
+        read_attempt_log, store, _prefix(state, job, chosen), from_seq, _known_gaps(chosen), _attempt_final(chosen)
+    )
+    ended = not read.has_more and (read.end is not None or _attempt_final(chosen))
+    return LogPage(
+        run_id=run,
+        job_id=job,
+        attempt=chosen.attempt,
+        attempts=attempts,
+        from_seq=from_seq,
+        next_seq=read.next_seq,
+        ended=ended,
+        status=chosen.status.value,
+        chunks=[LogChunkOut(seq=s, text=t) for s, t in read.items if t is not None],
+        gaps=[s for s, t in read.items if t is None],
+        has_more=read.has_more,
+    )
+
+
+def _event(kind: str, data: dict, event_id: int | None = None) -> bytes:
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append(f"event: {kind}")
+    lines.append("data: " + json.dumps(data, separators=(",", ":")))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+async def _follow(
+    request: Request,
+    client: Client,
+    principal: Principal,
+    store: ObjectStore,
+    state: CIRunState,
+    job: str,
+    attempt_no: int | None,
+    seq: int,
+) -> AsyncIterator[bytes]:
+    """Replay from ``seq``, then follow the attempt live until its log ends."""
+    deadline = time.monotonic() + MAX_STREAM_SECONDS
+    last_state = last_sent = time.monotonic()
+    chosen = _attempt(state, job, attempt_no)
+    yield b"retry: 1000\n\n"
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        waiting = chosen is None
+        interval = WAIT_ATTEMPT_POLL_SECONDS if waiting else STATE_POLL_SECONDS
+        if (chosen is None or not _attempt_final(chosen)) and now - last_state >= interval:
+            # Re-read the run: the job may have started an attempt, or its attempt was lost.
+            try:
+                state = await load_run(client, principal, state.run_id)
+                chosen = _attempt(state, job, attempt_no if chosen is None else chosen.attempt)
+            except (ApiError, RPCError):
+                pass  # transient; the next poll tries again
+            last_state = now
+        if chosen is None:
+            job_state = state.job(job)
+            if job_state is not None and job_state.status in JOB_FINAL_STATUSES:
+                # Finished without ever running (skipped, or cancelled while waiting).
+                yield _event("end", {"attempt": 0, "status": job_state.status.value, "next_seq": seq})
+                return
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(POLL_SECONDS)
+            continue
+        final = _attempt_final(chosen)
+        read = await asyncio.to_thread(
+            read_attempt_log, store, _prefix(state, job, chosen), seq, _known_gaps(chosen), final
+        )
+        for item_seq, text in read.items:
+            if text is None:
+                yield _event("gap", {"seq": item_seq, "attempt": chosen.attempt}, item_seq)
+            else:
+                yield _event("log", {"seq": item_seq, "attempt": chosen.attempt, "text": text}, item_seq)
+            last_sent = time.monotonic()
+        seq = read.next_seq
+        if not read.has_more and (read.end is not None or final):
+            status = read.end.status.value if read.end is not None else chosen.status.value
+            yield _event("end", {"attempt": chosen.attempt, "status": status, "next_seq": seq})
+            return
+        if read.has_more:
+            continue
+        if await request.is_disconnected():
+            return
+        if time.monotonic() - last_sent >= KEEPALIVE_SECONDS:
+            yield b": keep-alive\n\n"
+            last_sent = time.monotonic()
+        await asyncio.sleep(POLL_SECONDS)
+
+
+@router.get("/v1/runs/{run}/jobs/{job}/logs/stream")
+async def stream_logs(
+    request: Request,
+    run: str,
+    job: str,
+    principal: PrincipalDep,
+    client: ClientDep,
+    store: StoreDep,
+    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    from_seq: int = Query(0, ge=0),
+    last_event_id: str | None = Header(None),
+) -> StreamingResponse:
+    """Server-sent events: ``log`` (id = seq) and ``gap`` events, then one ``end`` event.
+
+    A reconnecting client sends ``Last-Event-ID`` (the last seq it saw) and continues after it.
+    """
+    check_job_id(job)
+    state = await load_run(client, principal, run)
+    _attempt(state, job, attempt)  # 404 for an unknown job or attempt before the stream opens
+    seq = from_seq
+    if last_event_id is not None:
+        if not last_event_id.strip().isdigit():
+            raise ApiError(400, "invalid_request", "Last-Event-ID must be a sequence number", param="Last-Event-ID")
+        seq = int(last_event_id) + 1
+    return StreamingResponse(
+        _follow(request, client, principal, store, state, job, attempt, seq),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

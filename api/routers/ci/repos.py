@@ -1,0 +1,94 @@
+"""``/v1/repos``: a tenant registers the repositories whose pushes become CI runs.
+
+The router's lifespan makes webhook secrets usable in this process: it binds the secrets
+keyring to the database (``webhook_candidates`` opens sealed secrets with it) and seals the
+secrets older databases kept in plain text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI, Request
+
+from api.deps import DbDep, PrincipalDep
+from api.errors import ApiError, invalid, not_found
+from api.schemas.ci.runs import RepoCreate, RepoList, RepoOut
+from leasehold.clone_urls import ClonePolicy
+from leasehold.records.ci.repos import (
+    RepoError,
+    RepoExists,
+    add_repo,
+    bind_keyring,
+    get_repo,
+    list_repos,
+    seal_webhook_secrets,
+)
+from leasehold.records.ci.secrets import Keyring
+
+log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Runs inside the app's own lifespan (FastAPI nests included routers' lifespans), after it
+    has set ``app.state.settings`` and ``app.state.db``."""
+    settings, db = app.state.settings, app.state.db
+    keyring: Keyring | None = getattr(app.state, "secrets_keyring", None)
+    if keyring is None:
+        keyring = await asyncio.to_thread(Keyring.from_settings, settings)
+    # One keyring per process, shared with /v1/secrets (which builds it lazily otherwise).
+    app.state.secrets_keyring = keyring
+    bind_keyring(db, keyring)
+    await asyncio.to_thread(seal_webhook_secrets, db, keyring)
+    # Built once: a bad allow-list setting stops the API here, not at the first registration.
+    app.state.clone_policy = ClonePolicy.from_settings(settings)
+    yield
+
+
+router = APIRouter(tags=["ci"], lifespan=lifespan)
+
+
+@router.post("/v1/repos", status_code=201)
+async def create_repo(body: RepoCreate, principal: PrincipalDep, db: DbDep, request: Request) -> RepoOut:
+    """Register a repository for the caller's tenant; the webhook secret is never returned.
+
+    ``clone_url`` must be allowed by the operator: ``https://`` to a public host by default,
+    a local path only below ``LEASEHOLD_CI_LOCAL_REPO_ROOT``."""
+    try:
+        record = await asyncio.to_thread(
+            add_repo,
+            db,
+            principal.tenant_id,
+            body.name,
+            body.clone_url,
+            body.webhook_secret.get_secret_value(),
+            body.default_branch,
+            body.github_id,
+            policy=request.app.state.clone_policy,
+            keyring=request.app.state.secrets_keyring,
+        )
+    except RepoExists as exc:
+        raise ApiError(409, "repo_exists", exc.message, param=exc.field) from None
+    except RepoError as exc:
+        raise invalid(exc.field, exc.message) from None
+    return RepoOut.from_record(record)
+
+
+@router.get("/v1/repos")
+async def get_repos(principal: PrincipalDep, db: DbDep) -> RepoList:
+    """The caller's repositories."""
+    records = await asyncio.to_thread(list_repos, db, principal.tenant_id)
+    return RepoList(data=[RepoOut.from_record(r) for r in records])
+
+
+@router.get("/v1/repos/{repo_id}")
+async def get_one_repo(repo_id: str, principal: PrincipalDep, db: DbDep) -> RepoOut:
+    """One repository; another tenant's answers 404 like a missing one."""
+    record = await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id)
+    if record is None:
+        raise not_found("repository")
+    return RepoOut.from_record(record)

@@ -1,0 +1,216 @@
+"""``/v1/videos``: the OpenAI Videos API (create, retrieve, list, delete, content) plus cancel and SSE."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import RedirectResponse, StreamingResponse
+from pydantic import ValidationError
+
+from api.body_limits import BodyTooLarge
+from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
+from api.errors import ApiError
+from api.routers.files import content_type_for
+from api.routers.video.capacity import capacity_tracker
+from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
+from api.video.jobs import VideoJobs, poll_after_ms
+from leasehold.storage import LocalObjectStore, ObjectNotFound
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/videos", tags=["videos"])
+
+# A create body is a prompt and a few short fields; anything much larger is not a create request.
+MAX_BODY_BYTES = 64 * 1024
+MAX_FORM_FIELDS = 16
+# An SSE stream ends after this long; the client reconnects with Last-Event-ID.
+SSE_MAX_SECONDS = 3600.0
+
+
+def get_jobs(
+    request: Request, client: ClientDep, settings: SettingsDep, store: StoreDep, db: DbDep, principal: PrincipalDep
+) -> VideoJobs:
+    return VideoJobs(client, settings, store, db, principal, capacity_tracker(request))
+
+
+JobsDep = Annotated[VideoJobs, Depends(get_jobs)]
+
+_CREATE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": VideoCreateRequest.model_json_schema()},
+            "multipart/form-data": {"schema": VideoCreateRequest.model_json_schema()},
+        },
+    }
+}
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, "request_too_large", f"the request body exceeds {MAX_BODY_BYTES} bytes", "body")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, "request_too_large", f"the request body exceeds {MAX_BODY_BYTES} bytes", "body")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _create_fields(request: Request) -> dict[str, Any]:
+    """The create fields from a JSON or form body (the SDK sends multipart form)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise ApiError(413, "request_too_large", f"the request body exceeds {MAX_BODY_BYTES} bytes", "body")
+        try:
+            form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES)
+        except BodyTooLarge:
+            raise  # the body limit (413), not a malformed form
+        except Exception as exc:
+            # Starlette reports malformed multipart as several exception types; all mean one thing.
+            raise ApiError(400, "invalid_request", "the form body could not be parsed", "body") from exc
+        fields: dict[str, Any] = {}
+        for name, value in form.multi_items():
+            if not isinstance(value, str):
+                raise ApiError(400, "unsupported_parameter", f"{name} (a file upload) is not supported here", name)
+            fields[name] = value
+        return fields
+    if content_type not in ("application/json", ""):
+        raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data", "Content-Type")
+    raw = await _read_body(request)
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError):
+        # RecursionError: nested deeper than the decoder recurses (``[[[[...``).
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON", "body") from None
+    if not isinstance(parsed, dict):
+        raise ApiError(400, "invalid_request", "the request body must be a JSON object", "body")
+    return parsed
+
+
+@router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
+async def create_video(
+    request: Request,
+    jobs: JobsDep,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Video:
+    """Accept a generation job and return it queued; never waits for generation."""
+    fields = await _create_fields(request)
+    if fields.get("input_reference") not in (None, ""):
+        raise ApiError(400, "unsupported_parameter", "input_reference is not supported", "input_reference")
+    fields.pop("input_reference", None)
+    try:
+        body = VideoCreateRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**err, "loc": ("body", *err.get("loc", ()))} for err in exc.errors(include_url=False)]
+        ) from None
+    view = await jobs.submit(body, idempotency_key)
+    return view.to_video()
+
+
+@router.get("", response_model=VideoList)
+async def list_videos(
+    jobs: JobsDep,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+) -> VideoList:
+    """The caller's videos, newest first by default; ``after`` is the previous page's ``last_id``."""
+    views, has_more = await jobs.page(after, limit, order)
+    data = [v.to_video() for v in views]
+    return VideoList(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=has_more,
+    )
+
+
+@router.get("/{video_id}", response_model=Video)
+async def retrieve_video(video_id: str, jobs: JobsDep, response: Response) -> Video:
+    """One video; ``openai-poll-after-ms`` tells pollers when to ask again."""
+    view = await jobs.get(video_id)
+    if not view.terminal:
+        response.headers["openai-poll-after-ms"] = str(poll_after_ms(view))
+    return view.to_video()
+
+
+@router.delete("/{video_id}", response_model=VideoDeleted)
+async def delete_video(video_id: str, jobs: JobsDep) -> VideoDeleted:
+    """Cancel if running, delete the video, thumbnail and checkpoints, and forget the job."""
+    await jobs.delete(video_id)
+    return VideoDeleted(id=video_id)
+
+
+@router.post("/{video_id}/cancel", response_model=Video)
+async def cancel_video(video_id: str, jobs: JobsDep) -> Video:
+    """Cancel a queued or running job (a running one stops at its next heartbeat)."""
+    view = await jobs.cancel(video_id)
+    return view.to_video()
+
+
+@router.get("/{video_id}/content", response_model=None)
+async def download_content(
+    video_id: str,
+    jobs: JobsDep,
+    store: StoreDep,
+    settings: SettingsDep,
+    variant: Annotated[Literal["video", "thumbnail"], Query()] = "video",
+) -> Response:
+    """The MP4 (or thumbnail): streamed from a local store, a redirect to a signed URL otherwise."""
+    key = await jobs.content_key(video_id, variant)
+    filename = f"{video_id}{'.mp4' if variant == 'video' else '.' + key.rsplit('.', 1)[-1]}"
+    if not isinstance(store, LocalObjectStore):
+        url = store.signed_url(key, settings.signed_url_ttl_seconds, filename=filename)
+        return RedirectResponse(url, status_code=302)
+    try:
+        size = store.size(key)
+        body = store.open_stream(key)
+    except ObjectNotFound:
+        raise ApiError(404, "not_found", "the video's content is gone") from None
+    return StreamingResponse(
+        body,
+        media_type=content_type_for(key),
+        headers={
+            "Content-Length": str(size),
+            "Content-Disposition": f'attachment; filename="{filename}"',
+        },
+    )
+
+
+@router.get("/{video_id}/events", response_model=None)
+async def video_events(
+    video_id: str,
+    jobs: JobsDep,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+) -> StreamingResponse:
+    """Server-sent events: one ``video.updated`` snapshot per change; ends when the job does."""
+    await jobs.get(video_id)  # 404 before the stream starts, not inside it
+
+    async def stream() -> AsyncIterator[str]:
+        yield "retry: 1000\n\n"
+        try:
+            # Starlette cancels this generator when the client goes away.
+            async for view in jobs.watch(video_id, last_event_id, SSE_MAX_SECONDS):
+                payload = view.to_video().model_dump_json()
+                yield f"id: {view.event_id()}\nevent: video.updated\ndata: {payload}\n\n"
+        except ApiError as exc:
+            # The job vanished (deleted) or Temporal went away mid-stream: say so and end.
+            yield f"event: error\ndata: {json.dumps({'code': exc.code, 'message': exc.message})}\n\n"
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,315 @@
+"""Request and response schemas of the CI API: repositories, pushes, runs, jobs, logs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+from leasehold.records.ci.repos import RepoRecord
+from workflows.ci.types import CIPushState, CIRunState, JobState
+
+# Repositories ------------------------------------------------------------------------------
+
+
+class RepoCreate(BaseModel):
+    """``POST /v1/repos``."""
+
+    name: str = Field(description="full name as the git host spells it, e.g. 'acme/widgets'", max_length=200)
+    clone_url: str = Field(
+        description="https:// URL to a public host (the operator may allow others), or a local path or file:// URL "
+        "below the operator's LEASEHOLD_CI_LOCAL_REPO_ROOT",
+        max_length=2000,
+    )
+    webhook_secret: SecretStr = Field(description="the secret the git host signs webhooks with")
+    default_branch: str = "main"
+    github_id: int | None = Field(default=None, description="the host's numeric repository id, if known")
+
+
+class RepoOut(BaseModel):
+    """A registered repository; the webhook secret is never part of it."""
+
+    object: Literal["repository"] = "repository"
+    id: str
+    name: str
+    clone_url: str
+    default_branch: str
+    github_id: int | None = None
+    created_at: datetime
+
+    @classmethod
+    def from_record(cls, record: RepoRecord) -> RepoOut:
+        return cls(
+            id=record.id,
+            name=record.name,
+            clone_url=record.clone_url,
+            default_branch=record.default_branch,
+            github_id=record.github_id,
+            created_at=record.created_at,
+        )
+
+
+class RepoList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[RepoOut]
+
+
+# Pushes and webhooks -----------------------------------------------------------------------
+
+_SHA_PATTERN = r"^[0-9a-fA-F]{40}([0-9a-fA-F]{24})?$"
+
+
+class PushRequest(BaseModel):
+    """``POST /v1/hooks/push``: the generic trigger."""
+
+    repo_id: str = Field(max_length=64)
+    commit_sha: str = Field(pattern=_SHA_PATTERN, description="full commit sha (40 or 64 hex digits)")
+    ref: str = Field(pattern=r"^refs/[^\s\x00]{1,250}$", description="full ref, e.g. refs/heads/main")
+
+
+class PushAccepted(BaseModel):
+    """A push durably recorded; its runs are created from the workflow files at the commit."""
+
+    object: Literal["push"] = "push"
+    id: str
+    repo_id: str
+    commit_sha: str
+    ref: str
+
+
+class WebhookAnswer(BaseModel):
+    """What ``POST /v1/hooks/github`` answers (git hosts show it in their delivery log)."""
+
+    event: str
+    status: Literal["ok", "accepted", "ignored"]
+    reason: str | None = None
+    pushes: list[PushAccepted] = Field(default_factory=list)
+
+
+class PushRunOut(BaseModel):
+    run_id: str
+    workflow_path: str
+
+
+class PushOut(BaseModel):
+    """``GET /v1/pushes/{id}``: the runs a push created so far."""
+
+    object: Literal["push"] = "push"
+    id: str
+    repo_id: str
+    status: str
+    runs: list[PushRunOut] = Field(default_factory=list)
+    not_triggered: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+    @classmethod
+    def from_state(cls, state: CIPushState, repo_id: str) -> PushOut:
+        return cls(
+            id=state.push_id,
+            repo_id=repo_id,
+            status=state.status.value,
+            runs=[PushRunOut(run_id=r.run_id, workflow_path=r.workflow_path) for r in state.runs],
+            not_triggered=state.not_triggered,
+            error=state.error,
+        )
+
+
+# Runs and jobs -------------------------------------------------------------------------------
+
+
+class StepOut(BaseModel):
+    index: int
+    name: str
+    status: str
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class AttemptLogOut(BaseModel):
+    """What was stored of an attempt's log: chunks 0..next_seq-1 except the gaps."""
+
+    next_seq: int = 0
+    gaps: list[int] = Field(default_factory=list)
+    bytes: int = 0
+    ended: bool = False
+
+
+class AttemptOut(BaseModel):
+    attempt: int
+    round: int
+    status: str
+    worker: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    steps: list[StepOut] = Field(default_factory=list)
+    log: AttemptLogOut | None = None
+
+
+class ApprovalOut(BaseModel):
+    round: int
+    environment: str
+    decision: Literal["approved", "rejected"]
+    user_id: str
+    at: datetime
+    comment: str | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    name: str
+    needs: list[str] = Field(default_factory=list)
+    runs_on: list[str] = Field(default_factory=list)
+    status: str
+    # Failed, but continue-on-error let its dependents go on.
+    allowed_failure: bool = False
+    # The attempt the job's result comes from (0 before any).
+    attempt: int = 0
+    attempts: list[AttemptOut] = Field(default_factory=list)
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    outputs: dict[str, str] = Field(default_factory=dict)
+    idempotency_key: str = ""
+    # ``environment:`` of the job; a protected one makes it wait in ``awaiting_approval``.
+    environment: str | None = None
+    # Every approve/reject decision (user, time, comment, round): the audit trail.
+    approvals: list[ApprovalOut] = Field(default_factory=list)
+
+    @classmethod
+    def from_state(cls, job: JobState) -> JobOut:
+        data = job.model_dump(mode="json")
+        data["id"] = data.pop("job_id")
+        data["approvals"] = [
+            {**a, "decision": "approved" if a.pop("approved") else "rejected"} for a in data.get("approvals", [])
+        ]
+        return cls.model_validate(data)
+
+
+class RunOut(BaseModel):
+    """``GET /v1/runs/{id}``: a run and its jobs."""
+
+    object: Literal["ci.run"] = "ci.run"
+    id: str
+    repo_id: str
+    repo_full_name: str = ""
+    commit_sha: str
+    ref: str
+    workflow_path: str
+    workflow_name: str = ""
+    status: str
+    cancel_requested: bool = False
+    # Why the run failed as a whole (e.g. the workflow file was rejected: file, line, key).
+    error: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    retries: int = 0
+    # "push" or "pull_request"; for a pull request from a fork, secrets_allowed is false and
+    # notice says why its jobs saw no secrets.
+    event: str = "push"
+    pull_request: dict | None = None
+    secrets_allowed: bool = True
+    notice: str | None = None
+    jobs: list[JobOut] = Field(default_factory=list)
+
+    @classmethod
+    def from_state(cls, state: CIRunState) -> RunOut:
+        data = state.model_dump(mode="json", exclude={"jobs", "tenant_id"})
+        data["id"] = data.pop("run_id")
+        return cls.model_validate({**data, "jobs": [JobOut.from_state(j) for j in state.jobs]})
+
+
+class RunSummary(BaseModel):
+    """One row of ``GET /v1/runs`` (from Temporal visibility; ``GET /v1/runs/{id}`` has detail)."""
+
+    object: Literal["ci.run"] = "ci.run"
+    id: str
+    repo_id: str | None = None
+    commit_sha: str | None = None
+    status: str | None = None
+    created_at: datetime | None = None
+    closed_at: datetime | None = None
+
+
+class RunList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[RunSummary]
+
+
+class RetryOut(BaseModel):
+    """``POST /v1/runs/{id}/jobs/{job}/retry``: the job and its dependents run again."""
+
+    object: Literal["ci.retry"] = "ci.retry"
+    run_id: str
+    job_id: str
+    round: int
+    reset_jobs: list[str] = Field(default_factory=list)
+
+
+# Logs ----------------------------------------------------------------------------------------
+
+
+class LogChunkOut(BaseModel):
+    seq: int
+    text: str
+
+
+class LogPage(BaseModel):
+    """``GET /v1/runs/{id}/jobs/{job}/logs``: stored chunks of one attempt from ``from_seq``.
+
+    ``gaps`` lists sequence numbers whose chunk could not be stored (lost output, shown, never
+    hidden). Ask again with ``from_seq=next_seq`` for more; ``ended`` is true once the attempt's
+    log is complete and ``next_seq`` is past its last chunk.
+    """
+
+    object: Literal["ci.log"] = "ci.log"
+    run_id: str
+    job_id: str
+    attempt: int
+    attempts: list[int] = Field(default_factory=list)
+    from_seq: int
+    next_seq: int
+    ended: bool
+    # The attempt's status (running, success, failure, lost, ...).
+    status: str | None = None
+    chunks: list[LogChunkOut] = Field(default_factory=list)
+    gaps: list[int] = Field(default_factory=list)
+    has_more: bool = False
+
+
+# Environments and approvals ----------------------------------------------------------------
+
+
+class EnvironmentPut(BaseModel):
+    """``PUT /v1/repos/{id}/environments/{name}``: protect (or unprotect) an environment."""
+
+    required_approval: bool = Field(description="jobs naming this environment wait for an approval")
+    approvers: list[str] = Field(
+        default_factory=list, max_length=100, description="user ids who may approve; empty: any user of the tenant"
+    )
+
+
+class EnvironmentOut(BaseModel):
+    object: Literal["ci.environment"] = "ci.environment"
+    repo_id: str
+    name: str
+    required_approval: bool
+    approvers: list[str] = Field(default_factory=list)
+    updated_at: datetime
+
+
+class EnvironmentList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EnvironmentOut]
+
+
+class DecisionIn(BaseModel):
+    """Body of ``POST /v1/runs/{id}/jobs/{job}/approve`` and ``.../reject`` (optional)."""
+
+    comment: str | None = Field(default=None, max_length=1000)

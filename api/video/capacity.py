@@ -1,0 +1,654 @@
+"""Capacity of each video model version, measured from Temporal by the API process.
+
+A background task (started with the ``/v1/capacity`` router) refreshes, per model version,
+every ``video_capacity_refresh_seconds``:
+
+* ``DescribeTaskQueue(report_stats=True)`` on the model's activity queue: backlog count and
+  age, add and dispatch rates, and the pollers with their last access time;
+* the deployment's open jobs of that model from visibility (memo: cost shape, fairness key),
+  and each one's pending generation activity (DescribeWorkflowExecution): queued or started,
+  on which worker, its last heartbeat (``GenerateProgress``: step, total, send time);
+* completions over the last five minutes (visibility count).
+
+Workers serving a model are the union of workers generating with live heartbeats and workers
+that polled since their last job (a busy worker does not poll; a reclaimed one neither polls
+nor heartbeats, so it drops out within seconds instead of the server's poller TTL).
+
+Per-step times come from consecutive heartbeats of running jobs; per-job overhead (decode,
+encode, upload, hand-over, clean-up until the job closes) from completed jobs. Both feed
+``JobCosts``. Every job seen for the first time feeds its fairness key's arrival rate
+(``ArrivalLog``), and jobs this process accepted since the last refresh join the plan at once,
+so each job of a burst is placed behind the burst's earlier submits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client import Gauge
+from temporalio.api.enums.v1 import PendingActivityState, TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecution
+from temporalio.service import RPCError
+
+from activities.video.generation import GENERATE_VIDEO
+from api.video.eta import (
+    PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
+    ArrivalLog,
+    ArrivalStream,
+    FairnessShadow,
+    JobCosts,
+    JobShape,
+    ModelSnapshot,
+    QueuedJob,
+    QueuePlan,
+    RunningJob,
+    plan,
+    shape_of,
+)
+from api.video.memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
+from leasehold.settings import Settings
+from workflows import search_attributes as sa
+from workflows.queues import orchestration_queue, video_queue
+from workflows.video.models import VideoModelSpec, get_model
+from workflows.video.types import GenerateProgress, VideoJobState, VideoStatus
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT = timedelta(seconds=5)
+# An idle worker long-polls for up to a minute between polls the server records.
+POLLER_FRESH_SECONDS = 75.0
+# Jobs described concurrently per refresh, and at most this many open jobs per model.
+DESCRIBE_CONCURRENCY = 8
+MAX_TRACKED_JOBS = 500
+# Completion rate window.
+COMPLETION_WINDOW_SECONDS = 300.0
+# A submit this process accepted counts (against its user's cap, and as a waiting user of its
+# tier) until a refresh has seen the job, or has not seen it though it started this long
+# before the refresh (visibility lags a start by well under this): then it has ended.
+VISIBILITY_LAG_SECONDS = 2.0
+RECENT_SUBMIT_TTL_SECONDS = 15.0
+# Slack past the heartbeat timeout before a running job counts as stalled (its worker gone).
+HEARTBEAT_GRACE_SECONDS = 2.0
+# The first admission decision of a fresh process waits this long for a first measurement.
+FIRST_REFRESH_WAIT_SECONDS = 5.0
+
+_LABELS = ["model"]
+BACKLOG = Gauge("leasehold_video_backlog", "Generation tasks waiting for a worker (server estimate)", _LABELS)
+QUEUED = Gauge("leasehold_video_queued_jobs", "Jobs waiting for a worker (from visibility)", _LABELS)
+RUNNING = Gauge("leasehold_video_running_jobs", "Jobs generating now", _LABELS)
+OLDEST_AGE = Gauge("leasehold_video_oldest_queued_age_seconds", "Age of the oldest waiting task", _LABELS)
+DISPATCH_RATE = Gauge("leasehold_video_dispatch_rate_per_minute", "Tasks dispatched to workers per minute", _LABELS)
+ADD_RATE = Gauge("leasehold_video_add_rate_per_minute", "Tasks added to the queue per minute", _LABELS)
+COMPLETION_RATE = Gauge("leasehold_video_completions_per_minute", "Jobs completed per minute (5 min)", _LABELS)
+WORKERS_SERVING = Gauge("leasehold_video_workers_serving", "Workers serving the model now", _LABELS)
+WORKERS_POLLING = Gauge("leasehold_video_workers_polling", "Idle workers polling the model's queue", _LABELS)
+MEAN_JOB_SECONDS = Gauge("leasehold_video_mean_job_seconds", "Measured mean wall time of one job", _LABELS)
+WORKERS_NEEDED = Gauge(
+    "leasehold_video_workers_needed", "Workers that Little's law says meet the target queue wait", _LABELS
+)
+EXPECTED_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue wait of a new job", ["model", "tier"])
+
+
+@dataclass
+class _Recent:
+    job_id: str
+    tenant_id: str
+    user_id: str
+    tier: str
+    model: str
+    at: float
+    # What the job is, when the submit says: until a refresh sees it, plans place it from this.
+    memo: JobMemo | None = None
+
+
+@dataclass
+class _Observed:
+    """What the last refresh saw of a running job (to time its steps and its run)."""
+
+    attempt: int
+    step: int
+    sent_at: float
+    started_at: float
+    shape: JobShape
+
+
+@dataclass(frozen=True)
+class CapacityFigures:
+    """The capacity signals of one model version (``/v1/capacity`` and the gauges)."""
+
+    model: str
+    measured: bool
+    backlog: int
+    queued: int
+    running: int
+    oldest_queued_age_seconds: float
+    add_rate_per_minute: float
+    dispatch_rate_per_minute: float
+    completion_rate_per_minute: float
+    workers_serving: int
+    workers_polling: int
+    mean_job_seconds: float | None
+    target_wait_seconds: float
+    workers_needed: int
+    expected_wait_seconds: dict[str, float | None]
+
+
+class CapacityTracker:
+    """Measured queues, workers and job costs of every model version this API serves."""
+
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.specs: dict[str, VideoModelSpec] = {
+            name: spec for name in settings.models if (spec := get_model(name)) is not None
+        }
+        # Until a job of a model is measured, its steps cost the catalogue's rough figure, or
+        # the deployment's step pace where workers are configured slower than that.
+        prior = max(PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL, settings.video_step_pace_seconds_per_frame_megapixel)
+        self.costs = {name: JobCosts(spec, prior) for name, spec in self.specs.items()}
+        self.snapshots: dict[str, ModelSnapshot] = {
+            name: ModelSnapshot(model=name, taken_at=0.0) for name in self.specs
+        }
+        self._observed: dict[str, dict[str, _Observed]] = {name: {} for name in self.specs}
+        self.arrivals = {name: ArrivalLog() for name in self.specs}
+        self.shadows = {name: FairnessShadow() for name in self.specs}
+        # Server time of each worker's last heartbeat: a poll older than that is from before
+        # its last job and says nothing about whether it is still there.
+        self._last_busy: dict[str, float] = {}
+        self._recent: dict[str, _Recent] = {}
+        self._plans: dict[str, tuple[tuple[float, frozenset[str]], QueuePlan | None]] = {}
+        self._user_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+        self._refreshed = asyncio.Event()
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Refresh forever (until cancelled)."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("capacity refresh failed")
+            await asyncio.sleep(self.settings.video_capacity_refresh_seconds)
+
+    async def ready(self) -> None:
+        """Wait (briefly) for the first measurement of a freshly started process."""
+        if not self._refreshed.is_set():
+            try:
+                await asyncio.wait_for(self._refreshed.wait(), FIRST_REFRESH_WAIT_SECONDS)
+            except TimeoutError:
+                log.warning("no capacity measurement yet; deciding on an empty snapshot")
+
+    async def refresh(self) -> None:
+        for model in self.specs:
+            try:
+                await self._refresh_model(model)
+            except RPCError as exc:
+                log.warning("capacity of %s not measured: %s", model, exc.status)
+        self._refreshed.set()
+
+    # Measurement -------------------------------------------------------------------------
+
+    async def _refresh_model(self, model: str) -> None:
+        now = time.time()
+        tq_task = asyncio.create_task(self._describe_queue(model))
+        count_task = asyncio.create_task(self._completions(model, now))
+        executions = await self._open_jobs(model)
+        gate = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+
+        async def describe(execution: WorkflowExecution) -> tuple[WorkflowExecution, Any]:
+            async with gate:
+                try:
+                    return execution, await self.client.get_workflow_handle(execution.id).describe(
+                        rpc_timeout=RPC_TIMEOUT
+                    )
+                except RPCError:
+                    return execution, None
+
+        described = await asyncio.gather(*(describe(e) for e in executions))
+        open_ids = {e.id.removeprefix("video-") for e in executions}
+        queue_desc = await tq_task
+        completions = await count_task
+
+        spec = self.specs[model]
+        costs = self.costs[model]
+        observed = self._observed[model]
+        seen: dict[str, _Observed] = {}
+        queued: list[QueuedJob] = []
+        running: list[RunningJob] = []
+        arrived: list[tuple[str, float, str, float]] = []
+        starts: list[tuple[str, float]] = []
+        # The server times an attempt out only after a full heartbeat timeout of silence, and
+        # the SDK sends throttled heartbeats up to 0.8 of that apart (later on a busy host);
+        # calling a job stalled any sooner would flap live workers in and out of the count.
+        heartbeat_fresh = self.settings.video_heartbeat_timeout_seconds + max(
+            HEARTBEAT_GRACE_SECONDS, self.settings.video_capacity_refresh_seconds
+        )
+        for execution, desc in described:
+            memo = await _memo(execution)
+            if memo is None:
+                continue
+            attrs = execution.typed_search_attributes
+            job_id = execution.id.removeprefix("video-")
+            tier = attrs.get(sa.TIER) or "paid"
+            tenant = attrs.get(sa.TENANT_ID) or ""
+            user = attrs.get(sa.USER_ID) or ""
+            shape = shape_of(spec, memo.steps, memo.seconds, memo.width, memo.height)
+            self.arrivals[model].observe(
+                job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0, tier, shape, now
+            )
+            arrived.append((job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0))
+            pending = _generation_activity(desc) if desc is not None else None
+            if desc is not None and pending is None and _has_other_activity(desc):
+                starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
+                continue  # generation ended; the workflow is cleaning up
+            if pending is not None and pending.state in (
+                PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
+                PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED,
+            ):
+                progress = await self._progress(pending)
+                started_at = pending.last_started_time.ToDatetime(UTC).timestamp()
+                starts.append((job_id, started_at))
+                beat = (
+                    pending.last_heartbeat_time.ToDatetime(UTC).timestamp()
+                    if pending.HasField("last_heartbeat_time")
+                    else 0.0
+                )
+                last_sign = max(started_at, beat)
+                worker = pending.last_worker_identity
+                alive = now - last_sign <= heartbeat_fresh
+                if alive and worker:
+                    self._last_busy[worker] = max(self._last_busy.get(worker, 0.0), last_sign)
+                step = 0
+                if progress is not None and progress.attempt == pending.attempt:
+                    step = progress.step
+                running.append(
+                    RunningJob(
+                        job_id=job_id,
+                        tenant_id=tenant,
+                        user_id=user,
+                        tier=tier,
+                        shape=shape,
+                        step=step,
+                        worker=worker,
+                        alive=alive,
+                        attempt=pending.attempt,
+                    )
+                )
+                sent_at = progress.sent_at if progress is not None else 0.0
+                previous = observed.get(job_id)
+                if (
+                    previous is not None
+                    and previous.attempt == pending.attempt
+                    and step > previous.step
+                    and sent_at > previous.sent_at > 0
+                ):
+                    costs.observe_step(shape, (sent_at - previous.sent_at) / (step - previous.step))
+                if previous is not None and previous.attempt == pending.attempt and step <= previous.step:
+                    seen[job_id] = previous  # keep the older mark: the next step times from it
+                else:
+                    seen[job_id] = _Observed(pending.attempt, step, sent_at, started_at, shape)
+                continue
+            queued.append(
+                QueuedJob(
+                    job_id=job_id,
+                    tenant_id=tenant,
+                    user_id=user,
+                    tier=tier,
+                    created_at=memo.created_at,
+                    shape=shape,
+                    fairness_key=memo.fairness_key or tier,
+                    fairness_weight=memo.fairness_weight or 1.0,
+                )
+            )
+        # Jobs that were running at the last refresh and are gone now have ended.
+        ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
+        if ended:
+            await asyncio.gather(*(self._observe_end(model, job_id, obs) for job_id, obs in ended[:16]))
+        self._observed[model] = seen
+
+        pollers = []
+        backlog = 0
+        age = 0.0
+        add_rate = dispatch_rate = 0.0
+        if queue_desc is not None:
+            for poller in queue_desc.pollers:
+                last = poller.last_access_time.ToDatetime(UTC).timestamp()
+                if now - last <= POLLER_FRESH_SECONDS and last >= self._last_busy.get(poller.identity, 0.0):
+                    pollers.append(poller.identity)
+            if queue_desc.HasField("stats"):
+                stats = queue_desc.stats
+                backlog = stats.approximate_backlog_count
+                age = stats.approximate_backlog_age.ToTimedelta().total_seconds()
+                add_rate = stats.tasks_add_rate
+                dispatch_rate = stats.tasks_dispatch_rate
+        busy = {r.worker for r in running if r.alive and r.worker}
+        serving = busy | set(pollers)
+        snapshot = ModelSnapshot(
+            model=model,
+            taken_at=now,
+            queued=queued,
+            running=running,
+            workers_serving=len(serving),
+            workers_polling=len(set(pollers) - busy),
+            backlog=backlog,
+            oldest_queued_age_seconds=age,
+            add_rate_per_second=add_rate,
+            dispatch_rate_per_second=dispatch_rate,
+            completions_per_minute=completions,
+            mean_job_seconds=costs.mean_job_seconds,
+            measured=True,
+        )
+        shadow = self.shadows[model]
+        shadow.update(arrived, starts, open_ids, now)
+        if log.isEnabledFor(logging.DEBUG):
+            waiting = sorted((p, j) for j, p in shadow.passes.items())
+            log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
+        self.snapshots[model] = snapshot
+        self._plans.pop(model, None)
+        self._prune_recent(model, now, open_ids)
+        self._export(self.figures(model))
+
+    async def _describe_queue(self, model: str) -> Any:
+        request = DescribeTaskQueueRequest(
+            namespace=self.client.namespace,
+            task_queue=TaskQueue(
+                name=video_queue(model, self.settings.queue_prefix), kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL
+            ),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            report_stats=True,
+            report_pollers=True,
+        )
+        try:
+            return await self.client.workflow_service.describe_task_queue(request, retry=True, timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            log.warning("describe of %s's queue failed: %s", model, exc.status)
+            return None
+
+    def _deployment_query(self, model: str) -> str:
+        # The orchestration queue names the deployment: several share a namespace (and tests a server).
+        return (
+            f'WorkflowType = "{WORKFLOW_TYPE}" AND TaskQueue = "{orchestration_queue(self.settings.queue_prefix)}" '
+            f'AND ModelVersion = "{model}"'
+        )
+
+    async def _open_jobs(self, model: str) -> list[WorkflowExecution]:
+        query = self._deployment_query(model) + ' AND ExecutionStatus = "Running"'
+        return [e async for e in self.client.list_workflows(query, limit=MAX_TRACKED_JOBS, rpc_timeout=RPC_TIMEOUT)]
+
+    async def _completions(self, model: str, now: float) -> float:
+        since = datetime.fromtimestamp(now - COMPLETION_WINDOW_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        query = self._deployment_query(model) + f' AND ExecutionStatus = "Completed" AND CloseTime > "{since}"'
+        try:
+            counted = await self.client.count_workflows(query, rpc_timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            log.warning("completion count of %s failed: %s", model, exc.status)
+            return self.snapshots[model].completions_per_minute
+        return counted.count * 60.0 / COMPLETION_WINDOW_SECONDS
+
+    async def _progress(self, pending: Any) -> GenerateProgress | None:
+        if not pending.heartbeat_details.payloads:
+            return None
+        try:
+            decoded = await self.client.data_converter.decode(pending.heartbeat_details.payloads, [GenerateProgress])
+        except Exception:
+            return None
+        return decoded[0] if decoded and isinstance(decoded[0], GenerateProgress) else None
+
+    async def _observe_end(self, model: str, job_id: str, observed: _Observed) -> None:
+        """A job we saw running has ended: learn its overhead and run time from its result."""
+        handle = self.client.get_workflow_handle(f"video-{job_id}", result_type=VideoJobState)
+        try:
+            state = await asyncio.wait_for(handle.result(rpc_timeout=RPC_TIMEOUT), RPC_TIMEOUT.total_seconds())
+        except Exception:
+            return  # cancelled, failed, deleted or not closed after all: nothing to learn
+        result = state.result
+        if state.status is not VideoStatus.COMPLETED or result is None or state.completed_at is None:
+            return
+        stepped = max(1, result.total_steps - result.resumed_from_step)
+        self.costs[model].observe_step(observed.shape, result.gpu_seconds / stepped)
+        if result.attempt == observed.attempt:
+            # The caller's wait ends when the job closes, after the post-generation clean-up,
+            # so that is part of a job's overhead.
+            ended_at = state.completed_at.timestamp()
+            try:
+                closed = (await handle.describe(rpc_timeout=RPC_TIMEOUT)).close_time
+            except RPCError:
+                closed = None
+            if closed is not None:
+                ended_at = max(ended_at, closed.timestamp())
+            self.costs[model].observe_job(ended_at - observed.started_at, result.gpu_seconds)
+
+    # Per-user counts and submissions -----------------------------------------------------
+
+    def user_lock(self, tenant_id: str, user_id: str) -> asyncio.Lock:
+        """Serialises one user's submits in this process (cap check + start as one step)."""
+        key = (tenant_id, user_id)
+        lock = self._user_locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._user_locks[key] = lock
+        return lock
+
+    def record_submit(
+        self, job_id: str, tenant_id: str, user_id: str, tier: str, model: str, memo: JobMemo | None = None
+    ) -> None:
+        self._recent[job_id] = _Recent(job_id, tenant_id, user_id, tier, model, time.time(), memo)
+
+    def _unseen(self, model: str) -> list[QueuedJob]:
+        """Jobs this process accepted that the snapshot does not hold yet (a burst's earlier submits).
+
+        Left out, every job of a burst would be told the queue it found at the last refresh.
+        """
+        spec = self.specs[model]
+        snapshot = self.snapshots[model]
+        known = {j.job_id for j in snapshot.queued} | {j.job_id for j in snapshot.running}
+        now = time.time()
+        unseen = []
+        for recent in self._recent.values():
+            memo = recent.memo
+            if (
+                recent.model != model
+                or memo is None
+                or recent.job_id in known
+                or now - recent.at > RECENT_SUBMIT_TTL_SECONDS
+            ):
+                continue
+            unseen.append(
+                QueuedJob(
+                    job_id=recent.job_id,
+                    tenant_id=recent.tenant_id,
+                    user_id=recent.user_id,
+                    tier=recent.tier,
+                    created_at=memo.created_at,
+                    shape=shape_of(spec, memo.steps, memo.seconds, memo.width, memo.height),
+                    fairness_key=memo.fairness_key or recent.tier,
+                    fairness_weight=memo.fairness_weight or 1.0,
+                )
+            )
+        return unseen
+
+    def _prune_recent(self, model: str, taken_at: float, open_ids: set[str]) -> None:
+        """Forget submits the refresh taken at ``taken_at`` accounts for (seen, or seen to be gone)."""
+        for job_id, recent in list(self._recent.items()):
+            if recent.model != model:
+                continue
+            if job_id in open_ids or taken_at - recent.at > VISIBILITY_LAG_SECONDS:
+                del self._recent[job_id]
+
+    def _known(self) -> tuple[set[str], set[str]]:
+        queued = {j.job_id for s in self.snapshots.values() for j in s.queued}
+        running = {j.job_id for s in self.snapshots.values() for j in s.running}
+        return queued, running
+
+    def queued_count(self, tenant_id: str, user_id: str) -> int:
+        """Jobs of this user waiting for a worker, in any model (conservative: see module doc)."""
+        now = time.time()
+        queued, running = self._known()
+        count = sum(
+            1 for s in self.snapshots.values() for j in s.queued if j.tenant_id == tenant_id and j.user_id == user_id
+        )
+        for recent in self._recent.values():
+            if (
+                recent.tenant_id == tenant_id
+                and recent.user_id == user_id
+                and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
+                and recent.job_id not in queued
+                and recent.job_id not in running
+            ):
+                count += 1
+        return count
+
+    def active_users(self, model: str, tier: str) -> set[tuple[str, str]]:
+        """Users with jobs waiting for ``model`` in ``tier`` (their fairness keys share the tier's weight)."""
+        snapshot = self.snapshots.get(model)
+        users = {(j.tenant_id, j.user_id) for j in snapshot.queued if j.tier == tier} if snapshot else set()
+        now = time.time()
+        _queued, running = self._known()
+        for recent in self._recent.values():
+            if (
+                recent.model == model
+                and recent.tier == tier
+                and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
+                and recent.job_id not in running
+            ):
+                users.add((recent.tenant_id, recent.user_id))
+        return users
+
+    # Estimates ---------------------------------------------------------------------------
+
+    def plan(self, model: str) -> QueuePlan | None:
+        """The queue plan of the current snapshot and the submits it has not seen (computed once for both)."""
+        snapshot = self.snapshots[model]
+        unseen = self._unseen(model)
+        key = (snapshot.taken_at, frozenset(j.job_id for j in unseen))
+        cached = self._plans.get(model)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        computed = plan(
+            snapshot, self.costs[model], extra=unseen, arrivals=self._streams(model), shadow=self.shadows[model]
+        )
+        self._plans[model] = (key, computed)
+        return computed
+
+    def plan_with(self, model: str, job: QueuedJob) -> QueuePlan | None:
+        """The plan if ``job`` (not yet in the snapshot) joined the queue now."""
+        unseen = [j for j in self._unseen(model) if j.job_id != job.job_id]
+        return plan(
+            self.snapshots[model],
+            self.costs[model],
+            extra=[*unseen, job],
+            arrivals=self._streams(model),
+            shadow=self.shadows[model],
+        )
+
+    def _streams(self, model: str) -> list[ArrivalStream]:
+        caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
+        # Rates as of the snapshot the plan starts from: the plan's clock starts there too.
+        return self.arrivals[model].streams(self.costs[model], caps, self.snapshots[model].taken_at)
+
+    def expected_wait(self, model: str, tier: str, weight: float) -> float | None:
+        """Queue wait of a new job of ``tier`` from a new user; ``None`` with no worker serving."""
+        spec = self.specs[model]
+        probe = QueuedJob(
+            job_id="~probe",
+            tenant_id="~probe",
+            user_id="~probe",
+            tier=tier,
+            created_at=time.time(),
+            shape=shape_of(spec, None, spec.default_seconds, *_default_size(spec)),
+            fairness_key=f"{tier}/~probe",
+            fairness_weight=weight,
+        )
+        planned = self.plan_with(model, probe)
+        if planned is None:
+            return None
+        return planned.starts[probe.job_id][1]
+
+    def tier_weight(self, tier: str) -> float:
+        return self.settings.video_paid_weight if tier == "paid" else self.settings.video_free_weight
+
+    def figures(self, model: str) -> CapacityFigures:
+        snapshot = self.snapshots[model]
+        costs = self.costs[model]
+        target = self.settings.video_target_wait_seconds
+        mean = costs.mean_job_seconds or costs.run_seconds(
+            shape_of(costs.spec, None, costs.spec.default_seconds, *_default_size(costs.spec))
+        )
+        # Little's law: arrivals x time in service keep that many workers busy; the work already
+        # waiting or running must also be done within the target wait.
+        work = sum(costs.run_seconds(j.shape) for j in snapshot.queued) + sum(
+            costs.remaining_seconds(r.shape, r.step) for r in snapshot.running
+        )
+        needed = snapshot.add_rate_per_second * mean + work / target
+        waits = {
+            tier: self.expected_wait(model, tier, self.tier_weight(tier) / (len(self.active_users(model, tier)) + 1))
+            for tier in ("paid", "free")
+        }
+        return CapacityFigures(
+            model=model,
+            measured=snapshot.measured,
+            backlog=snapshot.backlog,
+            queued=len(snapshot.queued),
+            running=len(snapshot.running),
+            oldest_queued_age_seconds=round(snapshot.oldest_queued_age_seconds, 1),
+            add_rate_per_minute=round(snapshot.add_rate_per_second * 60, 2),
+            dispatch_rate_per_minute=round(snapshot.dispatch_rate_per_second * 60, 2),
+            completion_rate_per_minute=round(snapshot.completions_per_minute, 2),
+            workers_serving=snapshot.workers_serving,
+            workers_polling=snapshot.workers_polling,
+            mean_job_seconds=round(costs.mean_job_seconds, 2) if costs.mean_job_seconds is not None else None,
+            target_wait_seconds=target,
+            workers_needed=math.ceil(needed - 1e-9),
+            expected_wait_seconds={t: (round(w, 1) if w is not None else None) for t, w in waits.items()},
+        )
+
+    def _export(self, figures: CapacityFigures) -> None:
+        model = figures.model
+        BACKLOG.labels(model).set(figures.backlog)
+        QUEUED.labels(model).set(figures.queued)
+        RUNNING.labels(model).set(figures.running)
+        OLDEST_AGE.labels(model).set(figures.oldest_queued_age_seconds)
+        DISPATCH_RATE.labels(model).set(figures.dispatch_rate_per_minute)
+        ADD_RATE.labels(model).set(figures.add_rate_per_minute)
+        COMPLETION_RATE.labels(model).set(figures.completion_rate_per_minute)
+        WORKERS_SERVING.labels(model).set(figures.workers_serving)
+        WORKERS_POLLING.labels(model).set(figures.workers_polling)
+        MEAN_JOB_SECONDS.labels(model).set(figures.mean_job_seconds or 0.0)
+        WORKERS_NEEDED.labels(model).set(figures.workers_needed)
+        for tier, wait in figures.expected_wait_seconds.items():
+            # No worker: the wait is unbounded (+Inf), which an autoscaler reads as "scale up".
+            EXPECTED_WAIT.labels(model, tier).set(math.inf if wait is None else wait)
+
+
+def _default_size(spec: VideoModelSpec) -> tuple[int, int]:
+    width, _, height = spec.default_size.partition("x")
+    return int(width), int(height)
+
+
+async def _memo(execution: WorkflowExecution) -> JobMemo | None:
+    try:
+        memo: JobMemo | None = await execution.memo_value(MEMO_KEY, None, type_hint=JobMemo)
+    except Exception:
+        return None
+    return memo
+
+
+def _generation_activity(desc: Any) -> Any:
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name == GENERATE_VIDEO:
+            return pending
+    return None
+
+
+def _has_other_activity(desc: Any) -> bool:
+    return any(p.activity_type.name != GENERATE_VIDEO for p in desc.raw_description.pending_activities)

@@ -1,0 +1,775 @@
+"""Video jobs as the API sees them: ids, idempotent submit, state -> view, listing, cancel, delete.
+
+Everything between the ``/v1/videos`` router and Temporal lives here. A job is one
+``VideoJobWorkflow`` execution with workflow id ``video-<job id>``; the API keeps no table
+of its own. What a job *is* (the request, its hash, who owns it) is written once at start
+into the execution's memo and search attributes, so the API can answer and list jobs from
+Temporal visibility even while no worker runs; what a job is *doing* comes from the
+workflow's ``state`` query and, for live progress, from the pending generation activity's
+heartbeat details (``DescribeWorkflowExecution``), which do not grow the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import sessionmaker
+from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.video.generation import GENERATE_VIDEO
+from api.errors import ApiError, invalid, not_found
+from api.schemas.video import Video, VideoCreateRequest, VideoError, VideoQueue
+from api.video.admission import admit
+from api.video.capacity import CapacityTracker
+from api.video.estimates import Estimate, estimate_queued, estimate_running
+from api.video.memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
+from leasehold.records.api_keys import Principal
+from leasehold.records.video.deletions import deleted_by, is_deleted, record_deletion
+from leasehold.settings import Settings
+from leasehold.storage import ObjectStore
+from workflows import search_attributes as sa
+from workflows.queues import orchestration_queue, video_queue
+from workflows.video import models as video_models
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.models import VideoModelSpec
+from workflows.video.types import (
+    TERMINAL_STATUSES,
+    GenerateProgress,
+    GenerateResult,
+    VideoJobInput,
+    VideoJobState,
+    VideoRequest,
+    VideoStatus,
+    job_object_prefix,
+)
+
+log = logging.getLogger(__name__)
+
+JOB_ID_PREFIX = "video_"
+WORKFLOW_ID_PREFIX = "video-"
+
+# A GET must stay fast even when no orchestration worker can answer the state query; it then
+# answers from the execution's description alone.
+QUERY_TIMEOUT = timedelta(seconds=2)
+# A download needs the result keys, which only the query has: worth waiting longer for.
+CONTENT_QUERY_TIMEOUT = timedelta(seconds=10)
+RPC_TIMEOUT = timedelta(seconds=5)
+# A queued job's cancel is answered once the workflow has closed, which takes one workflow task.
+CANCEL_WAIT_SECONDS = 5.0
+# DELETE of a running job first lets the GPU stop and the workflow clean up its checkpoints.
+DELETE_CANCEL_WAIT_SECONDS = 15.0
+# Listing scans visibility; ascending order needs the whole range (SQL visibility cannot ORDER BY).
+LIST_SCAN_LIMIT = 10_000
+LIST_DESCRIBE_CONCURRENCY = 8
+# How often the SSE stream and the cancel/delete waits look at a job.
+WATCH_INTERVAL_SECONDS = 0.5
+
+
+@dataclass
+class JobView:
+    """What the API knows about one job at one moment."""
+
+    job_id: str
+    memo: JobMemo
+    status: VideoStatus
+    progress: int = 0
+    attempt: int = 0
+    completed_at: datetime | None = None
+    expires_at: datetime | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    result: GenerateResult | None = None
+    eta_seconds: float | None = None
+    estimate: Estimate | None = None
+    # Sort key of listings: (start time, job id).
+    start_time: datetime = field(default_factory=lambda: datetime.fromtimestamp(0, UTC))
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def event_id(self) -> str:
+        """Identifies this snapshot in the SSE stream: a new id exactly when something shown changed."""
+        return f"{self.attempt}.{self.status.value}.{self.progress}"
+
+    def to_video(self) -> Video:
+        error = None
+        if self.status in (VideoStatus.FAILED, VideoStatus.CANCELLED):
+            default_code = "cancelled" if self.status is VideoStatus.CANCELLED else "generation_failed"
+            error = VideoError(
+                code=self.error_code or default_code,
+                message=self.error_message
+                or ("the job was cancelled" if self.status is VideoStatus.CANCELLED else "generation failed"),
+            )
+        memo = self.memo
+        return Video(
+            id=self.job_id,
+            model=memo.model,
+            status=self.status,
+            progress=self.progress,
+            created_at=int(memo.created_at),
+            completed_at=int(self.completed_at.timestamp()) if self.completed_at and self.terminal else None,
+            expires_at=int(self.expires_at.timestamp()) if self.expires_at else None,
+            seconds=str(memo.seconds),
+            size=f"{memo.width}x{memo.height}",
+            prompt=memo.prompt,
+            error=error,
+            eta_seconds=self.eta_seconds,
+            attempt=self.attempt,
+            **_estimate_fields(self),
+        )
+
+
+# Ids ------------------------------------------------------------------------------------
+
+
+def job_id_for(principal: Principal, idempotency_key: str | None) -> str:
+    """A fresh random id, or one derived from the caller and the key (the same key -> the same job)."""
+    if idempotency_key is None:
+        return JOB_ID_PREFIX + secrets.token_hex(16)
+    digest = hashlib.sha256(f"{principal.tenant_id}\n{principal.user_id}\n{idempotency_key}".encode()).hexdigest()
+    return JOB_ID_PREFIX + digest[:32]
+
+
+def is_job_id(value: str) -> bool:
+    rest = value.removeprefix(JOB_ID_PREFIX)
+    return rest != value and len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
+
+
+def workflow_id(job_id: str) -> str:
+    return WORKFLOW_ID_PREFIX + job_id
+
+
+def job_id_of(workflow_id_: str) -> str:
+    return workflow_id_.removeprefix(WORKFLOW_ID_PREFIX)
+
+
+def default_seed(job_id: str) -> int:
+    """A seed fixed by the job id, so an idempotent retry without a seed asks for the same video."""
+    return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "big") & (2**63 - 1)
+
+
+def request_hash(request: VideoRequest) -> str:
+    """SHA-256 of the resolved request (defaults filled in): what "the same body" means."""
+    return hashlib.sha256(request.model_dump_json().encode()).hexdigest()
+
+
+# Validation -----------------------------------------------------------------------------
+
+
+def _spec(model: str, settings: Settings) -> VideoModelSpec:
+    spec = video_models.get_model(model) if model in settings.models else None
+    if spec is None:
+        raise invalid("model", f"unknown model {model!r}; served here: {', '.join(settings.models)}")
+    return spec
+
+
+def resolve_request(body: VideoCreateRequest, settings: Settings, job_id: str) -> VideoRequest:
+    """The request with the model's defaults filled in; ``ApiError`` naming the field if out of range."""
+    spec = _spec(body.model or settings.models[0], settings)
+    size = body.size or spec.default_size
+    if not spec.accepts_size(size):
+        raise invalid("size", f"size {size} is not offered by {spec.name}; allowed: {', '.join(spec.sizes)}")
+    seconds = body.seconds if body.seconds is not None else spec.default_seconds
+    if not spec.accepts_seconds(seconds):
+        raise invalid(
+            "seconds",
+            f"seconds must be between {spec.min_seconds} and {spec.max_seconds} for {spec.name} (got {seconds})",
+        )
+    if body.steps is not None and body.steps > spec.max_steps:
+        raise invalid("steps", f"steps must be at most {spec.max_steps} for {spec.name} (got {body.steps})")
+    width, height = video_models.parse_size(size)
+    seed = body.seed if body.seed is not None else default_seed(job_id)
+    return VideoRequest(
+        prompt=body.prompt,
+        model=spec.name,
+        seconds=seconds,
+        width=width,
+        height=height,
+        seed=seed,
+        steps=body.steps,
+    )
+
+
+# Errors ---------------------------------------------------------------------------------
+
+
+def _is_not_found(exc: RPCError) -> bool:
+    return exc.status == RPCStatusCode.NOT_FOUND
+
+
+def _unavailable(exc: RPCError) -> ApiError:
+    log.warning("temporal call failed: %s", exc.status)
+    return ApiError(503, "temporal_unavailable", "the job service is temporarily unavailable; retry shortly")
+
+
+# Views ----------------------------------------------------------------------------------
+
+
+_VIDEO_STATUSES = {status.value: status for status in VideoStatus}
+
+
+def _status_from_execution(status: WorkflowExecutionStatus | None, job_state: str | None) -> VideoStatus:
+    if status == WorkflowExecutionStatus.CANCELED:
+        return VideoStatus.CANCELLED
+    if status in (
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.TERMINATED,
+        WorkflowExecutionStatus.TIMED_OUT,
+    ):
+        return VideoStatus.FAILED
+    mirrored = _VIDEO_STATUSES.get(job_state or "")
+    if mirrored is not None:
+        # A closed execution cannot still be queued or running, whatever was mirrored last.
+        if status == WorkflowExecutionStatus.COMPLETED and mirrored not in TERMINAL_STATUSES:
+            return VideoStatus.COMPLETED
+        return mirrored
+    return VideoStatus.COMPLETED if status == WorkflowExecutionStatus.COMPLETED else VideoStatus.QUEUED
+
+
+@dataclass
+class _Live:
+    """What the pending generation activity says (heartbeat details and attempt)."""
+
+    started: bool = False
+    attempt: int = 0
+    progress: GenerateProgress | None = None
+    # When the running attempt started (epoch seconds).
+    started_at: float | None = None
+
+
+class VideoJobs:
+    """The caller's video jobs (one instance per request, scoped to one principal)."""
+
+    def __init__(
+        self,
+        client: Client,
+        settings: Settings,
+        store: ObjectStore,
+        db: sessionmaker,
+        principal: Principal,
+        capacity: CapacityTracker | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.store = store
+        self.db = db
+        self.principal = principal
+        # Admission and ETAs; without it (an app built without the capacity router) every
+        # job is admitted and ETAs are the model's rough cost.
+        self.capacity = capacity
+
+    # Submit -----------------------------------------------------------------------------
+
+    async def submit(self, body: VideoCreateRequest, idempotency_key: str | None) -> JobView:
+        """Start a job (or find the one this idempotency key already started)."""
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
+            raise ApiError(400, "invalid_request", "Idempotency-Key must be 1-255 characters", "Idempotency-Key")
+        job_id = job_id_for(self.principal, idempotency_key)
+        request = resolve_request(body, self.settings, job_id)
+        if idempotency_key is not None and await asyncio.to_thread(is_deleted, self.db, job_id):
+            raise ApiError(
+                409,
+                "idempotency_key_reused",
+                "the video created with this Idempotency-Key was deleted; use a new key",
+                "Idempotency-Key",
+            )
+        digest = request_hash(request)
+        spec = _spec(request.model, self.settings)
+        async with AsyncExitStack() as admission_scope:
+            fairness: tuple[str, float] | None = None
+            if self.capacity is not None and not (idempotency_key is not None and await self._exists(job_id)):
+                # A replay of an existing job is not a new job: no cap, no admission.
+                await self.capacity.ready()
+                await admission_scope.enter_async_context(
+                    self.capacity.user_lock(self.principal.tenant_id, self.principal.user_id)
+                )
+                admission = admit(self.capacity, self.settings, self.principal, request.model)
+                fairness = (admission.fairness_key, admission.fairness_weight)
+            return await self._start(job_id, request, digest, spec, idempotency_key, fairness)
+
+    async def _exists(self, job_id: str) -> bool:
+        try:
+            await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            if _is_not_found(exc):
+                return False
+            raise _unavailable(exc) from exc
+        return True
+
+    async def _start(
+        self,
+        job_id: str,
+        request: VideoRequest,
+        digest: str,
+        spec: VideoModelSpec,
+        idempotency_key: str | None,
+        fairness: tuple[str, float] | None,
+    ) -> JobView:
+        now = datetime.now(UTC)
+        job_input = VideoJobInput(
+            job_id=job_id,
+            tenant_id=self.principal.tenant_id,
+            user_id=self.principal.user_id,
+            tier=self.principal.tier,
+            request=request,
+            request_hash=digest,
+            created_at=now,
+            generate_queue=video_queue(request.model, self.settings.queue_prefix),
+            housekeeping_queue=orchestration_queue(self.settings.queue_prefix),
+            heartbeat_timeout_seconds=self.settings.video_heartbeat_timeout_seconds,
+            checkpoint_interval_seconds=self.settings.checkpoint_interval_seconds,
+            fairness_key=fairness[0] if fairness else None,
+            fairness_weight=fairness[1] if fairness else None,
+        )
+        memo = JobMemo(
+            request_hash=digest,
+            prompt=request.prompt,
+            model=request.model,
+            seconds=request.seconds,
+            width=request.width,
+            height=request.height,
+            seed=request.seed,
+            steps=request.steps,
+            created_at=now.timestamp(),
+            expires_after_seconds=job_input.expires_after_seconds,
+            fairness_key=job_input.fairness_key,
+            fairness_weight=job_input.fairness_weight,
+        )
+        try:
+            await self.client.start_workflow(
+                VideoJobWorkflow.run,
+                job_input,
+                id=workflow_id(job_id),
+                task_queue=orchestration_queue(self.settings.queue_prefix),
+                # Same key while the job runs -> the running job; after it closed -> an error we
+                # turn into the closed job. Either way never a second job for one key.
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                memo={MEMO_KEY: memo.model_dump(mode="json")},
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.TENANT_ID, self.principal.tenant_id),
+                        SearchAttributePair(sa.USER_ID, self.principal.user_id),
+                        SearchAttributePair(sa.MODEL_VERSION, request.model),
+                        SearchAttributePair(sa.TIER, self.principal.tier),
+                        SearchAttributePair(sa.JOB_STATE, VideoStatus.QUEUED.value),
+                    ]
+                ),
+                rpc_timeout=RPC_TIMEOUT,
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # a closed job with this key: compared below like a running one
+        except RPCError as exc:
+            raise _unavailable(exc) from exc
+        if self.capacity is not None and fairness is not None:
+            self.capacity.record_submit(
+                job_id, self.principal.tenant_id, self.principal.user_id, self.principal.tier, request.model, memo
+            )
+        if idempotency_key is None:
+            return self._fresh_view(job_id, memo, spec)
+        existing = await self.get(job_id, with_query=False)
+        if existing.memo.request_hash != digest:
+            raise ApiError(
+                409,
+                "idempotency_key_reused",
+                "this Idempotency-Key was already used with a different request body; "
+                "use a new key for a different video",
+                "Idempotency-Key",
+            )
+        if existing.memo.created_at == memo.created_at:
+            return self._fresh_view(job_id, memo, spec)
+        return await self.get(job_id)
+
+    def _fresh_view(self, job_id: str, memo: JobMemo, spec: VideoModelSpec) -> JobView:
+        view = JobView(job_id=job_id, memo=memo, status=VideoStatus.QUEUED)
+        self._estimate(view, spec)
+        return view
+
+    # Read -------------------------------------------------------------------------------
+
+    def _handle(self, job_id: str) -> WorkflowHandle:
+        return self.client.get_workflow_handle(workflow_id(job_id))
+
+    async def _describe_owned(self, job_id: str) -> tuple[WorkflowExecutionDescription, JobMemo]:
+        """The execution if it exists and belongs to the caller; 404 otherwise (never 403)."""
+        if not is_job_id(job_id):
+            raise not_found("video")
+        try:
+            desc = await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            if _is_not_found(exc):
+                raise not_found("video") from None
+            raise _unavailable(exc) from exc
+        memo = await self._owned_memo(desc)
+        if memo is None or await asyncio.to_thread(is_deleted, self.db, job_id):
+            raise not_found("video")
+        return desc, memo
+
+    async def _owned_memo(self, execution: WorkflowExecution) -> JobMemo | None:
+        attrs = execution.typed_search_attributes
+        if (
+            execution.workflow_type != WORKFLOW_TYPE
+            or attrs.get(sa.TENANT_ID) != self.principal.tenant_id
+            or attrs.get(sa.USER_ID) != self.principal.user_id
+        ):
+            return None
+        memo: JobMemo | None = await execution.memo_value(MEMO_KEY, None, type_hint=JobMemo)
+        return memo
+
+    async def _query_state(self, job_id: str, query_timeout: timedelta) -> VideoJobState | None:
+        try:
+            return await self._handle(job_id).query(VideoJobWorkflow.state, rpc_timeout=query_timeout)
+        except (RPCError, WorkflowQueryFailedError) as exc:
+            log.info("state query of %s unanswered (%s); answering from the description", job_id, exc)
+            return None
+
+    async def _live(self, desc: WorkflowExecutionDescription) -> _Live:
+        live = _Live()
+        for pending in desc.raw_description.pending_activities:
+            started = pending.state in (
+                PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
+                PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED,
+            )
+            progress: GenerateProgress | None = None
+            if pending.heartbeat_details.payloads:
+                try:
+                    decoded = await self.client.data_converter.decode(
+                        pending.heartbeat_details.payloads, [GenerateProgress]
+                    )
+                    if decoded and isinstance(decoded[0], GenerateProgress):
+                        progress = decoded[0]
+                except Exception:
+                    # Another activity's details (housekeeping): not generation progress.
+                    progress = None
+            if progress is None and pending.activity_type.name != GENERATE_VIDEO:
+                continue
+            live.started = started
+            if started and pending.HasField("last_started_time"):
+                live.started_at = pending.last_started_time.ToDatetime(UTC).timestamp()
+            # ``attempt`` of a scheduled activity is the attempt it will start as.
+            live.attempt = pending.attempt if started else pending.attempt - 1
+            live.progress = progress
+            break
+        return live
+
+    async def get(self, job_id: str, with_query: bool = True, query_timeout: timedelta = QUERY_TIMEOUT) -> JobView:
+        """The caller's job ``job_id`` (404 if it is missing, deleted, or someone else's)."""
+        desc, memo = await self._describe_owned(job_id)
+        state = await self._query_state(job_id, query_timeout) if with_query else None
+        if state is not None and state.deleted:
+            raise not_found("video")
+        return await self._view(job_id, memo, desc, state)
+
+    async def _view(
+        self,
+        job_id: str,
+        memo: JobMemo,
+        execution: WorkflowExecution,
+        state: VideoJobState | None,
+        desc: WorkflowExecutionDescription | None = None,
+    ) -> JobView:
+        if desc is None and isinstance(execution, WorkflowExecutionDescription):
+            desc = execution
+        job_state = execution.typed_search_attributes.get(sa.JOB_STATE)
+        view = JobView(
+            job_id=job_id,
+            memo=memo,
+            status=_status_from_execution(execution.status, job_state),
+            start_time=execution.start_time,
+            completed_at=execution.close_time,
+        )
+        if state is not None:
+            # The workflow's in_progress says an attempt started at some point; whether one runs
+            # now (or a preempted job waits for its next attempt) is the pending activity's
+            # state, read below, so the view starts from queued and lets that decide.
+            view.status = VideoStatus.QUEUED if state.status is VideoStatus.IN_PROGRESS else state.status
+            view.attempt = state.attempts_started
+            view.error_code = state.error_code
+            view.error_message = state.error_message
+            view.result = state.result
+            view.completed_at = state.completed_at or view.completed_at
+            view.expires_at = state.expires_at
+            if state.result is not None:
+                view.attempt = max(view.attempt, state.result.attempt)
+            # A closed execution is final even if the query raced its last state change.
+            closed = _status_from_execution(execution.status, None)
+            if execution.status != WorkflowExecutionStatus.RUNNING and closed in TERMINAL_STATUSES:
+                if view.status not in TERMINAL_STATUSES:
+                    view.status = closed
+        started_at: float | None = None
+        if desc is not None and not view.terminal:
+            live = await self._live(desc)
+            started_at = live.started_at
+            view.attempt = max(view.attempt, live.attempt)
+            if live.started and view.status is VideoStatus.QUEUED:
+                # The workflow learns that generation started only when it ends; the pending
+                # activity's state says so at once.
+                view.status = VideoStatus.IN_PROGRESS
+            if live.progress is not None and live.progress.total_steps > 0:
+                step = live.progress.step if live.started else live.progress.checkpoint_step
+                # 100 means done; a job at its last step is still encoding.
+                view.progress = min(99, int(100 * step / live.progress.total_steps))
+        if view.status is VideoStatus.COMPLETED:
+            view.progress = 100
+            if view.expires_at is None and view.completed_at is not None:
+                view.expires_at = view.completed_at + timedelta(seconds=memo.expires_after_seconds)
+        spec = video_models.get_model(memo.model)
+        if spec is not None:
+            self._estimate(view, spec, started_at=started_at)
+        return view
+
+    def _estimate(self, view: JobView, spec: VideoModelSpec, started_at: float | None = None) -> None:
+        if view.terminal:
+            view.estimate = None
+            view.eta_seconds = None
+            return
+        if view.status is VideoStatus.IN_PROGRESS:
+            view.estimate = estimate_running(self.capacity, spec, view.memo, view.progress, started_at)
+        else:
+            view.estimate = estimate_queued(
+                self.capacity,
+                spec,
+                view.job_id,
+                view.memo,
+                self.principal.tenant_id,
+                self.principal.user_id,
+                self.principal.tier,
+            )
+        view.eta_seconds = view.estimate.eta_seconds
+
+    # List -------------------------------------------------------------------------------
+
+    def _list_query(self) -> str:
+        # Tenant and user ids are restricted to [A-Za-z0-9_.-] when keys are created, so they
+        # need no escaping inside the quotes; the check keeps that assumption explicit.
+        for value in (self.principal.tenant_id, self.principal.user_id):
+            if '"' in value or "\\" in value:
+                raise ApiError(400, "invalid_request", "caller id cannot be used in a visibility query")
+        return (
+            f'WorkflowType = "{WORKFLOW_TYPE}" AND TenantId = "{self.principal.tenant_id}" '
+            f'AND UserId = "{self.principal.user_id}"'
+        )
+
+    async def page(self, after: str | None, limit: int, order: str) -> tuple[list[JobView], bool]:
+        """One page of the caller's jobs by creation time, and whether more follow."""
+        query = self._list_query()
+        after_key: tuple[datetime, str] | None = None
+        if after is not None:
+            try:
+                desc, _memo = await self._describe_owned(after)
+            except ApiError as exc:
+                if exc.status == 404:
+                    raise invalid("after", f"no video {after!r} to list after") from None
+                raise
+            after_key = (desc.start_time, after)
+            bound = _visibility_time(desc.start_time)
+            query += f' AND StartTime {"<=" if order == "desc" else ">="} "{bound}"'
+        rows: list[tuple[tuple[datetime, str], WorkflowExecution]] = []
+        # Deleted jobs may linger in visibility until Temporal removes them.
+        deleted = await asyncio.to_thread(deleted_by, self.db, self.principal.tenant_id, self.principal.user_id)
+        try:
+            # Visibility returns newest first and cannot sort otherwise; a page in ascending
+            # order therefore reads the whole range (up to a cap).
+            async for execution in self.client.list_workflows(
+                query, limit=LIST_SCAN_LIMIT, page_size=min(1000, limit + 1) if order == "desc" else 1000
+            ):
+                key = (execution.start_time, job_id_of(execution.id))
+                if key[1] in deleted:
+                    continue
+                if after_key is not None and (key >= after_key if order == "desc" else key <= after_key):
+                    continue
+                if order == "desc" and len(rows) > limit and execution.start_time != rows[-1][0][0]:
+                    break  # enough rows, and the last start time's ties are all in
+                rows.append((key, execution))
+        except RPCError as exc:
+            raise _unavailable(exc) from exc
+        rows.sort(key=lambda row: row[0], reverse=order == "desc")
+        has_more = len(rows) > limit
+        page = rows[:limit]
+        views = await self._list_views([execution for _key, execution in page])
+        return views, has_more
+
+    async def _list_views(self, executions: Sequence[WorkflowExecution]) -> list[JobView]:
+        gate = asyncio.Semaphore(LIST_DESCRIBE_CONCURRENCY)
+
+        async def one(execution: WorkflowExecution) -> JobView | None:
+            memo = await self._owned_memo(execution)
+            if memo is None:
+                return None
+            job_id = job_id_of(execution.id)
+            if execution.status != WorkflowExecutionStatus.RUNNING:
+                return await self._view(job_id, memo, execution, None)
+            # Running jobs: their live progress is one cheap describe away.
+            async with gate:
+                try:
+                    desc = await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
+                except RPCError:
+                    return await self._view(job_id, memo, execution, None)
+            return await self._view(job_id, memo, desc, None)
+
+        views = await asyncio.gather(*(one(e) for e in executions))
+        return [v for v in views if v is not None]
+
+    # Cancel and delete ------------------------------------------------------------------
+
+    async def cancel(self, job_id: str) -> JobView:
+        """Request cancellation; a queued job is answered once cancelled, a running one at once."""
+        view = await self.get(job_id)
+        if view.terminal:
+            if view.status is VideoStatus.CANCELLED:
+                return view
+            raise ApiError(409, "invalid_state", f"the video is already {view.status.value}; nothing to cancel")
+        try:
+            await self._handle(job_id).cancel(rpc_timeout=RPC_TIMEOUT)
+        except RPCError as exc:
+            if _is_not_found(exc):
+                raise not_found("video") from None
+            raise _unavailable(exc) from exc
+        if view.status is VideoStatus.QUEUED:
+            view = await self._wait_terminal(job_id, CANCEL_WAIT_SECONDS) or view
+        return view
+
+    async def _wait_terminal(self, job_id: str, wait_seconds: float) -> JobView | None:
+        deadline = time.monotonic() + wait_seconds
+        latest: JobView | None = None
+        while time.monotonic() < deadline:
+            latest = await self.get(job_id)
+            if latest.terminal:
+                return latest
+            await asyncio.sleep(WATCH_INTERVAL_SECONDS)
+        return latest
+
+    async def delete(self, job_id: str) -> None:
+        """Cancel if running, delete the stored assets, then forget the job (GET -> 404)."""
+        view = await self.get(job_id)
+        handle = self._handle(job_id)
+        if not view.terminal:
+            try:
+                await handle.cancel(rpc_timeout=RPC_TIMEOUT)
+            except RPCError as exc:
+                if not _is_not_found(exc):
+                    raise _unavailable(exc) from exc
+            # Let the GPU stop and the workflow delete its checkpoints before the execution goes.
+            await self._wait_terminal(job_id, DELETE_CANCEL_WAIT_SECONDS)
+        await asyncio.to_thread(self._delete_objects, job_id)
+        # The tombstone makes the job 404 at once; Temporal forgets the execution on its own
+        # schedule (asynchronously, or at retention on a dev server).
+        await asyncio.to_thread(record_deletion, self.db, job_id, self.principal.tenant_id, self.principal.user_id)
+        try:
+            await self.client.workflow_service.delete_workflow_execution(
+                DeleteWorkflowExecutionRequest(
+                    namespace=self.client.namespace,
+                    workflow_execution=ExecutionRef(workflow_id=workflow_id(job_id)),
+                ),
+                retry=True,
+                timeout=RPC_TIMEOUT,
+            )
+        except RPCError as exc:
+            # The job is already deleted for every caller; the execution goes at retention.
+            log.warning("could not delete the execution of %s: %s", job_id, exc.status)
+
+    def _delete_objects(self, job_id: str) -> None:
+        # The video, the thumbnail, and anything a stale attempt left behind.
+        removed = self.store.delete_prefix(job_object_prefix(job_id) + "/")
+        log.info("deleted %d objects of %s", removed, job_id)
+
+    # Content and events -----------------------------------------------------------------
+
+    async def content_key(self, job_id: str, variant: str) -> str:
+        """The store key of a completed job's video or thumbnail."""
+        view = await self.get(job_id, query_timeout=CONTENT_QUERY_TIMEOUT)
+        if view.status is VideoStatus.COMPLETED and view.result is None:
+            raise ApiError(503, "temporarily_unavailable", "the video's location cannot be read right now; retry")
+        if view.status is not VideoStatus.COMPLETED or view.result is None:
+            raise ApiError(
+                409, "video_not_ready", f"the video is {view.status.value}; content exists once it is completed"
+            )
+        return view.result.video_key if variant == "video" else view.result.thumbnail_key
+
+    async def watch(self, job_id: str, last_event_id: str | None, max_seconds: float) -> AsyncIterator[JobView]:
+        """Snapshots of the job whenever status, progress or attempt change, until it ends.
+
+        Each event is a full snapshot, so resuming needs only the latest one: the snapshot whose
+        id the client already has (``Last-Event-ID``) is not sent again.
+        """
+        last = last_event_id
+        deadline = time.monotonic() + max_seconds
+        while True:
+            view = await self.get(job_id)
+            if view.event_id() != last:
+                last = view.event_id()
+                yield view
+            if view.terminal or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(WATCH_INTERVAL_SECONDS)
+
+
+def _visibility_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# Pollers wait a tenth of the ETA, within these bounds; without an ETA, the upper one.
+MIN_POLL_AFTER_MS = 500
+MAX_POLL_AFTER_MS = 30_000
+
+
+def poll_after_ms(view: JobView) -> int:
+    """How long a poller should wait: a tenth of the ETA, so it follows the ETA as it moves."""
+    if view.eta_seconds is None:
+        return MAX_POLL_AFTER_MS
+    return int(min(MAX_POLL_AFTER_MS, max(MIN_POLL_AFTER_MS, view.eta_seconds * 100)))
+
+
+def _estimate_fields(view: JobView) -> dict[str, Any]:
+    """The ETA extension fields of a video object."""
+    estimate = view.estimate
+    if estimate is None or view.terminal:
+        return {}
+    queue = None
+    if estimate.queue is not None and view.status is VideoStatus.QUEUED:
+        q = estimate.queue
+        queue = VideoQueue(
+            position=q.position,
+            ahead=q.ahead,
+            workers_serving=q.workers_serving,
+            completion_rate_per_min=q.completion_rate_per_min,
+            reason=q.reason,
+        )
+    return {
+        "estimated_start_at": _epoch(estimate.estimated_start_at),
+        "estimated_completion_at": _epoch(estimate.estimated_completion_at),
+        "eta_reason": estimate.reason,
+        "queue": queue,
+    }
+
+
+def _epoch(value: float | None) -> int | None:
+    return round(value) if value is not None else None

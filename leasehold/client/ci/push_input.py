@@ -1,0 +1,43 @@
+"""Building the ``CIPushInput`` of a push: the one place the webhook API and the reconciler share,
+so a commit reaches ``ci_start.start_push`` the same way (and under the same push id) from both."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from leasehold.records.ci.plans import TenantPlan
+from leasehold.records.ci.repos import RepoRecord
+from leasehold.settings import Settings
+from workflows.ci.types import CIPushInput, PullRequestInfo
+
+
+def push_input(
+    settings: Settings,
+    repo: RepoRecord,
+    sha: str,
+    ref: str,
+    delivery: str | None,
+    pull_request: PullRequestInfo | None = None,
+    plan: TenantPlan | None = None,
+) -> CIPushInput:
+    """The push of ``sha`` to ``ref`` with the deployment's queues and CI timeouts and the
+    tenant's plan as of now."""
+    return CIPushInput(
+        tenant_id=repo.tenant_id,
+        repo_id=repo.id,
+        repo_full_name=repo.name,
+        clone_url=repo.clone_url,
+        commit_sha=sha.lower(),
+        ref=ref,
+        received_at=datetime.now(UTC),
+        queue_prefix=settings.queue_prefix,
+        heartbeat_timeout_seconds=settings.ci_heartbeat_timeout_seconds,
+        cancel_grace_seconds=settings.ci_cancel_grace_seconds,
+        retry_window_seconds=settings.ci_retry_window_seconds,
+        delivery_id=delivery,
+        event="pull_request" if pull_request is not None else "push",
+        pull_request=pull_request,
+        fairness_weight=plan.fairness_weight if plan else None,
+        max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
+        default_branch=repo.default_branch,
+    )

@@ -1,0 +1,145 @@
+"""Client-side entry points to CI for the API and the CLI: start a push, read, cancel and retry runs.
+
+Light: only the Temporal client and the CI payloads. Errors are Temporal's
+(``RPCError`` NOT_FOUND for an unknown run, ``WorkflowUpdateFailedError`` for a refused retry,
+whose ``cause`` is an ``ApplicationError`` with ``type`` in ``RetryRejectedReason``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+    WorkflowHandle,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from workflows import search_attributes as sa
+from workflows.ci.ids import push_id, push_workflow_id, run_workflow_id
+from workflows.ci.push import CIPushWorkflow
+from workflows.ci.reconcile import CIReconcileWorkflow
+from workflows.ci.run import CIRunWorkflow
+from workflows.ci.types import (
+    ApprovalRequest,
+    CIPushInput,
+    CIPushState,
+    CIRunState,
+    JobState,
+    ReconcileInput,
+    RetryJobRequest,
+    RetryJobResponse,
+)
+from workflows.queues import orchestration_queue
+
+
+async def start_push(client: Client, push: CIPushInput) -> str:
+    """Durably accept a push; returns its push id. Idempotent: the same repo + commit + ref
+    maps onto the same push workflow (running or completed), so redeliveries create nothing."""
+    pid = push_id(push.repo_id, push.commit_sha, push.ref)
+    try:
+        await client.start_workflow(
+            CIPushWorkflow.run,
+            push,
+            id=push_workflow_id(pid),
+            task_queue=orchestration_queue(push.queue_prefix),
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # A push whose git work failed (unreachable clone URL) may be redelivered and retried.
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(sa.TENANT_ID, push.tenant_id),
+                    SearchAttributePair(sa.REPO_ID, push.repo_id),
+                    SearchAttributePair(sa.COMMIT_SHA, push.commit_sha),
+                ]
+            ),
+        )
+    except WorkflowAlreadyStartedError:
+        pass  # completed earlier with success: its runs exist
+    return pid
+
+
+async def push_state(client: Client, pid: str) -> CIPushState:
+    """Progress of a push: which runs it created (``status == done``) or why it failed."""
+    handle = client.get_workflow_handle_for(CIPushWorkflow.run, push_workflow_id(pid))
+    return await handle.query(CIPushWorkflow.state)
+
+
+def run_handle(client: Client, run: str) -> WorkflowHandle[CIRunWorkflow, CIRunState]:
+    """Typed handle of a run's workflow."""
+    return client.get_workflow_handle_for(CIRunWorkflow.run, run_workflow_id(run))
+
+
+async def run_state(client: Client, run: str) -> CIRunState:
+    """The run and its jobs: statuses, attempts, timings, exit codes, errors, log prefixes."""
+    return await run_handle(client, run).query(CIRunWorkflow.state)
+
+
+async def cancel_run(client: Client, run: str) -> None:
+    """Cancel a run: pending jobs cancelled, running ones SIGTERM then SIGKILL, ``if: always()``
+    jobs still run, the run ends ``cancelled``. A finished run stays as it was."""
+    await run_handle(client, run).cancel()
+
+
+async def retry_job(client: Client, run: str, job_id: str, requested_by: str | None = None) -> RetryJobResponse:
+    """Re-run a failed or cancelled job and its dependents as new attempts (workflow Update)."""
+    return await run_handle(client, run).execute_update(
+        CIRunWorkflow.retry_job, RetryJobRequest(job_id=job_id, requested_by=requested_by)
+    )
+
+
+async def decide_job(client: Client, run: str, request: ApprovalRequest) -> JobState:
+    """Approve or reject a job awaiting approval (workflow Update); returns the job's state."""
+    return await run_handle(client, run).execute_update(CIRunWorkflow.decide, request)
+
+
+def reconcile_schedule_id(queue_prefix: str) -> str:
+    """One reconciler schedule per deployment (task-queue prefix)."""
+    return f"{queue_prefix}ci-reconcile"
+
+
+def _reconcile_schedule(queue_prefix: str, interval_seconds: float) -> Schedule:
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            CIReconcileWorkflow.run,
+            ReconcileInput(queue_prefix=queue_prefix),
+            id=f"{reconcile_schedule_id(queue_prefix)}-run",
+            task_queue=orchestration_queue(queue_prefix),
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_seconds))]),
+        # A slow pass (many repositories) is not overlapped by the next one.
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+
+async def ensure_reconcile_schedule(client: Client, queue_prefix: str, interval_seconds: float) -> str:
+    """Create the reconciler's schedule, or bring an existing one to this interval; idempotent
+    (every CI worker calls it at start). Returns the schedule id."""
+    schedule_id = reconcile_schedule_id(queue_prefix)
+    wanted = _reconcile_schedule(queue_prefix, interval_seconds)
+    try:
+        await client.create_schedule(schedule_id, wanted)
+    except ScheduleAlreadyRunningError:
+
+        def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
+            if current.description.schedule.spec.intervals == wanted.spec.intervals:
+                return None
+            return ScheduleUpdate(schedule=wanted)
+
+        await client.get_schedule_handle(schedule_id).update(update)
+    return schedule_id

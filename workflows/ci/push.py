@@ -1,0 +1,139 @@
+"""``CIPushWorkflow``: a push (repo + commit + ref) turned into one run per triggered workflow file.
+
+Its start is the API's durable acceptance of a webhook. Git work happens on a CI worker (the
+control queue); this workflow then starts each ``CIRunWorkflow`` as an abandoned child whose
+id is derived from repo + commit + file, so duplicates are impossible: a second start of the
+same id is refused by the server and counted as "already exists".
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import search_attributes as sa
+    from workflows.ci.ids import push_id, run_id, run_workflow_id
+    from workflows.ci.run import CIRunWorkflow
+    from workflows.ci.types import (
+        ACTIVITY_LIST_WORKFLOWS,
+        CIPushInput,
+        CIPushState,
+        CIRunInput,
+        ListWorkflowsInput,
+        ListWorkflowsResult,
+        PushStatus,
+        RunRef,
+        RunStatus,
+    )
+    from workflows.queues import (
+        CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS,
+        CI_LIST_WORKFLOWS_MAX_ATTEMPTS,
+        CI_LIST_WORKFLOWS_TIMEOUT_SECONDS,
+        ci_control_queue,
+        orchestration_queue,
+    )
+
+# Error type of a push whose workflow files could not be read (the workflow fails with it).
+PUSH_GIT_FAILED = "CIPushGitFailed"
+
+
+@workflow.defn
+class CIPushWorkflow:
+    """Lists the workflow files at the pushed commit and starts their runs."""
+
+    @workflow.init
+    def __init__(self, inp: CIPushInput) -> None:
+        self._state = CIPushState(push_id=push_id(inp.repo_id, inp.commit_sha, inp.ref))
+
+    @workflow.query
+    def state(self) -> CIPushState:
+        return self._state
+
+    @workflow.run
+    async def run(self, inp: CIPushInput) -> CIPushState:
+        try:
+            listing = await workflow.execute_activity(
+                ACTIVITY_LIST_WORKFLOWS,
+                ListWorkflowsInput(
+                    repo_id=inp.repo_id,
+                    clone_url=inp.clone_url,
+                    commit_sha=inp.commit_sha,
+                    ref=inp.ref,
+                    event=inp.event,
+                    base_ref=inp.pull_request.base_ref if inp.pull_request else None,
+                    action=inp.pull_request.action if inp.pull_request else None,
+                    tenant_id=inp.tenant_id,
+                ),
+                result_type=ListWorkflowsResult,
+                task_queue=ci_control_queue(inp.queue_prefix),
+                start_to_close_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_TIMEOUT_SECONDS),
+                heartbeat_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_attempts=CI_LIST_WORKFLOWS_MAX_ATTEMPTS,
+                    non_retryable_error_types=[PUSH_GIT_FAILED],
+                ),
+            )
+        except ActivityError as err:
+            self._state.status = PushStatus.FAILED
+            self._state.error = str(err.cause or err)
+            # Failing the workflow lets a redelivery of the same push try again.
+            raise ApplicationError(self._state.error, type=PUSH_GIT_FAILED) from err
+
+        for file in listing.files:
+            if not file.triggered:
+                self._state.not_triggered.append(file.path)
+                continue
+            rid = run_id(inp.repo_id, inp.commit_sha, file.path, inp.event)
+            wid = run_workflow_id(rid)
+            created = True
+            try:
+                await workflow.start_child_workflow(
+                    CIRunWorkflow.run,
+                    CIRunInput(
+                        run_id=rid,
+                        tenant_id=inp.tenant_id,
+                        repo_id=inp.repo_id,
+                        repo_full_name=inp.repo_full_name,
+                        clone_url=inp.clone_url,
+                        commit_sha=inp.commit_sha,
+                        ref=inp.ref,
+                        workflow_path=file.path,
+                        created_at=workflow.now(),
+                        spec=file.spec,
+                        spec_error=file.error,
+                        queue_prefix=inp.queue_prefix,
+                        heartbeat_timeout_seconds=inp.heartbeat_timeout_seconds,
+                        cancel_grace_seconds=inp.cancel_grace_seconds,
+                        retry_window_seconds=inp.retry_window_seconds,
+                        push_id=self._state.push_id,
+                        event=inp.event,
+                        pull_request=inp.pull_request,
+                        fairness_weight=inp.fairness_weight,
+                        max_concurrent_jobs=inp.max_concurrent_jobs,
+                        fair_share=inp.fair_share,
+                        default_branch=inp.default_branch,
+                        environments=listing.environments,
+                    ),
+                    id=wid,
+                    task_queue=orchestration_queue(inp.queue_prefix),
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    search_attributes=TypedSearchAttributes(
+                        [
+                            SearchAttributePair(sa.TENANT_ID, inp.tenant_id),
+                            SearchAttributePair(sa.REPO_ID, inp.repo_id),
+                            SearchAttributePair(sa.COMMIT_SHA, inp.commit_sha),
+                            SearchAttributePair(sa.RUN_STATE, RunStatus.QUEUED.value),
+                        ]
+                    ),
+                )
+            except WorkflowAlreadyStartedError:
+                created = False
+            self._state.runs.append(RunRef(run_id=rid, workflow_id=wid, workflow_path=file.path, created=created))
+        self._state.status = PushStatus.DONE
+        return self._state

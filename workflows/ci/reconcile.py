@@ -1,0 +1,87 @@
+"""``CIReconcileWorkflow``: find commits whose webhook was lost and push them, like a delivery would.
+
+Started by a Temporal Schedule (``ci_start.ensure_reconcile_schedule``, every
+``settings.ci_reconcile_interval_seconds``). It lists the registered repositories, then per
+repository (a few at a time, on the control queue where the mirrors are) fetches the mirror,
+compares each branch head with the last one it saw, and hands changed heads of watched branches
+(the default branch, and branches some workflow's ``on.push`` matches) to
+``ci_start.start_push``. Push and run ids are derived from repository + commit (+ ref), so a
+head that a webhook also delivered still makes exactly one push and one run per workflow file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TypeVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.ci.types import (
+        ACTIVITY_RECONCILE_LIST,
+        ACTIVITY_RECONCILE_REPO,
+        ReconcileInput,
+        ReconcileRepoInput,
+        ReconcileRepoResult,
+        ReconcileRepos,
+        ReconcileResult,
+    )
+    from workflows.queues import (
+        CI_RECONCILE_HEARTBEAT_SECONDS,
+        CI_RECONCILE_MAX_ATTEMPTS,
+        CI_RECONCILE_PARALLEL_REPOS,
+        CI_RECONCILE_REPO_TIMEOUT_SECONDS,
+        CI_RECONCILE_REPOS_PER_RUN,
+        ci_control_queue,
+    )
+
+T = TypeVar("T")
+
+
+@workflow.defn
+class CIReconcileWorkflow:
+    """See the module docstring."""
+
+    @workflow.run
+    async def run(self, inp: ReconcileInput) -> ReconcileResult:
+        listed = await self._activity(ACTIVITY_RECONCILE_LIST, inp, ReconcileRepos, inp.queue_prefix)
+        ids = listed.repo_ids
+        now, later = ids[:CI_RECONCILE_REPOS_PER_RUN], ids[CI_RECONCILE_REPOS_PER_RUN:]
+        result = ReconcileResult(repos=len(now))
+        for start in range(0, len(now), CI_RECONCILE_PARALLEL_REPOS):
+            batch = now[start : start + CI_RECONCILE_PARALLEL_REPOS]
+            answers = await asyncio.gather(
+                *(
+                    self._activity(
+                        ACTIVITY_RECONCILE_REPO, ReconcileRepoInput(repo_id=r), ReconcileRepoResult, inp.queue_prefix
+                    )
+                    for r in batch
+                ),
+                return_exceptions=True,
+            )
+            for repo_id, answer in zip(batch, answers, strict=True):
+                if isinstance(answer, ReconcileRepoResult):
+                    result.pushes.extend(answer.pushes)
+                elif isinstance(answer, ActivityError):
+                    # One unreachable repository must not hold up the others; the next run retries.
+                    result.errors[repo_id] = str(answer.cause or answer)
+                elif isinstance(answer, BaseException):
+                    raise answer
+        if later:
+            workflow.continue_as_new(ReconcileInput(queue_prefix=inp.queue_prefix, repo_ids=later))
+        return result
+
+    async def _activity(self, name: str, arg: BaseModel, result_type: type[T], prefix: str) -> T:
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            task_queue=ci_control_queue(prefix),
+            start_to_close_timeout=timedelta(seconds=CI_RECONCILE_REPO_TIMEOUT_SECONDS),
+            heartbeat_timeout=timedelta(seconds=CI_RECONCILE_HEARTBEAT_SECONDS),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=CI_RECONCILE_MAX_ATTEMPTS),
+        )

@@ -1,0 +1,675 @@
+"""``CIRunWorkflow``: one CI run (repository + commit + workflow file) as a DAG of job activities.
+
+How the API drives CI (the contract; ``leasehold/client/ci/start.py`` wraps each call):
+
+* **Push** (webhook or ``POST /v1/hooks/push``): the API builds a ``CIPushInput`` (tenant, repo
+  id and full name, clone URL, commit sha, full ref, ``queue_prefix`` and the CI timeouts from
+  settings) and calls ``ci_start.start_push``: ``CIPushWorkflow`` with id
+  ``ci-push:<push id>`` (``ci_ids.push_id(repo, sha, ref)``) on the orchestration queue,
+  ``id_conflict_policy=USE_EXISTING``. That start is the durable acceptance (no git in the
+  API). The push workflow's first activity (``ci_list_workflows`` on
+  ``queues.ci_control_queue(prefix)``, served by CI workers) fetches the repository's bare
+  mirror, lists ``.github/workflows/*.yml|yaml`` at the commit, parses them and applies the
+  ``on.push`` filters; then one child ``CIRunWorkflow`` per triggered file is started with id
+  ``ci-run:<run id>`` where ``run id = ci_ids.run_id(repo_id, sha, workflow path)``: one run
+  per repo + commit + file, whatever the number of deliveries or refs. A file that is invalid
+  (YAML error, unsupported key, cycle, unknown need, ``secrets``) still gets a run, which
+  fails at once with ``error = "<file>:<line>: <key>: <message>"``. ``ci_start.push_state``
+  (query ``CIPushWorkflow.state``) tells which run ids a push produced (``status == done``).
+* **State**: ``ci_start.run_state(client, run_id)`` = query ``CIRunWorkflow.state`` ->
+  ``CIRunState`` (run status, error, timings; per job: status, attempts with their status,
+  worker, timings, exit code, error, steps and ``log_prefix``; ``attempt`` = the winning
+  attempt). Lists use visibility: ``WorkflowType = 'CIRunWorkflow' AND TenantId = '<t>'``
+  plus ``RepoId`` / ``CommitSha`` / ``RunState`` (the ``RunStatus`` values).
+* **Cancel**: ``ci_start.cancel_run`` = Temporal workflow cancellation. Waiting jobs are
+  cancelled (unless their ``if`` holds under ``cancelled()``, e.g. ``always()``: those still
+  run); running jobs get SIGTERM on their whole process tree, SIGKILL after
+  ``cancel_grace_seconds``; the run ends ``cancelled``. Cancelling a finished run changes
+  nothing (it only closes its retry window).
+* **Retry**: ``ci_start.retry_job`` = Update ``CIRunWorkflow.retry_job(RetryJobRequest)`` ->
+  ``RetryJobResponse``. Refused (``WorkflowUpdateFailedError`` whose cause is an
+  ``ApplicationError`` with ``type`` in ``RetryRejectedReason``) for an unknown job, a job
+  that is not failed/cancelled or has a running dependent, or past ``CI_MAX_RETRIES_PER_RUN``.
+  A finished run stays open for ``retry_window_seconds``; after that its workflow is closed
+  and an update fails with ``RPCError`` NOT_FOUND/"workflow execution already completed".
+* **Approvals**: a job whose ``environment:`` is protected (``CIRunInput.environments``, read
+  from the repository's rules when the push was listed) becomes ``awaiting_approval`` when it
+  is ready, instead of starting. ``ci_start.decide_job`` = Update
+  ``CIRunWorkflow.decide(ApprovalRequest)`` -> the job's ``JobState``: approve starts it (this
+  round only: a retried job asks again), reject fails it (its dependents are skipped). Refused
+  (``ApplicationError.type`` in ``ApprovalRejectedReason``) for an unknown job, a job not
+  awaiting approval, or a user outside the environment's approvers. Every decision (who, when,
+  approve/reject, comment, round) stays in ``JobState.approvals``. Cancelling the run cancels
+  jobs awaiting approval.
+* **Logs**: attempt ``n`` of job ``j`` writes raw output chunks to
+  ``ci/<tenant>/<run id>/<job id>/attempt-<n>/<seq:08d>.log`` (seq from 0, gap-free, each an
+  atomic write-once put, every ~0.5 s or 64 KiB). A chunk that could not be stored after
+  retries leaves its seq missing, with a best-effort ``<seq:08d>.gap`` marker, and is listed in
+  ``end.json`` and in the attempt's ``LogSummary.gaps``. ``attempt-<n>/end.json`` (a
+  ``LogEnd``) marks the end of the log; while it is absent and the attempt is ``running`` the
+  log may still grow. ``ci_ids`` builds and parses these keys.
+
+Exactly-once, honestly: a job runs at least once; the server refuses completion from a stale
+activity attempt, attempt numbers come from this workflow (Update ``attempt_started``; an
+older round's attempt is told not to proceed), logs are attempt-scoped, and the state points
+at the attempt whose result was recorded. ``CI_IDEMPOTENCY_KEY = <run id>/<job id>`` is stable
+across attempts for external side effects.
+
+History bound: at most ``MAX_JOBS_PER_WORKFLOW`` jobs and ``CI_MAX_RETRIES_PER_RUN`` retries,
+each job round costing about ten events, keeps a run far below Temporal's limits, so the
+workflow does not continue-as-new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import Priority, RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import search_attributes as sa
+    from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, github_context
+    from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
+    from workflows.ci.semaphore import (
+        SIGNAL_ACQUIRE,
+        SIGNAL_GRANTED,
+        SIGNAL_RELEASE,
+        CITenantSemaphoreWorkflow,
+        semaphore_workflow_id,
+    )
+    from workflows.ci.types import (
+        ACTIVITY_RUN_JOB,
+        JOB_FINAL_STATUSES,
+        ApprovalDecision,
+        ApprovalRejectedReason,
+        ApprovalRequest,
+        AttemptGrant,
+        AttemptStartRequest,
+        AttemptStatus,
+        CIRunInput,
+        CIRunState,
+        EnvironmentRule,
+        JobActivityInput,
+        JobAttemptState,
+        JobResult,
+        JobSpec,
+        JobState,
+        JobStatus,
+        NeedResult,
+        RetryJobRequest,
+        RetryJobResponse,
+        RetryRejectedReason,
+        RunStatus,
+        SemaphoreState,
+        SlotGrant,
+        SlotRelease,
+        SlotRequest,
+    )
+    from workflows.queues import (
+        CI_JOB_MAX_ATTEMPTS,
+        CI_JOB_SCHEDULE_TO_START_SECONDS,
+        CI_JOB_TIMEOUT_MARGIN_SECONDS,
+        CI_MAX_RETRIES_PER_RUN,
+        ci_queue,
+        orchestration_queue,
+    )
+
+# Error types of the job activity that retrying cannot fix.
+JOB_FATAL_ERROR = "CIJobFatal"
+# Attempts granted after this change carry a secrets token (older histories replay without).
+PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
+
+
+@workflow.defn
+class CIRunWorkflow:
+    """Runs the jobs of one workflow file at one commit; see the module docstring."""
+
+    @workflow.init
+    def __init__(self, inp: CIRunInput) -> None:
+        self._inp = inp
+        spec = inp.spec
+        self._jobs: dict[str, JobSpec] = {j.id: j for j in spec.jobs} if spec else {}
+        self._state = CIRunState(
+            run_id=inp.run_id,
+            tenant_id=inp.tenant_id,
+            repo_id=inp.repo_id,
+            repo_full_name=inp.repo_full_name,
+            commit_sha=inp.commit_sha,
+            ref=inp.ref,
+            workflow_path=inp.workflow_path,
+            workflow_name=spec.name if spec else inp.workflow_path,
+            created_at=inp.created_at,
+            event=inp.event,
+            pull_request=inp.pull_request,
+            secrets_allowed=not (inp.pull_request is not None and inp.pull_request.from_fork),
+            notice=(
+                f"pull request #{inp.pull_request.number} comes from a fork ({inp.pull_request.head_repo}): "
+                "its jobs run without secrets"
+                if inp.pull_request is not None and inp.pull_request.from_fork
+                else None
+            ),
+            jobs=[
+                JobState(
+                    job_id=j.id,
+                    name=j.name,
+                    needs=list(j.needs),
+                    runs_on=list(j.runs_on),
+                    idempotency_key=idempotency_key(inp.run_id, j.id),
+                    environment=j.environment,
+                    secret_names=list(j.secrets),
+                )
+                for j in (spec.jobs if spec else [])
+            ],
+        )
+        self._handles: dict[str, workflow.ActivityHandle[JobResult]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Jobs whose running activity was asked to cancel (their attempts must not start).
+        self._cancelling: set[str] = set()
+        self._dirty = False
+        self._retry_pending = False
+        # Job rounds holding a slot of the tenant's cap, and release signals in flight.
+        self._granted: set[str] = set()
+        # Jobs told to stop waiting for a slot (the run was cancelled meanwhile).
+        self._abort_wait: set[str] = set()
+        self._releases: list[asyncio.Task[None]] = []
+
+    # Queries and updates ----------------------------------------------------------------
+
+    @workflow.query
+    def state(self) -> CIRunState:
+        """The run and its jobs, attempts, timings, exit codes and errors."""
+        return self._state
+
+    @workflow.update
+    def attempt_started(self, req: AttemptStartRequest) -> AttemptGrant:
+        """A worker is about to run a job: issue its attempt number, or tell a stale one to stop."""
+        job = self._state.job(req.job_id)
+        if job is None or req.round != job.round or job.status not in (JobStatus.QUEUED, JobStatus.IN_PROGRESS):
+            return AttemptGrant(proceed=False, reason="stale attempt")
+        if req.job_id in self._cancelling:
+            return AttemptGrant(proceed=False, reason="cancelled")
+        now = workflow.now()
+        for a in job.attempts:
+            if a.status == AttemptStatus.RUNNING:
+                # The server re-dispatched the activity: the earlier attempt lost its lease.
+                a.status = AttemptStatus.LOST
+                a.finished_at = now
+                a.error = "worker lost (no heartbeat); superseded by a new attempt"
+        n = max((a.attempt for a in job.attempts), default=0) + 1
+        token: str | None = None
+        if workflow.patched(PATCH_SECRETS_TOKEN):
+            # Random per attempt (the workflow's seeded RNG: replay gives the same value); only
+            # its hash is kept in the state that queries show.
+            token = workflow.uuid4().hex + workflow.uuid4().hex
+        job.attempts.append(
+            JobAttemptState(
+                attempt=n,
+                round=job.round,
+                worker=req.worker,
+                started_at=now,
+                log_prefix=attempt_log_prefix(self._inp.tenant_id, self._inp.run_id, job.job_id, n),
+                secrets_token_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
+            )
+        )
+        job.attempt = n
+        job.status = JobStatus.IN_PROGRESS
+        job.started_at = job.started_at or now
+        if self._state.started_at is None:
+            self._state.started_at = now
+        self._set_status(RunStatus.IN_PROGRESS)
+        return AttemptGrant(proceed=True, attempt=n, secrets_token=token)
+
+    @workflow.update
+    def retry_job(self, req: RetryJobRequest) -> RetryJobResponse:
+        """Re-run a failed or cancelled job and every job that depends on it, as new attempts."""
+        reset = self._dependents(req.job_id)
+        for job_id in reset:
+            job = self._state.job(job_id)
+            assert job is not None
+            job.round += 1
+            job.status = JobStatus.WAITING
+            job.attempt = 0
+            job.allowed_failure = False
+            job.queued_at = job.started_at = job.finished_at = None
+            job.exit_code = None
+            job.error = None
+            job.outputs = {}
+        self._state.retries += 1
+        self._state.cancel_requested = False
+        self._state.finished_at = None
+        self._set_status(RunStatus.IN_PROGRESS)
+        self._retry_pending = True
+        self._dirty = True
+        target = self._state.job(req.job_id)
+        assert target is not None
+        return RetryJobResponse(run_id=self._inp.run_id, job_id=req.job_id, round=target.round, reset_jobs=reset)
+
+    @retry_job.validator
+    def _validate_retry(self, req: RetryJobRequest) -> None:
+        job = self._state.job(req.job_id)
+        if job is None:
+            raise ApplicationError(f"no job {req.job_id!r} in this run", type=RetryRejectedReason.UNKNOWN_JOB)
+        if job.status not in (JobStatus.FAILURE, JobStatus.CANCELLED):
+            raise ApplicationError(
+                f"job {req.job_id!r} is {job.status.value}; only failed or cancelled jobs can be retried",
+                type=RetryRejectedReason.NOT_RETRYABLE,
+            )
+        if self._state.cancel_requested and self._state.finished_at is None:
+            raise ApplicationError("the run is being cancelled", type=RetryRejectedReason.NOT_RETRYABLE)
+        for job_id in self._dependents(req.job_id):
+            dep = self._state.job(job_id)
+            if dep is not None and dep.status in (JobStatus.QUEUED, JobStatus.IN_PROGRESS):
+                raise ApplicationError(
+                    f"job {job_id!r} depends on {req.job_id!r} and is still running",
+                    type=RetryRejectedReason.NOT_RETRYABLE,
+                )
+        if self._state.retries >= CI_MAX_RETRIES_PER_RUN:
+            raise ApplicationError(f"at most {CI_MAX_RETRIES_PER_RUN} retries per run", type=RetryRejectedReason.LIMIT)
+
+    @workflow.update
+    def decide(self, req: ApprovalRequest) -> JobState:
+        """Approve or reject a job awaiting approval; the decision is kept in the job's state."""
+        job = self._state.job(req.job_id)
+        assert job is not None and job.environment is not None
+        job.approvals.append(
+            ApprovalDecision(
+                job_id=job.job_id,
+                round=job.round,
+                environment=job.environment,
+                approved=req.approved,
+                user_id=req.user_id,
+                at=workflow.now(),
+                comment=req.comment,
+            )
+        )
+        if req.approved:
+            # Ready again; the scheduler now finds this round approved and starts it.
+            job.status = JobStatus.WAITING
+        else:
+            reason = f"rejected by {req.user_id}" + (f": {req.comment}" if req.comment else "")
+            self._finish_job(job, JobStatus.FAILURE, error=reason)
+        self._dirty = True
+        return job
+
+    @decide.validator
+    def _validate_decide(self, req: ApprovalRequest) -> None:
+        job = self._state.job(req.job_id)
+        if job is None:
+            raise ApplicationError(f"no job {req.job_id!r} in this run", type=ApprovalRejectedReason.UNKNOWN_JOB)
+        if job.status != JobStatus.AWAITING_APPROVAL:
+            raise ApplicationError(
+                f"job {req.job_id!r} is {job.status.value}, not awaiting approval",
+                type=ApprovalRejectedReason.NOT_AWAITING,
+            )
+        rule = self._approval_rule(job.job_id)
+        if rule is not None and rule.approvers and req.user_id not in rule.approvers:
+            raise ApplicationError(
+                f"{req.user_id!r} may not approve deployments to {rule.name!r}",
+                type=ApprovalRejectedReason.NOT_APPROVER,
+            )
+
+    def _approval_rule(self, job_id: str) -> EnvironmentRule | None:
+        spec = self._jobs.get(job_id)
+        if spec is None or spec.environment is None:
+            return None
+        rule = self._inp.environments.get(spec.environment.lower())
+        return rule if rule is not None and rule.required_approval else None
+
+    def _awaiting_approval(self) -> bool:
+        return any(j.status == JobStatus.AWAITING_APPROVAL for j in self._state.jobs)
+
+    # Main loop --------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: CIRunInput) -> CIRunState:
+        workflow.upsert_search_attributes(
+            [
+                sa.TENANT_ID.value_set(inp.tenant_id),
+                sa.REPO_ID.value_set(inp.repo_id),
+                sa.COMMIT_SHA.value_set(inp.commit_sha),
+                sa.RUN_STATE.value_set(self._state.status.value),
+            ]
+        )
+        if inp.spec is None or inp.spec_error is not None:
+            self._state.error = inp.spec_error.render() if inp.spec_error else "workflow file could not be read"
+            self._state.finished_at = workflow.now()
+            self._set_status(RunStatus.FAILURE)
+            return self._state
+        while True:
+            self._retry_pending = False
+            await self._execute()
+            self._finish()
+            try:
+                await workflow.wait_condition(
+                    lambda: self._retry_pending, timeout=timedelta(seconds=inp.retry_window_seconds)
+                )
+            except (TimeoutError, asyncio.CancelledError):
+                # Window over, or the finished run was cancelled: nothing more can happen.
+                break
+        # Every slot's release is delivered before the run closes.
+        await asyncio.gather(*self._releases)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._state
+
+    async def _execute(self) -> None:
+        """Start ready jobs until every job is final and no activity runs."""
+        while True:
+            try:
+                self._schedule_ready()
+                # A job awaiting approval keeps the run open until someone decides (or cancels).
+                if not self._tasks and not self._awaiting_approval():
+                    return
+                self._dirty = False
+                await workflow.wait_condition(lambda: self._dirty)
+            except asyncio.CancelledError:
+                self._on_cancel()
+
+    def _on_cancel(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            # Cancellation is handled, not propagated: later awaits (always() jobs) must work.
+            task.uncancel()
+        self._state.cancel_requested = True
+        for job_id, handle in list(self._handles.items()):
+            self._cancelling.add(job_id)
+            handle.cancel()
+        for job_id in list(self._tasks):
+            # Still waiting for a slot of the tenant's cap (no activity yet): stop waiting.
+            if job_id not in self._handles:
+                self._abort_wait.add(job_id)
+        for job in self._state.jobs:
+            if job.status == JobStatus.AWAITING_APPROVAL:
+                self._finish_job(job, JobStatus.CANCELLED, error="cancelled while awaiting approval")
+        self._dirty = True
+
+    def _schedule_ready(self) -> None:
+        progressed = True
+        while progressed:
+            progressed = False
+            for job in self._state.jobs:
+                if job.status != JobStatus.WAITING:
+                    continue
+                needs = [self._state.job(n) for n in job.needs]
+                if any(n is None or n.status not in JOB_FINAL_STATUSES for n in needs):
+                    continue
+                spec = self._jobs[job.job_id]
+                try:
+                    run_it = evaluate_condition(spec.if_expr, self._job_status_functions(job), self._job_context(job))
+                except ExpressionError as exc:
+                    self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{job.job_id}.if: {exc}")
+                    progressed = True
+                    continue
+                if not run_it:
+                    status = JobStatus.CANCELLED if self._state.cancel_requested else JobStatus.SKIPPED
+                    self._finish_job(job, status)
+                    progressed = True
+                    continue
+                if self._approval_rule(job.job_id) is not None and not any(
+                    d.approved and d.round == job.round for d in job.approvals
+                ):
+                    job.status = JobStatus.AWAITING_APPROVAL
+                    continue
+                self._start_job(job, spec)
+
+    def _start_job(self, job: JobState, spec: JobSpec) -> None:
+        inp = self._inp
+        assert inp.spec is not None
+        job.status = JobStatus.QUEUED
+        job.queued_at = workflow.now()
+        self._cancelling.discard(job.job_id)
+        self._abort_wait.discard(job.job_id)
+        act = JobActivityInput(
+            run_id=inp.run_id,
+            run_workflow_id=run_workflow_id(inp.run_id),
+            tenant_id=inp.tenant_id,
+            repo_id=inp.repo_id,
+            repo_full_name=inp.repo_full_name,
+            clone_url=inp.clone_url,
+            commit_sha=inp.commit_sha,
+            ref=inp.ref,
+            workflow_name=inp.spec.name,
+            workflow_path=inp.workflow_path,
+            job=spec,
+            workflow_env=dict(inp.spec.env),
+            needs=self._needs_context(job),
+            round=job.round,
+            cancel_grace_seconds=inp.cancel_grace_seconds,
+            event=inp.event,
+            secrets_allowed=self._state.secrets_allowed,
+            default_branch=inp.default_branch,
+        )
+        self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
+
+    def _start_activity(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
+        inp = self._inp
+        self._handles[job_id] = workflow.start_activity(
+            ACTIVITY_RUN_JOB,
+            act,
+            result_type=JobResult,
+            activity_id=f"{job_id}#{round_}",
+            task_queue=ci_queue(spec.runs_on, inp.queue_prefix),
+            start_to_close_timeout=timedelta(seconds=spec.timeout_minutes * 60 + CI_JOB_TIMEOUT_MARGIN_SECONDS),
+            schedule_to_start_timeout=timedelta(seconds=CI_JOB_SCHEDULE_TO_START_SECONDS),
+            heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_seconds),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_attempts=CI_JOB_MAX_ATTEMPTS,
+                non_retryable_error_types=[JOB_FATAL_ERROR],
+            ),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            # Fair share: the server dispatches round-robin across tenants, by plan weight.
+            priority=Priority(fairness_key=inp.tenant_id[:64], fairness_weight=inp.fairness_weight)
+            if inp.fair_share
+            else Priority(),
+        )
+
+    async def _run_job(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
+        """One job round: a slot under the tenant's cap (when capped), the activity, the result;
+        the slot is released on every way out of here."""
+        key = f"{job_id}#{round_}"
+        capped = self._inp.max_concurrent_jobs is not None
+        try:
+            if capped:
+                await self._acquire_slot(job_id, key)
+            if job_id in self._abort_wait:
+                raise asyncio.CancelledError
+            self._start_activity(job_id, round_, spec, act)
+            result = await self._handles[job_id]
+            self._record_result(job_id, round_, result)
+        except ActivityError as err:
+            self._record_error(job_id, round_, err)
+        except asyncio.CancelledError:
+            self._record_cancelled(job_id, round_, "cancelled before it started")
+        finally:
+            self._handles.pop(job_id, None)
+            self._tasks.pop(job_id, None)
+            self._cancelling.discard(job_id)
+            self._dirty = True
+            if capped:
+                self._granted.discard(key)
+                self._releases.append(asyncio.create_task(self._release_slot(key)))
+
+    async def _acquire_slot(self, job_id: str, key: str) -> None:
+        inp = self._inp
+        assert inp.max_concurrent_jobs is not None
+        req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.max_concurrent_jobs)
+        sem_id = semaphore_workflow_id(inp.tenant_id)
+        try:
+            await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
+        except FailureError:
+            # No semaphore yet (or it just rolled over): start it holding this request. It
+            # outlives this run; a concurrent start by another run makes us signal instead.
+            try:
+                await workflow.start_child_workflow(
+                    CITenantSemaphoreWorkflow.run,
+                    SemaphoreState(tenant_id=inp.tenant_id, limit=inp.max_concurrent_jobs, pending=[req]),
+                    id=sem_id,
+                    task_queue=orchestration_queue(inp.queue_prefix),
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                )
+            except WorkflowAlreadyStartedError:
+                await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
+        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+
+    async def _release_slot(self, key: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.tenant_id)).signal(
+                SIGNAL_RELEASE, SlotRelease(holder=workflow.info().workflow_id, key=key)
+            )
+        except FailureError:
+            workflow.logger.warning("tenant semaphore gone; nothing to release for %s", key)
+
+    @workflow.signal(name=SIGNAL_GRANTED)
+    def slot_granted(self, grant: SlotGrant) -> None:
+        """The tenant semaphore granted a slot to a job round."""
+        self._granted.add(grant.key)
+
+    # Recording ----------------------------------------------------------------------------
+
+    def _record_result(self, job_id: str, round_: int, result: JobResult) -> None:
+        job = self._state.job(job_id)
+        if job is None or job.round != round_ or result.attempt != job.attempt:
+            workflow.logger.warning("ignoring stale result of %s attempt %s", job_id, result.attempt)
+            return
+        att = job.current_attempt()
+        if att is not None:
+            att.status = result.status
+            att.finished_at = result.finished_at or workflow.now()
+            att.exit_code = result.exit_code
+            att.error = result.error
+            att.steps = result.steps
+            att.log = result.log
+        job.exit_code = result.exit_code
+        job.outputs = dict(result.outputs)
+        if result.status == AttemptStatus.SUCCESS:
+            self._finish_job(job, JobStatus.SUCCESS)
+        elif result.status == AttemptStatus.CANCELLED:
+            self._finish_job(job, JobStatus.CANCELLED, error=result.error)
+        else:
+            self._finish_job(job, JobStatus.FAILURE, error=result.error)
+
+    def _record_error(self, job_id: str, round_: int, err: ActivityError) -> None:
+        job = self._state.job(job_id)
+        if job is None or job.round != round_:
+            return
+        cause = err.cause
+        if isinstance(cause, CancelledError):
+            self._record_cancelled(job_id, round_, "cancelled")
+            return
+        if isinstance(cause, ActivityTimeoutError):
+            message = f"job activity timed out ({cause.type.name if cause.type else 'timeout'}): worker lost"
+        elif cause is not None:
+            message = str(cause)
+        else:
+            message = str(err)
+        att = job.current_attempt()
+        if att is not None and att.status == AttemptStatus.RUNNING:
+            att.status = AttemptStatus.LOST if isinstance(cause, ActivityTimeoutError) else AttemptStatus.ERROR
+            att.finished_at = workflow.now()
+            att.error = message
+        self._finish_job(job, JobStatus.FAILURE, error=message)
+
+    def _record_cancelled(self, job_id: str, round_: int, message: str) -> None:
+        job = self._state.job(job_id)
+        if job is None or job.round != round_:
+            return
+        att = job.current_attempt()
+        if att is not None and att.status == AttemptStatus.RUNNING:
+            att.status = AttemptStatus.CANCELLED
+            att.finished_at = workflow.now()
+        self._finish_job(job, JobStatus.CANCELLED, error=message)
+
+    def _finish_job(self, job: JobState, status: JobStatus, error: str | None = None) -> None:
+        job.status = status
+        job.finished_at = workflow.now()
+        if error is not None:
+            job.error = error
+        spec = self._jobs.get(job.job_id)
+        job.allowed_failure = status == JobStatus.FAILURE and spec is not None and spec.continue_on_error
+        self._dirty = True
+
+    def _finish(self) -> None:
+        state = self._state
+        if state.cancel_requested:
+            status = RunStatus.CANCELLED
+        elif any(j.status == JobStatus.FAILURE and not j.allowed_failure for j in state.jobs):
+            status = RunStatus.FAILURE
+        else:
+            status = RunStatus.SUCCESS
+        state.finished_at = workflow.now()
+        self._set_status(status)
+
+    def _set_status(self, status: RunStatus) -> None:
+        if self._state.status != status:
+            self._state.status = status
+            workflow.upsert_search_attributes([sa.RUN_STATE.value_set(status.value)])
+
+    # Expression contexts ------------------------------------------------------------------
+
+    def _succeeded(self, job: JobState) -> bool:
+        return job.status == JobStatus.SUCCESS or job.allowed_failure
+
+    def _ancestors(self, job: JobState) -> list[JobState]:
+        seen: dict[str, JobState] = {}
+        stack = list(job.needs)
+        while stack:
+            job_id = stack.pop()
+            if job_id in seen:
+                continue
+            found = self._state.job(job_id)
+            if found is not None:
+                seen[job_id] = found
+                stack.extend(found.needs)
+        return list(seen.values())
+
+    def _job_status_functions(self, job: JobState) -> StatusFunctions:
+        ancestors = self._ancestors(job)
+        cancelled = self._state.cancel_requested
+        return StatusFunctions(
+            success=not cancelled and all(self._succeeded(a) for a in ancestors),
+            failure=any(a.status == JobStatus.FAILURE and not a.allowed_failure for a in ancestors),
+            cancelled=cancelled,
+        )
+
+    def _needs_context(self, job: JobState) -> dict[str, NeedResult]:
+        out: dict[str, NeedResult] = {}
+        for job_id in job.needs:
+            need = self._state.job(job_id)
+            if need is None:
+                continue
+            result = "success" if need.allowed_failure else need.status.value
+            out[job_id] = NeedResult(result=result, outputs=dict(need.outputs))
+        return out
+
+    def _job_context(self, job: JobState) -> dict[str, object]:
+        inp = self._inp
+        return {
+            "github": github_context(
+                inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, self._state.workflow_name
+            ),
+            "env": dict(inp.spec.env) if inp.spec else {},
+            "needs": {k: v.model_dump() for k, v in self._needs_context(job).items()},
+        }
+
+    def _dependents(self, job_id: str) -> list[str]:
+        """``job_id`` and every job that needs it, directly or not, in file order."""
+        found = {job_id}
+        changed = True
+        while changed:
+            changed = False
+            for job in self._state.jobs:
+                if job.job_id not in found and any(n in found for n in job.needs):
+                    found.add(job.job_id)
+                    changed = True
+        return [j.job_id for j in self._state.jobs if j.job_id in found]

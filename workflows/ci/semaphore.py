@@ -1,0 +1,108 @@
+"""``CITenantSemaphoreWorkflow``: the durable per-tenant cap on running CI jobs.
+
+One workflow per tenant (id ``ci-tenant-sem:<tenant>``). A run signals ``acquire`` before it
+schedules a job's activity and waits for ``slot_granted``; it signals ``release`` when that job
+round ends, whatever the ending (success, failure, cancellation, a worker lost and the job
+retried or failed): the release is in the ``finally`` of the run's job task, so every path
+passes through it. Requests are granted first come, first served within the tenant; across
+tenants, the task queue's fairness keys do the sharing.
+
+The workflow lives as long as the tenant uses CI and continues as new before its history
+grows large, carrying holders and waiters.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.ci.types import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+
+SEMAPHORE_PREFIX = "ci-tenant-sem:"
+SIGNAL_ACQUIRE = "acquire"
+SIGNAL_RELEASE = "release"
+SIGNAL_GRANTED = "slot_granted"
+# Continue as new past this many history events (each grant costs a few).
+MAX_HISTORY_EVENTS = 2000
+# An idle semaphore still continues as new now and then, so its history stays short.
+IDLE_ROLLOVER = timedelta(hours=6)
+
+
+def semaphore_workflow_id(tenant_id: str) -> str:
+    return SEMAPHORE_PREFIX + tenant_id
+
+
+@workflow.defn
+class CITenantSemaphoreWorkflow:
+    """See the module docstring."""
+
+    @workflow.init
+    def __init__(self, state: SemaphoreState) -> None:
+        self._state = state
+        self._dirty = False
+        # Grants to signal to their runs (signal handlers cannot await).
+        self._notify: list[SlotRequest] = []
+
+    @workflow.query
+    def state(self) -> SemaphoreState:
+        return self._state
+
+    @workflow.signal(name=SIGNAL_ACQUIRE)
+    def acquire(self, req: SlotRequest) -> None:
+        st = self._state
+        st.limit = max(1, req.limit)
+        same = [r for r in (*st.holders, *st.pending) if r.holder == req.holder and r.key == req.key]
+        if same:
+            # A repeated request (e.g. a run replayed a signal): re-grant if it already holds.
+            if any(h.holder == req.holder and h.key == req.key for h in st.holders):
+                self._notify.append(req)
+        else:
+            st.pending.append(req)
+        self._dirty = True
+
+    @workflow.signal(name=SIGNAL_RELEASE)
+    def release(self, rel: SlotRelease) -> None:
+        st = self._state
+        st.holders = [h for h in st.holders if not (h.holder == rel.holder and h.key == rel.key)]
+        st.pending = [p for p in st.pending if not (p.holder == rel.holder and p.key == rel.key)]
+        self._dirty = True
+
+    @workflow.run
+    async def run(self, state: SemaphoreState) -> None:
+        while True:
+            # Cleared first: a signal arriving while grants are being told wakes the next round.
+            self._dirty = False
+            self._grant()
+            while self._notify:
+                await self._tell(self._notify.pop(0))
+            info = workflow.info()
+            if info.get_current_history_length() > MAX_HISTORY_EVENTS or info.is_continue_as_new_suggested():
+                break
+            if self._dirty:
+                continue
+            try:
+                await workflow.wait_condition(lambda: self._dirty, timeout=IDLE_ROLLOVER)
+            except TimeoutError:
+                break
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        # Waiters and holders carry over; the next run grants what is free.
+        workflow.continue_as_new(self._state)
+
+    def _grant(self) -> None:
+        st = self._state
+        while st.pending and len(st.holders) < st.limit:
+            req = st.pending.pop(0)
+            st.holders.append(req)
+            st.granted_total += 1
+            self._notify.append(req)
+
+    async def _tell(self, req: SlotRequest) -> None:
+        try:
+            await workflow.get_external_workflow_handle(req.holder).signal(SIGNAL_GRANTED, SlotGrant(key=req.key))
+        except FailureError:
+            # The run is gone (closed or terminated): its slot must not stay taken.
+            workflow.logger.warning("run %s is gone; freeing its slot %s", req.holder, req.key)
+            self.release(SlotRelease(holder=req.holder, key=req.key))

@@ -1,0 +1,190 @@
+"""``VideoJobWorkflow``: one video job, from acceptance to exactly one outcome.
+
+Contract with the API (``api/``):
+
+* Start: workflow id ``video-<job_id>``, task queue ``orchestration_queue(prefix)``, input
+  ``VideoJobInput`` with ``generate_queue = video_queue(model, prefix)``,
+  ``housekeeping_queue = orchestration_queue(prefix)``, and the heartbeat timeout and
+  checkpoint interval from ``Settings``. Objects live under ``job_object_prefix(job_id)``.
+* State: ``handle.query(VideoJobWorkflow.state)`` -> ``VideoJobState`` (also after the
+  workflow closed). ``status`` is ``queued``, then ``in_progress`` once a GPU worker signals
+  ``generation_started`` (it stays so while a preempted job waits for its next attempt); the
+  API shows live ``in_progress``, ``progress`` and ``attempt`` from DescribeWorkflowExecution: the pending
+  activity's state (STARTED), its ``attempt``, and its last heartbeat details, one
+  ``GenerateProgress``. Search attributes mirror ``JobState``, ``UserId``, ``TenantId``,
+  ``ModelVersion`` and ``Tier``.
+* Result: when ``status == completed``, ``state.result`` holds the video and thumbnail keys
+  (``result.video_key``, ``result.thumbnail_key``), recorded once, from the attempt that won.
+  Checkpoints and every other object under the job prefix are deleted.
+* Failure: ``status == failed`` with ``error_code`` (a ``VideoErrorType``) and
+  ``error_message``; the workflow itself completes normally and returns the state.
+* Cancel: ``handle.cancel()``. A queued job is cancelled at once; a running generation
+  learns it from its next heartbeat response and stops; the workflow waits for that, deletes
+  the job's objects and ends with ``status == cancelled`` (execution status Canceled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import Priority
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.video.generation import VideoGenerationActivities
+    from activities.video.housekeeping import VideoHousekeepingActivities
+    from workflows import search_attributes as sa
+    from workflows.queues import (
+        VIDEO_GENERATE_RETRY,
+        VIDEO_GENERATE_SCHEDULE_TO_CLOSE,
+        VIDEO_HOUSEKEEPING_RETRY,
+        VIDEO_HOUSEKEEPING_TIMEOUT,
+    )
+    from workflows.video.types import (
+        CleanupInput,
+        GenerateInput,
+        GenerateResult,
+        GenerationStarted,
+        VideoErrorType,
+        VideoJobInput,
+        VideoJobState,
+        VideoStatus,
+        job_object_prefix,
+    )
+
+
+@workflow.defn
+class VideoJobWorkflow:
+    """Runs the generation activity until the job completes, fails or is cancelled."""
+
+    @workflow.init
+    def __init__(self, input: VideoJobInput) -> None:
+        self._state = VideoJobState(
+            job_id=input.job_id,
+            tenant_id=input.tenant_id,
+            user_id=input.user_id,
+            tier=input.tier,
+            request=input.request,
+            request_hash=input.request_hash,
+            status=VideoStatus.QUEUED,
+            created_at=input.created_at,
+        )
+
+    @workflow.query
+    def state(self) -> VideoJobState:
+        """Everything the API shows about this job."""
+        return self._state
+
+    @workflow.signal
+    def generation_started(self, event: GenerationStarted) -> None:
+        """A GPU worker began an attempt: mirror ``in_progress`` for listings and the Web UI.
+
+        Best effort and informational: a late signal from a stale attempt, or one after the
+        outcome, changes no outcome. The API still reads live progress from the pending activity.
+        """
+        self._state.attempts_started = max(self._state.attempts_started, event.attempt)
+        if self._state.status is VideoStatus.QUEUED:
+            self._set_status(VideoStatus.IN_PROGRESS)
+
+    def _set_status(self, status: VideoStatus) -> None:
+        self._state.status = status
+        workflow.upsert_search_attributes([sa.JOB_STATE.value_set(status.value)])
+
+    @workflow.run
+    async def run(self, input: VideoJobInput) -> VideoJobState:
+        workflow.upsert_search_attributes(
+            [
+                sa.JOB_STATE.value_set(VideoStatus.QUEUED.value),
+                sa.USER_ID.value_set(input.user_id),
+                sa.TENANT_ID.value_set(input.tenant_id),
+                sa.MODEL_VERSION.value_set(input.request.model),
+                sa.TIER.value_set(input.tier),
+            ]
+        )
+        self._state.started_at = workflow.now()
+        prefix = job_object_prefix(input.job_id)
+        try:
+            result = await workflow.execute_activity_method(
+                VideoGenerationActivities.generate_video,
+                GenerateInput(
+                    job_id=input.job_id,
+                    request=input.request,
+                    object_prefix=prefix,
+                    checkpoint_interval_seconds=input.checkpoint_interval_seconds,
+                ),
+                task_queue=input.generate_queue,
+                schedule_to_close_timeout=VIDEO_GENERATE_SCHEDULE_TO_CLOSE,
+                heartbeat_timeout=timedelta(seconds=input.heartbeat_timeout_seconds),
+                retry_policy=VIDEO_GENERATE_RETRY,
+                # Cancel must mean the GPU stopped, not just that it was asked to.
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                priority=Priority(
+                    priority_key=input.priority_key,
+                    fairness_key=input.fairness_key,
+                    fairness_weight=input.fairness_weight,
+                ),
+            )
+        except (asyncio.CancelledError, CancelledError):
+            await self._cleanup(input, keep=[])
+            self._state.completed_at = workflow.now()
+            self._set_status(VideoStatus.CANCELLED)
+            raise
+        except ActivityError as err:
+            # The server delivers a cancel to the activity only when this workflow asked for
+            # it, so a cancelled activity means a cancelled job.
+            if isinstance(err.cause, CancelledError):
+                await self._cleanup(input, keep=[])
+                self._state.completed_at = workflow.now()
+                self._set_status(VideoStatus.CANCELLED)
+                raise CancelledError("job cancelled") from err
+            code, message = _failure_reason(err)
+            self._state.error_code = code
+            self._state.error_message = message
+            await self._cleanup(input, keep=[])
+            self._state.completed_at = workflow.now()
+            self._set_status(VideoStatus.FAILED)
+            return self._state
+        self._record(input, result)
+        await self._cleanup(input, keep=[result.video_key, result.thumbnail_key])
+        self._set_status(VideoStatus.COMPLETED)
+        return self._state
+
+    def _record(self, input: VideoJobInput, result: GenerateResult) -> None:
+        # The server accepts one completion per activity, from the current attempt; this
+        # guard keeps "recorded once" true even if the code above ever grows a retry.
+        if self._state.result is not None:
+            return
+        now = workflow.now()
+        self._state.result = result
+        self._state.attempts_started = result.attempt
+        self._state.completed_at = now
+        self._state.expires_at = now + timedelta(seconds=input.expires_after_seconds)
+
+    async def _cleanup(self, input: VideoJobInput, keep: list[str]) -> None:
+        cleanup = asyncio.ensure_future(
+            workflow.execute_activity_method(
+                VideoHousekeepingActivities.delete_video_objects,
+                CleanupInput(prefix=job_object_prefix(input.job_id), keep=keep),
+                task_queue=input.housekeeping_queue,
+                start_to_close_timeout=VIDEO_HOUSEKEEPING_TIMEOUT,
+                retry_policy=VIDEO_HOUSEKEEPING_RETRY,
+            )
+        )
+        try:
+            await asyncio.shield(cleanup)
+        except asyncio.CancelledError:
+            # A cancel that lands after generation ended changes nothing: the job keeps its
+            # outcome, and its leftovers still have to go.
+            await cleanup
+
+
+def _failure_reason(err: ActivityError) -> tuple[str, str]:
+    """The error code and message a failed generation reports to the user."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return cause.type or VideoErrorType.INTERNAL.value, cause.message
+    if isinstance(cause, TimeoutError):
+        return VideoErrorType.TIMED_OUT.value, "the job did not finish within its time budget"
+    return VideoErrorType.INTERNAL.value, str(cause or err)
