@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.main import EXTRA_COMMANDS, UsageError, _settings
+from cli.common import UsageError, command_settings
 
 
 def _db(args: argparse.Namespace) -> Any:
     from leasehold.database import init_database
     from leasehold.records.ci.repos import get_repo
 
-    settings = _settings(args)
+    settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = init_database(settings.resolved_database_url)
     if get_repo(db, args.tenant, args.repo) is None:
@@ -43,6 +43,7 @@ def cmd_environments_list(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
+    """Add the ``environments`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, default=None, help="data directory")
     common.add_argument("--tenant", required=True)
@@ -56,6 +57,3 @@ def add_commands(sub: Any) -> None:
     put.set_defaults(func=cmd_environments_set)
     show = envs_sub.add_parser("list", parents=[common], help="a repository's environments")
     show.set_defaults(func=cmd_environments_list)
-
-
-EXTRA_COMMANDS.append(add_commands)

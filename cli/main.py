@@ -9,29 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from cli import environments, plans, repos, secrets
+from cli.common import UsageError, command_settings
 from leasehold.settings import Settings
-
-
-class UsageError(Exception):
-    """A problem the user can fix; printed as one line."""
-
-
-def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
-    values = {k: v for k, v in overrides.items() if v is not None}
-    if getattr(args, "data_dir", None) is not None:
-        values["data_dir"] = args.data_dir
-    try:
-        return Settings(**values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"invalid setting {field} (LEASEHOLD_{field.upper()}): {first['msg']}") from None
 
 
 def _logging(settings: Settings) -> None:
@@ -54,7 +37,7 @@ def _secure_data_dir(settings: Settings) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     from cli.up import run_stack
 
-    settings = _settings(args)
+    settings = command_settings(args)
     return run_stack(
         settings,
         api_port=args.api_port,
@@ -67,7 +50,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_api(args: argparse.Namespace) -> int:
     from api.main import run
 
-    settings = _settings(args, api_host=args.host, api_port=args.port)
+    settings = command_settings(args, api_host=args.host, api_port=args.port)
     _logging(settings)
     run(settings)
     return 0
@@ -79,7 +62,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         overrides["gpu_model"] = args.model
     if args.kind == "ci" and args.labels:
         overrides["ci_labels"] = args.labels
-    settings = _settings(args, **overrides)
+    settings = command_settings(args, **overrides)
     _logging(settings)
     _secure_data_dir(settings)
     if args.kind == "orchestration":
@@ -103,7 +86,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     from leasehold.database import init_database
     from leasehold.records.api_keys import create_key
 
-    settings = _settings(args)
+    settings = command_settings(args)
     _secure_data_dir(settings)
     try:
         key = create_key(init_database(settings.resolved_database_url), args.tenant, args.user, args.tier)
@@ -112,10 +95,6 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     print(key)
     print(f"# tenant={args.tenant} user={args.user} tier={args.tier}; shown once, store it now", file=sys.stderr)
     return 0
-
-
-# Extra subcommands contributed by features (e.g. ``repos``, ``secrets``).
-EXTRA_COMMANDS: list[Callable[[Any], None]] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,13 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--tier", required=True, metavar="{paid,free}")
     create.set_defaults(func=cmd_keys_create)
 
-    for add in EXTRA_COMMANDS:
-        add(sub)
+    # The CI admin commands, each module adding its own subcommands; listed here, in help order.
+    for module in (environments, plans, repos, secrets):
+        module.add_commands(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cli import commands  # noqa: F401  (registers feature subcommands)
     from leasehold.data_dir import set_private_umask
 
     args = build_parser().parse_args(argv)
@@ -178,9 +157,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Under ``python -m cli.main`` this file runs as ``__main__``, a second copy beside the
-    # ``cli.main`` that feature modules import; run that one, so there is a single
-    # EXTRA_COMMANDS registry and a single UsageError class.
-    from cli.main import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

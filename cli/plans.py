@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.main import EXTRA_COMMANDS, UsageError, _settings
+from cli.common import UsageError, command_settings
 
 
 def cmd_plans_set(args: argparse.Namespace) -> int:
@@ -15,7 +15,7 @@ def cmd_plans_set(args: argparse.Namespace) -> int:
     from leasehold.records.api_keys import validate_name
     from leasehold.records.ci.plans import set_plan
 
-    settings = _settings(args)
+    settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         validate_name("tenant", args.tenant)
@@ -30,7 +30,7 @@ def cmd_plans_show(args: argparse.Namespace) -> int:
     from leasehold.database import init_database
     from leasehold.records.ci.plans import get_plan, network_allowed
 
-    settings = _settings(args)
+    settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = init_database(settings.resolved_database_url)
     shown = dict(get_plan(db, settings, args.tenant).__dict__, network=network_allowed(db, args.tenant))
@@ -43,7 +43,7 @@ def cmd_plans_network(args: argparse.Namespace) -> int:
     from leasehold.records.api_keys import validate_name
     from leasehold.records.ci.plans import set_network
 
-    settings = _settings(args)
+    settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         validate_name("tenant", args.tenant)
@@ -56,6 +56,7 @@ def cmd_plans_network(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
+    """Add the ``plans`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, default=None, help="data directory")
     common.add_argument("--tenant", required=True)
@@ -74,6 +75,3 @@ def add_commands(sub: Any) -> None:
     )
     net.add_argument("state", choices=["on", "off"])
     net.set_defaults(func=cmd_plans_network)
-
-
-EXTRA_COMMANDS.append(add_commands)

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.main import EXTRA_COMMANDS, UsageError, _settings
+from cli.common import UsageError, command_settings
 
 
 def _factory(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from leasehold.database import init_database
 
-    settings = _settings(args)
+    settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return init_database(settings.resolved_database_url)
 
@@ -25,7 +25,7 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
     from leasehold.records.ci.repos import RepoError, add_repo
     from leasehold.records.ci.secrets import Keyring, KeyringError
 
-    settings = _settings(args)
+    settings = command_settings(args)
     try:
         validate_name("tenant", args.tenant)
         record = add_repo(
@@ -68,6 +68,7 @@ def cmd_repos_list(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
+    """Add the ``repos`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, default=None, help="data directory")
     repos = sub.add_parser("repos", help="CI repositories")
@@ -85,6 +86,3 @@ def add_commands(sub: Any) -> None:
     ls = repos_sub.add_parser("list", parents=[common], help="a tenant's repositories (JSON lines)")
     ls.add_argument("--tenant", required=True)
     ls.set_defaults(func=cmd_repos_list)
-
-
-EXTRA_COMMANDS.append(add_commands)

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.main import EXTRA_COMMANDS, UsageError, _settings
+from cli.common import UsageError, command_settings
 
 
 def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from leasehold.database import init_database
     from leasehold.records.ci.secrets import Keyring
 
-    settings = _settings(args)
+    settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return init_database(settings.resolved_database_url), Keyring.from_settings(settings)
 
@@ -91,6 +91,7 @@ def cmd_secrets_rotate(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
+    """Add the ``secrets`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, default=None, help="data directory")
     scoped = argparse.ArgumentParser(add_help=False, parents=[common])
@@ -114,6 +115,3 @@ def add_commands(sub: Any) -> None:
 
     rotate = secrets_sub.add_parser("rotate", parents=[common], help="re-seal every secret under the active key")
     rotate.set_defaults(func=cmd_secrets_rotate)
-
-
-EXTRA_COMMANDS.append(add_commands)

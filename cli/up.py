@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from cli.main import UsageError
+from cli.common import UsageError
 from leasehold.data_dir import PRIVATE_UMASK, secure_data_dir
 from leasehold.devserver import (
     MissingBinary,
