@@ -72,7 +72,8 @@ def make_engine(url: str) -> Engine:
 
 def init_database(url: str) -> sessionmaker:
     """Create the tables if needed and return a session factory."""
-    # Import the modules that declare tables so create_all sees them.
+    # The table modules declare themselves on Base, which they import from here, so they are
+    # imported when the tables are created rather than when this module loads.
     import leasehold.records.tables  # noqa: F401
 
     engine = make_engine(url)

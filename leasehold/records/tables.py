@@ -1,12 +1,13 @@
-"""Imports every module that declares tables on ``leasehold.database.Base``.
+"""Every module that declares tables on ``leasehold.database.Base``, listed once.
 
-Later features add their table modules here so ``init_database`` creates them.
+``init_database`` imports this module before ``create_all``, so a new table module is added
+here. The direction is one way: the database module imports this one, never the reverse.
 """
 
-import leasehold.database
-import leasehold.records.ci.environments
-import leasehold.records.ci.heads
-import leasehold.records.ci.plans
-import leasehold.records.ci.repos
-import leasehold.records.ci.secrets
-import leasehold.records.video.deletions  # noqa: F401  (VideoDeletion)
+from types import ModuleType
+
+from leasehold.records.ci import environments, heads, plans, repos, secrets
+from leasehold.records.video import deletions
+
+# Named so the imports are used: importing a module declares its tables on Base.
+TABLE_MODULES: tuple[ModuleType, ...] = (environments, heads, plans, repos, secrets, deletions)
