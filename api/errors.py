@@ -1,12 +1,15 @@
 """One mapping from domain errors to HTTP, and error bodies in the OpenAI shape.
 
 Every error a client sees is ``{"error": {"code", "message", "param", "type"}}``; no stack
-trace ever reaches a client.
+trace ever reaches a client. Failed Temporal calls are turned into ``ApiError`` here too
+(``from_temporal``, ``from_update_rejection``), so every router answers an unreachable
+engine, a missing execution or a refused Update alike.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,6 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,54 @@ def not_found(what: str) -> ApiError:
 
 def invalid(param: str, message: str) -> ApiError:
     return ApiError(400, "invalid_request", message, param=param)
+
+
+# Temporal -> HTTP ------------------------------------------------------------------------
+
+TEMPORAL_UNAVAILABLE = "temporal_unavailable"
+
+
+def is_not_found(exc: BaseException) -> bool:
+    """Whether a Temporal call failed because the execution does not exist (or no longer runs)."""
+    return isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND
+
+
+def temporal_unavailable(message: str) -> ApiError:
+    """503: the engine did not answer (down, slow, or no worker for a query); the client retries."""
+    return ApiError(503, TEMPORAL_UNAVAILABLE, message)
+
+
+def from_temporal(
+    exc: BaseException, unavailable: str, missing: ApiError | None = None, call: str = "temporal call"
+) -> ApiError:
+    """The answer to a failed Temporal call (an ``RPCError`` or a timeout).
+
+    ``missing`` when the execution does not exist and the caller says what that means (a 404,
+    or a 409 for an execution that closed); a 503 with ``unavailable`` as message otherwise.
+    ``call`` names the call in the log line.
+    """
+    if missing is not None and is_not_found(exc):
+        return missing
+    log.warning("%s failed: %s", call, exc.status if isinstance(exc, RPCError) else type(exc).__name__)
+    return temporal_unavailable(unavailable)
+
+
+def from_update_rejection(
+    exc: WorkflowUpdateFailedError,
+    statuses: Mapping[str, tuple[int, str]],
+    refused: ApiError,
+    param: str,
+    call: str = "update",
+) -> ApiError:
+    """The answer to an Update the workflow rejected: the ``(status, code)`` its
+    ``ApplicationError.type`` maps to in ``statuses``, with the workflow's message; ``refused``
+    for any other failure."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.type in statuses:
+        status, code = statuses[cause.type]
+        return ApiError(status, code, cause.message, param=param)
+    log.warning("%s failed: %s", call, cause)
+    return refused
 
 
 class ErrorDetail(BaseModel):

@@ -22,10 +22,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
-from api.errors import ApiError, not_found
+from api.errors import ApiError, from_temporal, is_not_found, not_found
 from api.schemas.ci.runs import PushAccepted, PushOut, PushRequest, WebhookAnswer
 from leasehold.client.ci.push_input import push_input
 from leasehold.client.ci.start import push_state, start_push
@@ -131,8 +131,8 @@ async def record_push(
             timeout=START_TIMEOUT_SECONDS,
         )
     except (RPCError, TimeoutError) as exc:
-        log.warning("could not record a push of %s %s@%s: %s", repo.id, ref, sha[:12], exc)
-        raise ApiError(503, "temporal_unavailable", "could not record the push; deliver it again") from None
+        call = f"recording a push of {repo.id} {ref}@{sha[:12]}"
+        raise from_temporal(exc, "could not record the push; deliver it again", call=call) from None
 
 
 @router.post(GITHUB_WEBHOOK_PATH, responses={202: {}})
@@ -266,7 +266,7 @@ async def get_push(push: str, principal: PrincipalDep, client: ClientDep) -> Pus
             raise not_found("push")
         state = await push_state(client, push)
     except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
+        if is_not_found(exc):
             raise not_found("push") from None
         raise
     return PushOut.from_state(state, description.typed_search_attributes.get(sa.REPO_ID) or "")

@@ -12,11 +12,10 @@ import re
 
 from fastapi import APIRouter, Query
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from api.deps import ClientDep, DbDep, PrincipalDep
-from api.errors import ApiError, invalid, not_found
+from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
 from api.schemas.ci.runs import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
 from leasehold.client.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
@@ -50,8 +49,7 @@ _DECISION_STATUS = {
 }
 
 
-def _unavailable() -> ApiError:
-    return ApiError(503, "temporal_unavailable", "the run could not be read now; try again")
+RUN_UNAVAILABLE = "the run could not be read now; try again"
 
 
 async def load_run(client: Client, principal: Principal, run: str) -> CIRunState:
@@ -60,13 +58,8 @@ async def load_run(client: Client, principal: Principal, run: str) -> CIRunState
         raise not_found("run")
     try:
         state = await asyncio.wait_for(run_state(client, run), timeout=QUERY_TIMEOUT_SECONDS)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise not_found("run") from None
-        log.warning("query of run %s failed: %s", run, exc)
-        raise _unavailable() from None
-    except TimeoutError:
-        raise _unavailable() from None
+    except (RPCError, TimeoutError) as exc:
+        raise from_temporal(exc, RUN_UNAVAILABLE, missing=not_found("run"), call=f"query of run {run}") from None
     if state.tenant_id != principal.tenant_id:
         raise not_found("run")
     return state
@@ -127,8 +120,7 @@ async def list_runs(
                 )
             )
     except RPCError as exc:
-        log.warning("listing runs failed: %s", exc)
-        raise _unavailable() from None
+        raise from_temporal(exc, RUN_UNAVAILABLE, call="listing runs") from None
     return RunList(data=rows)
 
 
@@ -141,9 +133,8 @@ async def cancel(run: str, principal: PrincipalDep, client: ClientDep) -> RunOut
         await cancel_run(client, run)
     except RPCError as exc:
         # The workflow already closed: nothing is left to cancel.
-        if exc.status != RPCStatusCode.NOT_FOUND:
-            log.warning("cancel of run %s failed: %s", run, exc)
-            raise _unavailable() from None
+        if not is_not_found(exc):
+            raise from_temporal(exc, RUN_UNAVAILABLE, call=f"cancel of run {run}") from None
     try:
         state = await asyncio.wait_for(run_state(client, run), timeout=QUERY_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError):
@@ -161,18 +152,12 @@ async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep) 
     try:
         answer = await retry_job(client, run, job, requested_by=principal.user_id)
     except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type in _RETRY_STATUS:
-            status, code = _RETRY_STATUS[cause.type]
-            raise ApiError(status, code, cause.message, param="job") from None
-        log.warning("retry of %s/%s failed: %s", run, job, cause)
-        raise ApiError(409, "retry_refused", "the run refused the retry") from None
+        refused = ApiError(409, "retry_refused", "the run refused the retry")
+        raise from_update_rejection(exc, _RETRY_STATUS, refused, "job", call=f"retry of {run}/{job}") from None
     except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            # The run's retry window is over and its workflow closed.
-            raise ApiError(409, "run_closed", "the run is closed; push again to run it anew") from None
-        log.warning("retry of %s/%s failed: %s", run, job, exc)
-        raise _unavailable() from None
+        # NOT_FOUND: the run's retry window is over and its workflow closed.
+        closed = ApiError(409, "run_closed", "the run is closed; push again to run it anew")
+        raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=f"retry of {run}/{job}") from None
     return RetryOut(run_id=answer.run_id, job_id=answer.job_id, round=answer.round, reset_jobs=answer.reset_jobs)
 
 
@@ -189,17 +174,11 @@ async def _decide(
     try:
         answer = await decide_job(client, run, request)
     except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type in _DECISION_STATUS:
-            status, code = _DECISION_STATUS[cause.type]
-            raise ApiError(status, code, cause.message, param="job") from None
-        log.warning("decision on %s/%s failed: %s", run, job, cause)
-        raise ApiError(409, "decision_refused", "the run refused the decision") from None
+        refused = ApiError(409, "decision_refused", "the run refused the decision")
+        raise from_update_rejection(exc, _DECISION_STATUS, refused, "job", call=f"decision on {run}/{job}") from None
     except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise ApiError(409, "run_closed", "the run is closed") from None
-        log.warning("decision on %s/%s failed: %s", run, job, exc)
-        raise _unavailable() from None
+        closed = ApiError(409, "run_closed", "the run is closed")
+        raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=f"decision on {run}/{job}") from None
     return JobOut.from_state(answer)
 
 
