@@ -16,8 +16,8 @@ from api.body_limits import BodyLimitMiddleware, BodyLimits
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.routers import files, health
-from api.routers.ci import hooks
-from api.routers.video import videos
+from api.routers.ci import environments, hooks, job_secrets, logs, repos, runs, secrets
+from api.routers.video import capacity, videos
 from leasehold.data_dir import secure_data_dir
 from leasehold.database import init_database
 from leasehold.settings import Settings
@@ -90,10 +90,19 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, limits=body_limits(settings))
     # Added last, so outermost: it sees every answer, a body limit's early 413 included.
     app.add_middleware(RequestMetricsMiddleware)
+    # Every router, listed here where the app is composed (the order is the OpenAPI order).
     app.include_router(health.router)
     app.include_router(files.router)
-    for router in _product_routers():
-        app.include_router(router)
+    app.include_router(repos.router)
+    app.include_router(videos.router)
+    app.include_router(hooks.router)
+    app.include_router(runs.router)
+    app.include_router(logs.router)
+    app.include_router(secrets.router)
+    # The secrets broker CI workers trade attempt tokens at (internal).
+    app.include_router(job_secrets.router)
+    app.include_router(environments.router)
+    app.include_router(capacity.router)
     return app
 
 
@@ -107,10 +116,3 @@ def body_limits(settings: Settings) -> BodyLimits:
             videos.router.prefix: videos.MAX_BODY_BYTES,
         },
     )
-
-
-def _product_routers() -> list:
-    """Routers of the two products (videos, CI), registered here as they are built."""
-    from api.routers import registry
-
-    return registry.ROUTERS
