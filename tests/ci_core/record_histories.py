@@ -1,0 +1,326 @@
+"""Record CI workflow histories for the replay test: ``python -m tests.ci_core.record_histories``.
+
+Real runs on a real dev server, with the real orchestration worker and CI worker (bubblewrap)
+as processes: every history holds what those workers really wrote. Existing files are never
+overwritten: each is a record of what an earlier version of the workflows wrote, and the point
+is that a change which would break executions already running fails the replay test. New
+scenarios add files (delete one only on purpose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+
+from leasehold.client.ci import start as ci_start
+from leasehold.database import init_database
+from leasehold.devserver import start_local_environment
+from leasehold.records.ci.environments import set_environment
+from tests.ci_core.conftest import CIStack, Repo, engine_stack
+from workflows.ci.ids import push_workflow_id, run_workflow_id
+from workflows.ci.reconcile import CIReconcileWorkflow
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
+from workflows.ci.types.push import CIPushState
+from workflows.ci.types.reconcile import ReconcileInput
+from workflows.ci.types.run import ApprovalRequest, CIRunState, JobStatus, RunStatus
+from workflows.queues import orchestration_queue
+
+HISTORIES = Path(__file__).parent / "histories"
+WORKFLOW_PATH = ".github/workflows/ci.yml"
+# A finished run stays open this long for retries; short, so each recorded run closes soon.
+RETRY_WINDOW_SECONDS = 2.0
+TENANT = "tenant-a"  # the tenant of every CIStack repository
+
+log = logging.getLogger(__name__)
+
+# A DAG: build -> (test, lint); lint fails, so deploy is skipped and report (always()) runs.
+DAG_FAILURE = """
+name: dag
+on: push
+jobs:
+  build:
+    runs-on: linux
+    outputs:
+      artifact: ${{ steps.make.outputs.artifact }}
+    steps:
+      - id: make
+        run: echo "artifact=build-${{ github.sha }}" >> "$GITHUB_OUTPUT"
+  test:
+    needs: build
+    runs-on: linux
+    steps:
+      - run: echo "testing ${{ needs.build.outputs.artifact }}"
+  lint:
+    needs: build
+    runs-on: linux
+    steps:
+      - run: echo lint failed; exit 3
+  deploy:
+    needs: [test, lint]
+    runs-on: linux
+    steps:
+      - run: echo never
+  report:
+    needs: [test, lint]
+    if: always()
+    runs-on: linux
+    steps:
+      - run: echo "lint was ${{ needs.lint.result }}"
+"""
+
+SIMPLE = """
+on: push
+jobs:
+  one:
+    runs-on: linux
+    steps: [{run: echo one}]
+"""
+
+NOT_TRIGGERED = """
+on:
+  push:
+    branches: [other]
+jobs:
+  never:
+    runs-on: linux
+    steps: [{run: echo never}]
+"""
+
+# Still gets a run, which fails at once with the file's error.
+INVALID = """
+on: push
+jobs:
+  node:
+    runs-on: linux
+    steps:
+      - uses: actions/setup-node@v4
+"""
+
+RETRY = """
+on: push
+jobs:
+  flaky:
+    runs-on: linux
+    steps:
+      - run: echo "attempt $CI_ATTEMPT"; test "$CI_ATTEMPT" -ge 2
+  deploy:
+    needs: flaky
+    runs-on: linux
+    steps: [{run: echo deployed}]
+"""
+
+CANCEL = """
+on: push
+jobs:
+  long:
+    runs-on: linux
+    steps:
+      - run: echo started; sleep 600
+  next:
+    needs: long
+    runs-on: linux
+    steps: [{run: echo never}]
+  cleanup:
+    needs: long
+    if: always()
+    runs-on: linux
+    steps:
+      - run: echo "cleanup after ${{ needs.long.result }}"
+"""
+
+APPROVAL = """
+on: push
+jobs:
+  build:
+    runs-on: linux
+    steps: [{run: echo built}]
+  deploy:
+    needs: build
+    runs-on: linux
+    environment: Production
+    steps: [{run: echo deployed}]
+"""
+
+# Two independent jobs under a cap of one: the second waits for the first one's slot.
+CAPPED = """
+on: push
+jobs:
+  left:
+    runs-on: linux
+    steps: [{run: echo left; sleep 1}]
+  right:
+    runs-on: linux
+    steps: [{run: echo right; sleep 1}]
+"""
+
+
+async def until(what: str, check: Callable[[], object], within: float = 90) -> None:
+    """Poll ``check`` (sync or async) until it returns something true."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        answer = check()
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if answer:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"{what}: not in {within}s")
+
+
+async def push(
+    stack: CIStack,
+    repo: Repo,
+    sha: str,
+    retry_window: float = RETRY_WINDOW_SECONDS,
+    max_concurrent_jobs: int | None = None,
+) -> tuple[WorkflowHandle[object, CIPushState], CIPushState]:
+    """Start a push and wait for its workflow to close (its runs are started by then)."""
+    inp = stack.push_input(repo, sha).model_copy(
+        update={"retry_window_seconds": retry_window, "max_concurrent_jobs": max_concurrent_jobs}
+    )
+    pid = await ci_start.start_push(stack.client, inp)
+    handle = stack.client.get_workflow_handle(push_workflow_id(pid), result_type=CIPushState)
+    return handle, await handle.result()
+
+
+def run_handle(client: Client, run_id: str) -> WorkflowHandle[object, CIRunState]:
+    return client.get_workflow_handle(run_workflow_id(run_id), result_type=CIRunState)
+
+
+async def one_run(stack: CIStack, name: str, text: str, **kw: object) -> str:
+    repo = stack.repo(name)
+    _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: text}), **kw)  # type: ignore[arg-type]
+    (ref,) = state.runs
+    return ref.run_id
+
+
+async def job_is(stack: CIStack, run_id: str, job_id: str, status: JobStatus) -> bool:
+    job = (await ci_start.run_state(stack.client, run_id)).job(job_id)
+    return job is not None and job.status == status
+
+
+async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[type-arg]
+    """Drive every scenario to its end; returns the handles to save, by file name."""
+    client = stack.client
+    out: dict[str, WorkflowHandle] = {}  # type: ignore[type-arg]
+
+    # A push of one file: a DAG with a failing job, a skipped dependent and an always() job.
+    repo = stack.repo("dag")
+    pushed, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: DAG_FAILURE}))
+    out["push-one_file"] = pushed
+    dag = run_handle(client, state.runs[0].run_id)
+    assert (await dag.result()).status == RunStatus.FAILURE
+    out["run-dag_failure"] = dag
+
+    # A push of several files: two triggered, one filtered out by branch, one invalid.
+    repo = stack.repo("several")
+    files = {
+        ".github/workflows/a.yml": SIMPLE,
+        ".github/workflows/b.yaml": SIMPLE,
+        ".github/workflows/other-branch.yml": NOT_TRIGGERED,
+        ".github/workflows/invalid.yml": INVALID,
+    }
+    pushed, state = await push(stack, repo, repo.commit(files))
+    assert len(state.runs) == 3 and state.not_triggered, state
+    out["push-several_files"] = pushed
+    for ref in state.runs:
+        finished = await run_handle(client, ref.run_id).result()
+        if ref.workflow_path.endswith("invalid.yml"):
+            assert finished.status == RunStatus.FAILURE and finished.error, finished
+            out["run-invalid_file"] = run_handle(client, ref.run_id)
+
+    # A failed job retried (Update retry_job): a second round, its dependent runs after it.
+    rid = await one_run(stack, "retry", RETRY, retry_window=30.0)
+    await until("retry: first round failed", lambda: job_is(stack, rid, "deploy", JobStatus.SKIPPED))
+    await ci_start.retry_job(client, rid, "flaky", requested_by="recorder")
+    await until("retry: second round done", lambda: job_is(stack, rid, "deploy", JobStatus.SUCCESS))
+    # Closing now, not after the window: a cancel of a finished run only ends its window.
+    await ci_start.cancel_run(client, rid)
+    assert (await run_handle(client, rid).result()).status == RunStatus.SUCCESS
+    out["run-retried"] = run_handle(client, rid)
+
+    # Cancelled while a job sleeps: the job is cancelled, its dependent too, always() still runs.
+    rid = await one_run(stack, "cancel", CANCEL)
+    await until("cancel: long job running", lambda: job_is(stack, rid, "long", JobStatus.IN_PROGRESS))
+    await asyncio.sleep(1.5)
+    await ci_start.cancel_run(client, rid)
+    cancelled = await run_handle(client, rid).result()
+    assert cancelled.status == RunStatus.CANCELLED, cancelled
+    out["run-cancelled"] = run_handle(client, rid)
+
+    # A protected environment: the deploy job waits for an approver, then runs.
+    repo = stack.repo("approval")
+    db = init_database(stack.settings.resolved_database_url)
+    set_environment(db, TENANT, repo.repo_id, "Production", True, ["approver"])
+    _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: APPROVAL}))
+    rid = state.runs[0].run_id
+    await until("approval: deploy waiting", lambda: job_is(stack, rid, "deploy", JobStatus.AWAITING_APPROVAL))
+    await ci_start.decide_job(
+        client, rid, ApprovalRequest(job_id="deploy", approved=True, user_id="approver", comment="ship it")
+    )
+    approved = await run_handle(client, rid).result()
+    assert approved.status == RunStatus.SUCCESS, approved
+    out["run-approved"] = run_handle(client, rid)
+
+    # Two concurrent jobs under a tenant cap of one: acquire, wait, grant, release through the
+    # tenant's semaphore (which keeps running: its history is saved as it is once idle).
+    rid = await one_run(stack, "capped", CAPPED, max_concurrent_jobs=1)
+    capped = await run_handle(client, rid).result()
+    assert capped.status == RunStatus.SUCCESS, capped
+    out["run-capped"] = run_handle(client, rid)
+    semaphore = client.get_workflow_handle_for(CITenantSemaphoreWorkflow.run, semaphore_workflow_id(TENANT))
+
+    async def idle() -> bool:
+        sem = await semaphore.query(CITenantSemaphoreWorkflow.state)
+        return not sem.holders and not sem.pending and sem.granted_total == 2
+
+    await until("semaphore: every slot released", idle)
+    out["semaphore-two_jobs"] = semaphore
+
+    # One reconciler pass over a repository whose webhook never came: it pushes the commit.
+    repo = stack.repo("reconciled")
+    sha = repo.commit({WORKFLOW_PATH: SIMPLE})
+    prefix = stack.settings.queue_prefix
+    reconcile = await client.start_workflow(
+        CIReconcileWorkflow.run,
+        ReconcileInput(queue_prefix=prefix, repo_ids=[repo.repo_id]),
+        id=f"{prefix}record-reconcile",
+        task_queue=orchestration_queue(prefix),
+        execution_timeout=timedelta(seconds=120),
+    )
+    result = await reconcile.result()
+    assert [p.commit_sha for p in result.pushes] == [sha] and not result.errors, result
+    out["reconcile-one_repo"] = reconcile
+    return out
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # the workers' health polls
+    HISTORIES.mkdir(exist_ok=True)
+    env = await start_local_environment()
+    # A long reconcile interval: the worker's own schedule stays out of the recorded pass.
+    extra = {"ci_retry_window_seconds": RETRY_WINDOW_SECONDS, "ci_reconcile_interval_seconds": 86400.0}
+    try:
+        with tempfile.TemporaryDirectory() as tmp, engine_stack(env, Path(tmp), **extra) as stack:
+            handles = await record(stack)
+            for name, handle in handles.items():
+                path = HISTORIES / f"{name}.json"
+                if path.exists():
+                    log.info("kept %s (exists)", path.name)
+                    continue
+                path.write_text((await handle.fetch_history()).to_json())
+                log.info("wrote %s", path.name)
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
