@@ -45,16 +45,9 @@ from leasehold.storage import LocalObjectStore
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow
-from workflows.ci.types import (
-    MAX_JOBS_PER_WORKFLOW,
-    CIRunInput,
-    CIRunState,
-    JobActivityInput,
-    JobSpec,
-    JobStatus,
-    StepSpec,
-    WorkflowSpec,
-)
+from workflows.ci.types.job import JobActivityInput
+from workflows.ci.types.run import CIRunInput, CIRunState, JobStatus
+from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec, StepSpec, WorkflowSpec
 from workflows.queues import ci_queue, orchestration_queue
 
 SHORT_JOBS = 1000

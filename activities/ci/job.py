@@ -54,11 +54,10 @@ from workflows.ci.expressions import (
     interpolate,
 )
 from workflows.ci.ids import attempt_log_prefix, idempotency_key
-from workflows.ci.run import JOB_FATAL_ERROR, CIRunWorkflow
-from workflows.ci.types import (
-    ACTION_CACHE,
-    ACTION_CHECKOUT,
+from workflows.ci.run import CIRunWorkflow
+from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
+    JOB_FATAL_ERROR,
     AttemptGrant,
     AttemptStartRequest,
     AttemptStatus,
@@ -66,9 +65,9 @@ from workflows.ci.types import (
     JobHeartbeat,
     JobResult,
     StepResult,
-    StepSpec,
     StepStatus,
 )
+from workflows.ci.types.spec import ACTION_CACHE, ACTION_CHECKOUT, StepSpec
 
 log = logging.getLogger(__name__)
 

@@ -15,15 +15,14 @@ from activities.ci.spec import (
     pull_request_triggers,
     push_triggers,
 )
-from workflows.ci.push import PUSH_GIT_FAILED
-from workflows.ci.types import (
+from workflows.ci.types.push import (
     ACTIVITY_LIST_WORKFLOWS,
+    PUSH_GIT_FAILED,
     EnvironmentRule,
     ListWorkflowsInput,
     ListWorkflowsResult,
-    SpecError,
-    WorkflowFile,
 )
+from workflows.ci.types.spec import SpecError, WorkflowFile
 
 # (tenant, repo, environment names) -> the rules of those that require approval.
 EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]

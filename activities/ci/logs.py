@@ -22,7 +22,7 @@ from activities.ci.masking import StreamMasker
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.ci.ids import log_chunk_key, log_end_key, log_gap_key
-from workflows.ci.types import AttemptStatus, LogEnd, LogSummary
+from workflows.ci.types.job import AttemptStatus, LogEnd, LogSummary
 
 log = logging.getLogger(__name__)
 

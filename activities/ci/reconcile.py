@@ -23,7 +23,7 @@ from leasehold.records.ci.heads import known_heads, record_head
 from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import RepoRecord, all_repos
 from leasehold.settings import Settings
-from workflows.ci.types import (
+from workflows.ci.types.reconcile import (
     ACTIVITY_RECONCILE_LIST,
     ACTIVITY_RECONCILE_REPO,
     ReconciledPush,

@@ -18,7 +18,7 @@ from sqlalchemy.orm import sessionmaker
 from leasehold.records.ci.plans import network_allowed
 from leasehold.records.ci.repos import all_repos
 from workflows.ci.ids import run_id, run_workflow_id
-from workflows.ci.types import JobActivityInput
+from workflows.ci.types.job import JobActivityInput
 
 
 @dataclass(frozen=True)

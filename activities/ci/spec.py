@@ -23,7 +23,7 @@ from workflows.ci.expressions import (
     parse,
     strip_wrapper,
 )
-from workflows.ci.types import (
+from workflows.ci.types.spec import (
     ACTION_CACHE,
     BUILTIN_ACTIONS,
     MAX_JOBS_PER_WORKFLOW,

@@ -35,7 +35,8 @@ from tests.harness import ManagedProcess, register_repo_row, start_worker, uniqu
 from tests.s3_server import moto_s3
 from tests.video_core.jobs import probe_mp4, request, start_job
 from workflows.ci.ids import parse_log_key
-from workflows.ci.types import RUN_TERMINAL_STATUSES, CIPushInput, CIRunState, PushStatus
+from workflows.ci.types.push import CIPushInput, PushStatus
+from workflows.ci.types.run import RUN_TERMINAL_STATUSES, CIRunState
 from workflows.video.types import VideoJobState, VideoStatus, job_object_prefix
 
 pytestmark = pytest.mark.chaos

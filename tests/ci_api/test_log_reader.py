@@ -8,7 +8,7 @@ from pathlib import Path
 from api.routers.ci.logs import read_attempt_log
 from leasehold.storage import LocalObjectStore
 from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, log_gap_key
-from workflows.ci.types import AttemptStatus, LogEnd
+from workflows.ci.types.job import AttemptStatus, LogEnd
 
 
 def _store(tmp_path: Path) -> LocalObjectStore:

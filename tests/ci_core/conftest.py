@@ -22,7 +22,8 @@ from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
 from tests.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
 from workflows.ci.ids import parse_log_key
-from workflows.ci.types import RUN_TERMINAL_STATUSES, CIPushInput, CIPushState, CIRunState, PushStatus
+from workflows.ci.types.push import CIPushInput, CIPushState, PushStatus
+from workflows.ci.types.run import RUN_TERMINAL_STATUSES, CIRunState
 
 HEARTBEAT_SECONDS = 3.0
 CANCEL_GRACE_SECONDS = 2.0

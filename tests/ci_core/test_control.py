@@ -12,7 +12,8 @@ from pathlib import Path
 from leasehold.client.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from tests.harness import start_worker
-from workflows.ci.types import AttemptStatus, CIRunState, JobStatus, RunStatus
+from workflows.ci.types.job import AttemptStatus
+from workflows.ci.types.run import CIRunState, JobStatus, RunStatus
 
 
 def host_pids_with(marker: str) -> list[int]:

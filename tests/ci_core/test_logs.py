@@ -9,7 +9,7 @@ from pathlib import Path
 from activities.ci.logs import LogShipper
 from leasehold.storage import LocalObjectStore
 from workflows.ci.ids import log_chunk_key, log_end_key, log_gap_key, parse_log_key
-from workflows.ci.types import AttemptStatus
+from workflows.ci.types.job import AttemptStatus
 
 
 class OutageStore(LocalObjectStore):

@@ -6,7 +6,8 @@ import json
 
 from tests.ci_core.conftest import CIStack
 from workflows.ci.ids import log_end_key, run_id
-from workflows.ci.types import AttemptStatus, JobStatus, LogEnd, RunStatus
+from workflows.ci.types.job import AttemptStatus, LogEnd
+from workflows.ci.types.run import JobStatus, RunStatus
 
 CHAIN = """
 name: chain

@@ -6,7 +6,7 @@ import pytest
 
 from activities.ci.spec import WorkflowSpecError, parse_workflow, push_triggers
 from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, interpolate
-from workflows.ci.types import PushFilter
+from workflows.ci.types.spec import PushFilter
 
 FULL = """
 name: Full

@@ -17,7 +17,7 @@ from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, push_workflow, wait_for, wait_run
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
-from workflows.ci.types import SemaphoreState
+from workflows.ci.types.semaphore import SemaphoreState
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from leasehold.client.ci.start import reconcile_schedule_id
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import WORKFLOW_PATH, done_push, wait_for, wait_run
 from workflows.ci.reconcile import CIReconcileWorkflow
-from workflows.ci.types import ReconcileInput, ReconcileResult
+from workflows.ci.types.reconcile import ReconcileInput, ReconcileResult
 from workflows.queues import orchestration_queue
 
 pytestmark = pytest.mark.slow

@@ -28,7 +28,7 @@ from leasehold.records.ci.plans import set_network
 from leasehold.settings import Settings
 from tests.ci_core.conftest import CIStack, engine_stack
 from tests.harness import register_repo_row
-from workflows.ci.types import RunStatus
+from workflows.ci.types.run import RunStatus
 
 pytestmark = pytest.mark.slow
 

@@ -18,17 +18,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.ci.ids import push_id, run_id, run_workflow_id
     from workflows.ci.run import CIRunWorkflow
-    from workflows.ci.types import (
+    from workflows.ci.types.push import (
         ACTIVITY_LIST_WORKFLOWS,
+        PUSH_GIT_FAILED,
         CIPushInput,
         CIPushState,
-        CIRunInput,
         ListWorkflowsInput,
         ListWorkflowsResult,
         PushStatus,
         RunRef,
-        RunStatus,
     )
+    from workflows.ci.types.run import CIRunInput, RunStatus
     from workflows.queues import (
         CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS,
         CI_LIST_WORKFLOWS_MAX_ATTEMPTS,
@@ -36,9 +36,6 @@ with workflow.unsafe.imports_passed_through():
         ci_control_queue,
         orchestration_queue,
     )
-
-# Error type of a push whose workflow files could not be read (the workflow fails with it).
-PUSH_GIT_FAILED = "CIPushGitFailed"
 
 
 @workflow.defn

@@ -21,7 +21,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ci.types import (
+    from workflows.ci.types.reconcile import (
         ACTIVITY_RECONCILE_LIST,
         ACTIVITY_RECONCILE_REPO,
         ReconcileInput,

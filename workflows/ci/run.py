@@ -88,34 +88,34 @@ with workflow.unsafe.imports_passed_through():
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
     )
-    from workflows.ci.types import (
+    from workflows.ci.types.job import (
         ACTIVITY_RUN_JOB,
+        JOB_FATAL_ERROR,
+        AttemptGrant,
+        AttemptStartRequest,
+        AttemptStatus,
+        JobActivityInput,
+        JobResult,
+        NeedResult,
+    )
+    from workflows.ci.types.push import EnvironmentRule
+    from workflows.ci.types.run import (
         JOB_FINAL_STATUSES,
         ApprovalDecision,
         ApprovalRejectedReason,
         ApprovalRequest,
-        AttemptGrant,
-        AttemptStartRequest,
-        AttemptStatus,
         CIRunInput,
         CIRunState,
-        EnvironmentRule,
-        JobActivityInput,
         JobAttemptState,
-        JobResult,
-        JobSpec,
         JobState,
         JobStatus,
-        NeedResult,
         RetryJobRequest,
         RetryJobResponse,
         RetryRejectedReason,
         RunStatus,
-        SemaphoreState,
-        SlotGrant,
-        SlotRelease,
-        SlotRequest,
     )
+    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+    from workflows.ci.types.spec import JobSpec
     from workflows.queues import (
         CI_JOB_MAX_ATTEMPTS,
         CI_JOB_SCHEDULE_TO_START_SECONDS,
@@ -125,8 +125,6 @@ with workflow.unsafe.imports_passed_through():
         orchestration_queue,
     )
 
-# Error types of the job activity that retrying cannot fix.
-JOB_FATAL_ERROR = "CIJobFatal"
 # Attempts granted after this change carry a secrets token (older histories replay without).
 PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
 

@@ -19,7 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ci.types import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
 
 SEMAPHORE_PREFIX = "ci-tenant-sem:"
 SIGNAL_ACQUIRE = "acquire"

@@ -34,7 +34,7 @@ from leasehold.records.ci.repos import RepoRecord, WebhookCandidate, get_repo, w
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci.ids import push_workflow_id
-from workflows.ci.types import PullRequestInfo
+from workflows.ci.types.push import PullRequestInfo
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)

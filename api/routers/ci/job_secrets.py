@@ -24,13 +24,13 @@ from pydantic import BaseModel, Field
 from temporalio.service import RPCError
 
 from activities.ci.secrets import JOB_SECRETS_PATH
-from api.deps import ClientDep, DbDep, SettingsDep, note_failed_auth, refuse_if_throttled
+from api.deps import ClientDep, DbDep, SettingsDep, keyring_of, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError
-from api.routers.ci.secrets import keyring_of
 from leasehold.client.ci.start import run_state
 from leasehold.records.ci.repos import all_repos
 from leasehold.records.ci.secrets import fetch_secrets
-from workflows.ci.types import AttemptStatus, JobStatus
+from workflows.ci.types.job import AttemptStatus
+from workflows.ci.types.run import JobStatus
 
 router = APIRouter(tags=["ci-internal"])
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ from api.schemas.ci.runs import LogChunkOut, LogPage
 from leasehold.records.api_keys import Principal
 from leasehold.storage import ObjectNotFound, ObjectStore
 from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, parse_log_key
-from workflows.ci.types import JOB_FINAL_STATUSES, AttemptStatus, CIRunState, JobAttemptState, LogEnd
+from workflows.ci.types.job import AttemptStatus, LogEnd
+from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobAttemptState
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
 from workflows import search_attributes as sa
 from workflows.ci.ids import run_id_from_workflow_id
-from workflows.ci.types import ApprovalRejectedReason, ApprovalRequest, CIRunState, RetryRejectedReason, RunStatus
+from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, CIRunState, RetryRejectedReason, RunStatus
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from leasehold.records.ci.repos import RepoRecord
-from workflows.ci.types import CIPushState, CIRunState, JobState
+from workflows.ci.types.push import CIPushState
+from workflows.ci.types.run import CIRunState, JobState
 
 # Repositories ------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from leasehold.records.ci.plans import TenantPlan
 from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings
-from workflows.ci.types import CIPushInput, PullRequestInfo
+from workflows.ci.types.push import CIPushInput, PullRequestInfo
 
 
 def push_input(

@@ -35,16 +35,9 @@ from workflows.ci.ids import push_id, push_workflow_id, run_workflow_id
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
-from workflows.ci.types import (
-    ApprovalRequest,
-    CIPushInput,
-    CIPushState,
-    CIRunState,
-    JobState,
-    ReconcileInput,
-    RetryJobRequest,
-    RetryJobResponse,
-)
+from workflows.ci.types.push import CIPushInput, CIPushState
+from workflows.ci.types.reconcile import ReconcileInput
+from workflows.ci.types.run import ApprovalRequest, CIRunState, JobState, RetryJobRequest, RetryJobResponse
 from workflows.queues import orchestration_queue
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import Boolean, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
-from workflows.ci.types import EnvironmentRule
+from workflows.ci.types.push import EnvironmentRule
 
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")

@@ -1,0 +1,164 @@
+"""One job attempt: the job activity's input, heartbeat and result, and the fencing Update it sends first.
+
+Attempt numbers are issued by the run workflow (Update ``attempt_started``), start at 1 and grow
+across worker crashes and manual retries; they are the fencing token of a job (every log key is
+attempt-scoped, and the run state points only at the winning attempt). ``docs/fencing.md`` says
+why CI does not fence with the activity attempt as video does.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from workflows.ci.types.spec import JobSpec
+
+# The job activity (one per job per retry round; a CI worker of the job's ``runs-on`` runs it).
+ACTIVITY_RUN_JOB = "ci_run_job"
+# Error types of the job activity that retrying cannot fix.
+JOB_FATAL_ERROR = "CIJobFatal"
+# The run workflow's Update a job attempt sends before it runs anything (its name in histories).
+UPDATE_ATTEMPT_STARTED = "attempt_started"
+
+
+class AttemptStatus(StrEnum):
+    """How one attempt of a job ended."""
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    # The job ran past ``timeout-minutes``; its process tree was killed.
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    # The worker was lost (crash, kill -9, heartbeat timeout); a newer attempt superseded it.
+    LOST = "lost"
+    # Infrastructure error before or around the job (checkout failed, sandbox failed to start).
+    ERROR = "error"
+
+
+class StepStatus(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+class NeedResult(BaseModel):
+    """What a dependent job sees of a finished job: ``needs.<id>.result`` and ``.outputs``."""
+
+    result: str
+    outputs: dict[str, str] = Field(default_factory=dict)
+
+
+class JobActivityInput(BaseModel):
+    """Input of the job activity (one Temporal activity per job per retry round)."""
+
+    run_id: str
+    run_workflow_id: str
+    tenant_id: str
+    repo_id: str
+    repo_full_name: str
+    clone_url: str
+    commit_sha: str
+    ref: str
+    workflow_name: str
+    workflow_path: str
+    job: JobSpec
+    # Workflow-level env (job and step env are in ``job``).
+    workflow_env: dict[str, str] = Field(default_factory=dict)
+    # ``needs.<job>.outputs`` / ``.result`` for the job's expressions.
+    needs: dict[str, NeedResult] = Field(default_factory=dict)
+    # Manual-retry round of this job (0 first); attempts of an older round are stale.
+    round: int = 0
+    cancel_grace_seconds: float = 5.0
+    event: str = "push"
+    # False for code from a fork: the job's secrets are empty and its log says why.
+    secrets_allowed: bool = True
+    # The repository's default branch: caches fall back to its scope.
+    default_branch: str | None = None
+
+
+class AttemptStartRequest(BaseModel):
+    """Update ``CIRunWorkflow.attempt_started``: a worker asks to run a job (fencing)."""
+
+    job_id: str
+    round: int
+    # The Temporal activity attempt within this round (dedups the update).
+    activity_attempt: int
+    worker: str = ""
+
+
+class AttemptGrant(BaseModel):
+    """The workflow's answer: the attempt number to use, or ``proceed=False`` (stale/cancelled)."""
+
+    proceed: bool
+    attempt: int = 0
+    reason: str | None = None
+    # The attempt's secrets token: the worker trades it at the API for exactly the secrets the
+    # job declares, while this attempt holds the job's lease (its state is ``running``).
+    secrets_token: str | None = None
+
+
+class LogSummary(BaseModel):
+    """Where an attempt's log lives and what was stored of it.
+
+    Chunks are ``<prefix><seq:08d>.log`` for seq 0..next_seq-1; seqs in ``gaps`` could not be
+    stored (each also has a best-effort ``<seq:08d>.gap`` marker); ``<prefix>end.json`` marks
+    the end of the log.
+    """
+
+    prefix: str
+    next_seq: int = 0
+    gaps: list[int] = Field(default_factory=list)
+    bytes: int = 0
+    ended: bool = False
+
+
+class StepResult(BaseModel):
+    index: int
+    name: str
+    status: StepStatus
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    # Outcome before continue-on-error (GitHub's ``steps.<id>.outcome``).
+    outcome: StepStatus | None = None
+
+
+class JobResult(BaseModel):
+    """Result of the job activity: the job's own failure is a result, not an activity error."""
+
+    job_id: str
+    attempt: int
+    round: int
+    status: AttemptStatus
+    exit_code: int | None = None
+    error: str | None = None
+    outputs: dict[str, str] = Field(default_factory=dict)
+    steps: list[StepResult] = Field(default_factory=list)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    log: LogSummary | None = None
+    worker: str = ""
+
+
+class JobHeartbeat(BaseModel):
+    """Heartbeat details of the job activity."""
+
+    attempt: int
+    step: int = 0
+    log_next_seq: int = 0
+
+
+class LogEnd(BaseModel):
+    """Content of ``<attempt prefix>end.json``: the attempt's log is complete."""
+
+    attempt: int
+    next_seq: int
+    gaps: list[int] = Field(default_factory=list)
+    status: AttemptStatus
+    exit_code: int | None = None
+    finished_at: datetime

@@ -1,0 +1,218 @@
+"""One run (repository + commit + workflow file): its start input, its state (query and result),
+and the Updates that retry a job or decide on an approval."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from workflows.ci.types.job import AttemptStatus, LogSummary, StepResult
+from workflows.ci.types.push import EnvironmentRule, PullRequestInfo
+from workflows.ci.types.spec import SpecError, WorkflowSpec
+
+
+class RunStatus(StrEnum):
+    """Status of a run (also the ``RunState`` search attribute)."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+
+
+RUN_TERMINAL_STATUSES = frozenset({RunStatus.SUCCESS, RunStatus.FAILURE, RunStatus.CANCELLED})
+
+
+class JobStatus(StrEnum):
+    """Status of a job within a run.
+
+    ``waiting``: its ``needs`` are not finished; ``queued``: its activity is scheduled but no
+    worker runs it yet; ``in_progress``: an attempt is running; the rest are final (until a
+    retry sets the job, and its dependents, back to ``waiting``).
+    """
+
+    WAITING = "waiting"
+    # Ready, but its environment requires a person's approval first (``approve``/``reject``).
+    AWAITING_APPROVAL = "awaiting_approval"
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+JOB_FINAL_STATUSES = frozenset({JobStatus.SUCCESS, JobStatus.FAILURE, JobStatus.CANCELLED, JobStatus.SKIPPED})
+
+
+class CIRunInput(BaseModel):
+    """Start input of ``CIRunWorkflow``: one run = repo + commit + workflow file."""
+
+    run_id: str
+    tenant_id: str
+    repo_id: str
+    repo_full_name: str
+    clone_url: str
+    commit_sha: str
+    ref: str
+    workflow_path: str
+    created_at: datetime
+    # The parsed file, or why it was rejected (then the run fails at once with that message).
+    spec: WorkflowSpec | None = None
+    spec_error: SpecError | None = None
+    queue_prefix: str = ""
+    heartbeat_timeout_seconds: float = 15.0
+    cancel_grace_seconds: float = 5.0
+    # How long a finished run stays open for job retries before its workflow completes.
+    retry_window_seconds: float = 3 * 24 * 3600
+    push_id: str | None = None
+    event: str = "push"
+    pull_request: PullRequestInfo | None = None
+    fairness_weight: float | None = None
+    max_concurrent_jobs: int | None = None
+    fair_share: bool = True
+    default_branch: str | None = None
+    # Protection rules of the environments the jobs name (lower-case name -> rule), resolved
+    # when the push was listed.
+    environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
+
+
+class JobAttemptState(BaseModel):
+    attempt: int
+    round: int
+    status: AttemptStatus = AttemptStatus.RUNNING
+    worker: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    steps: list[StepResult] = Field(default_factory=list)
+    # Object-store prefix of this attempt's log (``ci/<tenant>/<run>/<job>/attempt-<n>/``).
+    log_prefix: str = ""
+    log: LogSummary | None = None
+    # sha256 of the attempt's secrets token (the token itself only goes to the worker).
+    secrets_token_sha256: str | None = None
+
+
+class ApprovalDecision(BaseModel):
+    """Who decided on a job awaiting approval, when, and what."""
+
+    job_id: str
+    round: int
+    environment: str
+    approved: bool
+    user_id: str
+    at: datetime
+    comment: str | None = None
+
+
+class JobState(BaseModel):
+    job_id: str
+    name: str
+    needs: list[str] = Field(default_factory=list)
+    runs_on: list[str] = Field(default_factory=list)
+    status: JobStatus = JobStatus.WAITING
+    # True when the job failed but ``continue-on-error`` lets dependents see success.
+    allowed_failure: bool = False
+    round: int = 0
+    # The attempt the job's result comes from (the winning one); 0 before any.
+    attempt: int = 0
+    attempts: list[JobAttemptState] = Field(default_factory=list)
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    outputs: dict[str, str] = Field(default_factory=dict)
+    # Same on every attempt: ``<run id>/<job id>``.
+    idempotency_key: str = ""
+    environment: str | None = None
+    # Every approve/reject decision on this job, oldest first (the audit trail; kept across
+    # retry rounds, each decision names its round).
+    approvals: list[ApprovalDecision] = Field(default_factory=list)
+    # Names of the secrets the job declares: the most its attempts' tokens can fetch.
+    secret_names: list[str] = Field(default_factory=list)
+
+    def current_attempt(self) -> JobAttemptState | None:
+        """The attempt the state points at (the winning one once finished)."""
+        for a in reversed(self.attempts):
+            if a.attempt == self.attempt:
+                return a
+        return None
+
+
+class CIRunState(BaseModel):
+    """Answer of ``CIRunWorkflow.state``; also the workflow's result."""
+
+    run_id: str
+    tenant_id: str
+    repo_id: str
+    repo_full_name: str = ""
+    commit_sha: str
+    ref: str
+    workflow_path: str
+    workflow_name: str = ""
+    status: RunStatus = RunStatus.QUEUED
+    cancel_requested: bool = False
+    error: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    jobs: list[JobState] = Field(default_factory=list)
+    # Manual retries accepted so far (bounded, see CIRunWorkflow).
+    retries: int = 0
+    event: str = "push"
+    pull_request: PullRequestInfo | None = None
+    # False when the run builds code from a fork: its jobs get no secrets (``notice`` says so).
+    secrets_allowed: bool = True
+    notice: str | None = None
+
+    def job(self, job_id: str) -> JobState | None:
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        return None
+
+
+class RetryJobRequest(BaseModel):
+    """Update ``CIRunWorkflow.retry_job``: re-run a failed (or cancelled) job and its dependents."""
+
+    job_id: str
+    requested_by: str | None = None
+
+
+class RetryJobResponse(BaseModel):
+    run_id: str
+    job_id: str
+    # The retry round the job now runs in; its attempts get new attempt numbers.
+    round: int
+    # The job and every dependent set back to ``waiting``.
+    reset_jobs: list[str] = Field(default_factory=list)
+
+
+class ApprovalRequest(BaseModel):
+    """Update ``CIRunWorkflow.decide``: approve or reject a job awaiting approval."""
+
+    job_id: str
+    approved: bool
+    user_id: str
+    comment: str | None = None
+
+
+class ApprovalRejectedReason(StrEnum):
+    """``ApplicationError.type`` of a refused decision (the API maps these to HTTP statuses)."""
+
+    UNKNOWN_JOB = "CIUnknownJob"
+    NOT_AWAITING = "CIJobNotAwaitingApproval"
+    NOT_APPROVER = "CINotAnApprover"
+
+
+class RetryRejectedReason(StrEnum):
+    """``ApplicationError.type`` of a rejected retry (the API maps these to HTTP statuses)."""
+
+    UNKNOWN_JOB = "CIUnknownJob"
+    NOT_RETRYABLE = "CIJobNotRetryable"
+    LIMIT = "CIRetryLimit"

@@ -1,0 +1,37 @@
+"""The per-tenant cap on running CI jobs (``CITenantSemaphoreWorkflow``): its signals and state."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SlotRequest(BaseModel):
+    """Signal ``acquire``: a run asks for a slot for one job round (``key`` = ``<job>#<round>``)."""
+
+    holder: str
+    key: str
+    # The tenant's cap as the run knows it (the newest request's value applies).
+    limit: int
+
+
+class SlotRelease(BaseModel):
+    """Signal ``release``: the job round ended (or was cancelled while waiting)."""
+
+    holder: str
+    key: str
+
+
+class SlotGrant(BaseModel):
+    """Signal ``slot_granted`` to the run: the job may start its activity."""
+
+    key: str
+
+
+class SemaphoreState(BaseModel):
+    """Input (for continue-as-new) and query answer of the tenant semaphore."""
+
+    tenant_id: str
+    limit: int = 1
+    holders: list[SlotRequest] = Field(default_factory=list)
+    pending: list[SlotRequest] = Field(default_factory=list)
+    granted_total: int = 0

@@ -1,0 +1,121 @@
+"""The parsed workflow file: the supported subset of GitHub Actions syntax, and why a file was rejected."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SpecError(BaseModel):
+    """Why a workflow file was rejected: the file, the 1-based line and the key at fault."""
+
+    file: str
+    line: int | None = None
+    key: str | None = None
+    message: str
+
+    def render(self) -> str:
+        where = self.file + (f":{self.line}" if self.line is not None else "")
+        return f"{where}: {self.key + ': ' if self.key else ''}{self.message}"
+
+
+class PushFilter(BaseModel):
+    """``on.push`` filters (glob patterns); ``None`` means the key was absent."""
+
+    enabled: bool = False
+    branches: list[str] | None = None
+    branches_ignore: list[str] | None = None
+    tags: list[str] | None = None
+    tags_ignore: list[str] | None = None
+    # ``on.pull_request.types`` (only for pull-request filters); None means the default three.
+    types: list[str] | None = None
+
+
+class StepSpec(BaseModel):
+    """One ``run:`` step, or one of the built-in ``uses:`` actions (then ``run`` is empty).
+    Expressions stay unevaluated here (``${{ ... }}`` text)."""
+
+    index: int
+    id: str | None = None
+    name: str
+    run: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    working_directory: str | None = None
+    shell: str = "bash"
+    if_expr: str | None = None
+    continue_on_error: bool = False
+    timeout_minutes: float | None = None
+    line: int | None = None
+    # ``uses: actions/checkout@...`` or ``actions/cache@...`` (see ``BUILTIN_ACTIONS``), with
+    # its ``with:`` inputs (unevaluated text).
+    uses: str | None = None
+    with_inputs: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def action(self) -> str | None:
+        """``actions/cache`` for ``actions/cache@v4`` (lower-case), ``None`` for a ``run:`` step."""
+        return self.uses.split("@", 1)[0].lower() if self.uses else None
+
+
+# The ``uses:`` actions leasehold implements natively (any version): checkout is a no-op (the
+# workspace already holds the commit); cache restores and saves per-tenant caches.
+ACTION_CHECKOUT = "actions/checkout"
+
+ACTION_CACHE = "actions/cache"
+
+BUILTIN_ACTIONS = (ACTION_CHECKOUT, ACTION_CACHE)
+
+
+class JobSpec(BaseModel):
+    """One ``jobs.<id>`` entry."""
+
+    id: str
+    name: str
+    needs: list[str] = Field(default_factory=list)
+    runs_on: list[str] = Field(default_factory=lambda: ["linux"])
+    env: dict[str, str] = Field(default_factory=dict)
+    if_expr: str | None = None
+    timeout_minutes: float = 360.0
+    continue_on_error: bool = False
+    # Declared job outputs (name -> expression); empty means "every value the steps wrote to
+    # $GITHUB_OUTPUT" (a leasehold convenience; GitHub requires declaring them).
+    outputs: dict[str, str] = Field(default_factory=dict)
+    steps: list[StepSpec] = Field(default_factory=list)
+    # Leasehold extension (job key ``network: true``): the sandbox keeps a network namespace
+    # with the host's network. Off by default.
+    network: bool = False
+    line: int | None = None
+    # Names of the secrets the job references (upper-case): the only ones its worker fetches.
+    secrets: list[str] = Field(default_factory=list)
+    # ``environment:`` (its name): when the repository protects it, the job waits for approval.
+    environment: str | None = None
+
+
+class WorkflowSpec(BaseModel):
+    """A parsed, validated workflow file."""
+
+    path: str
+    name: str
+    on_push: PushFilter = Field(default_factory=PushFilter)
+    # ``on.pull_request``: branches/branches-ignore match the base branch.
+    on_pull_request: PushFilter = Field(default_factory=PushFilter)
+    env: dict[str, str] = Field(default_factory=dict)
+    # In file order; needs form a DAG (validated).
+    jobs: list[JobSpec] = Field(default_factory=list)
+
+
+class WorkflowFile(BaseModel):
+    """A workflow file found at a commit: parsed, or rejected with the reason."""
+
+    path: str
+    spec: WorkflowSpec | None = None
+    error: SpecError | None = None
+    # Whether the push (ref) matches ``on.push``; invalid files count as triggered so their
+    # failure is visible as a run.
+    triggered: bool = True
+
+
+# Most jobs a workflow file may declare (bounds the run workflow's history, with
+# CI_MAX_RETRIES_PER_RUN).
+MAX_JOBS_PER_WORKFLOW = 64
+
+MAX_STEPS_PER_JOB = 100
