@@ -12,6 +12,7 @@ from temporalio.client import Client
 from api.auth_throttle import FailedAuthThrottle, client_key
 from api.errors import ApiError
 from leasehold.records.api_keys import Principal, lookup
+from leasehold.records.ci.secrets import Keyring
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
 
@@ -90,3 +91,13 @@ ClientDep = Annotated[Client, Depends(get_client)]
 DbDep = Annotated[sessionmaker, Depends(get_db)]
 StoreDep = Annotated[ObjectStore, Depends(get_store)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def keyring_of(request: Request, settings: Settings) -> Keyring:
+    """The process's CI secrets keyring, built on first use (the embedded default may create
+    its key file then); the secrets routers and the job-secrets broker share it."""
+    keyring = getattr(request.app.state, "secrets_keyring", None)
+    if keyring is None:
+        keyring = Keyring.from_settings(settings)
+        request.app.state.secrets_keyring = keyring
+    return keyring

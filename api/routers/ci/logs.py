@@ -21,9 +21,9 @@ from fastapi.responses import StreamingResponse
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from api.ci.runs import check_job_id, load_run
 from api.deps import ClientDep, PrincipalDep, StoreDep
 from api.errors import ApiError, not_found
-from api.routers.ci.runs import check_job_id, load_run
 from api.schemas.ci.runs import LogChunkOut, LogPage
 from leasehold.records.api_keys import Principal
 from leasehold.storage import ObjectNotFound, ObjectStore

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 
 from fastapi import APIRouter, Query
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from api.ci.runs import QUERY_TIMEOUT_SECONDS, RUN_UNAVAILABLE, check_job_id, load_run
 from api.deps import ClientDep, DbDep, PrincipalDep
 from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
 from api.schemas.ci.runs import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
@@ -22,15 +22,11 @@ from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
 from workflows import search_attributes as sa
 from workflows.ci.ids import run_id_from_workflow_id
-from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, CIRunState, RetryRejectedReason, RunStatus
+from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, RetryRejectedReason, RunStatus
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
 
-_RUN_ID = re.compile(r"^run_[0-9a-f]{8,64}$")
-_JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
-# A query goes to a worker: bound the wait so a missing worker is a clear 503, not a hang.
-QUERY_TIMEOUT_SECONDS = 10.0
 MAX_LIST = 100
 # The registered name of CIRunWorkflow (the class name; it sets no explicit name).
 RUN_WORKFLOW_TYPE = "CIRunWorkflow"
@@ -47,27 +43,6 @@ _DECISION_STATUS = {
     ApprovalRejectedReason.NOT_AWAITING.value: (409, "job_not_awaiting_approval"),
     ApprovalRejectedReason.NOT_APPROVER.value: (403, "not_an_approver"),
 }
-
-
-RUN_UNAVAILABLE = "the run could not be read now; try again"
-
-
-async def load_run(client: Client, principal: Principal, run: str) -> CIRunState:
-    """The caller's run; 404 when it does not exist or belongs to another tenant."""
-    if not _RUN_ID.match(run):
-        raise not_found("run")
-    try:
-        state = await asyncio.wait_for(run_state(client, run), timeout=QUERY_TIMEOUT_SECONDS)
-    except (RPCError, TimeoutError) as exc:
-        raise from_temporal(exc, RUN_UNAVAILABLE, missing=not_found("run"), call=f"query of run {run}") from None
-    if state.tenant_id != principal.tenant_id:
-        raise not_found("run")
-    return state
-
-
-def check_job_id(job: str) -> None:
-    if not _JOB_ID.match(job):
-        raise not_found("job")
 
 
 @router.get("/v1/runs/{run}")

@@ -11,24 +11,15 @@ import asyncio
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.orm import sessionmaker
 
-from api.deps import DbDep, PrincipalDep, SettingsDep
+from api.deps import DbDep, PrincipalDep, SettingsDep, keyring_of
 from api.errors import invalid, not_found
 from api.schemas.ci.secrets import SecretList, SecretOut, SecretPut
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
-from leasehold.records.ci.secrets import Keyring, SecretError, delete_secret, list_secrets, put_secret
+from leasehold.records.ci.secrets import SecretError, delete_secret, list_secrets, put_secret
 from leasehold.settings import Settings
 
 router = APIRouter(tags=["ci"])
-
-
-def keyring_of(request: Request, settings: Settings) -> Keyring:
-    # Built once per process (the embedded default may create the key file on first use).
-    keyring = getattr(request.app.state, "secrets_keyring", None)
-    if keyring is None:
-        keyring = Keyring.from_settings(settings)
-        request.app.state.secrets_keyring = keyring
-    return keyring
 
 
 async def _check_repo(db: sessionmaker, principal: Principal, repo_id: str | None) -> None:

@@ -1,0 +1,1 @@
+"""CI logic the API routers share (no routes here)."""
