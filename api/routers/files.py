@@ -5,27 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
+from api.content_types import content_type_for
 from api.deps import StoreDep
 from api.errors import ApiError
 from leasehold.storage import InvalidKey, LocalObjectStore, ObjectNotFound
 
 router = APIRouter(tags=["files"])
-
-_CONTENT_TYPES = {
-    ".mp4": "video/mp4",
-    ".webp": "image/webp",
-    ".jpg": "image/jpeg",
-    ".png": "image/png",
-    ".txt": "text/plain; charset=utf-8",
-    ".log": "text/plain; charset=utf-8",
-}
-
-
-def content_type_for(key: str) -> str:
-    for suffix, ctype in _CONTENT_TYPES.items():
-        if key.endswith(suffix):
-            return ctype
-    return "application/octet-stream"
 
 
 @router.get("/v1/files", include_in_schema=False)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.routers.ci.hooks import signature_of
+from api.ci.signatures import signature_of
 from leasehold.client.ci.start import reconcile_schedule_id
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import WORKFLOW_PATH, done_push, wait_for, wait_run

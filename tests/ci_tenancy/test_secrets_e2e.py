@@ -11,7 +11,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from activities.ci.masking import secret_forms
-from api.routers.ci.hooks import signature_of
+from api.ci.signatures import signature_of
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, log_text, push_workflow, runs_of_push, sse_text, wait_run
 from tests.gitrepo import GitRemote, git

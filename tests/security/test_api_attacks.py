@@ -23,7 +23,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api.routers.ci.hooks import signature_of
+from api.ci.signatures import signature_of
 from leasehold.database import init_database
 from leasehold.devserver import dev_server_command, find_temporal_binary, free_port
 from leasehold.records.api_keys import create_key

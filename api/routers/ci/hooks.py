@@ -10,7 +10,6 @@ and the same runs instead of creating new ones.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
@@ -24,6 +23,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from api.ci.signatures import signature_of
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError, from_temporal, is_not_found, not_found
 from api.schemas.ci.runs import PushAccepted, PushOut, PushRequest, WebhookAnswer
@@ -53,11 +53,6 @@ TARGET_TYPE_HEADER = "x-github-hook-installation-target-type"
 PR_ACTIONS = ("opened", "synchronize", "reopened")
 # GitHub waits 10 s for an answer; a slow Temporal must not make us miss that.
 START_TIMEOUT_SECONDS = 5.0
-
-
-def signature_of(secret: str, body: bytes) -> str:
-    """``sha256=<hex>``: what GitHub sends in ``X-Hub-Signature-256``."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def _unauthorized(code: str, message: str) -> ApiError:

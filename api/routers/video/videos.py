@@ -13,9 +13,9 @@ from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import ValidationError
 
 from api.body_limits import BodyTooLarge
+from api.content_types import content_type_for
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
 from api.errors import ApiError
-from api.routers.files import content_type_for
 from api.routers.video.capacity import capacity_tracker
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video.jobs import VideoJobs, poll_after_ms
