@@ -1,4 +1,4 @@
-"""Record CI workflow histories for the replay test: ``python -m tests.ci_core.record_histories``.
+"""Record CI workflow histories for the replay test: ``python -m tests.ci_core.record_histories [DIR]``.
 
 Real runs on a real dev server, with the real orchestration worker and CI worker (bubblewrap)
 as processes: every history holds what those workers really wrote. Existing files are never
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -182,9 +183,10 @@ async def push(
     max_concurrent_jobs: int | None = None,
 ) -> tuple[WorkflowHandle[object, CIPushState], CIPushState]:
     """Start a push and wait for its workflow to close (its runs are started by then)."""
-    inp = stack.push_input(repo, sha).model_copy(
-        update={"retry_window_seconds": retry_window, "max_concurrent_jobs": max_concurrent_jobs}
-    )
+    inp = stack.push_input(repo, sha)
+    # Assigned, not model_copy(update=...): a field that moved raises here instead of being ignored.
+    inp.retry_window_seconds = retry_window
+    inp.max_concurrent_jobs = max_concurrent_jobs
     pid = await ci_start.start_push(stack.client, inp)
     handle = stack.client.get_workflow_handle(push_workflow_id(pid), result_type=CIPushState)
     return handle, await handle.result()
@@ -301,10 +303,9 @@ async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[t
     return out
 
 
-async def main() -> None:
+async def main(out: Path) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # the workers' health polls
-    HISTORIES.mkdir(exist_ok=True)
     env = await start_local_environment()
     # A long reconcile interval: the worker's own schedule stays out of the recorded pass.
     extra = {"ci_retry_window_seconds": RETRY_WINDOW_SECONDS, "ci_reconcile_interval_seconds": 86400.0}
@@ -312,7 +313,7 @@ async def main() -> None:
         with tempfile.TemporaryDirectory() as tmp, engine_stack(env, Path(tmp), **extra) as stack:
             handles = await record(stack)
             for name, handle in handles.items():
-                path = HISTORIES / f"{name}.json"
+                path = out / f"{name}.json"
                 if path.exists():
                     log.info("kept %s (exists)", path.name)
                     continue
@@ -323,4 +324,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # Another directory (first argument) for a trial run that leaves the recorded files alone.
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES
+    target.mkdir(parents=True, exist_ok=True)
+    asyncio.run(main(target))
