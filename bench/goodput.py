@@ -61,8 +61,8 @@ from bench.report import Table, mean, percentile
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from leasehold.temporal import connect
-from tests.chaos.checker import History
-from tests.chaos.stack import (
+from leasehold.testing.checker import History
+from leasehold.testing.stack import (
     SECONDS,
     SIZE,
     VIDEO_HEARTBEAT_TIMEOUT,

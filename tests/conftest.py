@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from leasehold.devserver import free_port, start_local_environment
 from leasehold.settings import Settings
-from tests.harness import stop_all_started, unique_prefix
+from leasehold.testing.harness import stop_all_started, unique_prefix
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.chaos.stack import EmbeddedStack, start_embedded, stop_embedded
+from leasehold.testing.stack import EmbeddedStack, start_embedded, stop_embedded
 
 log = logging.getLogger("chaos")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chaos.checker import History, Observation, Verdict, check
+from leasehold.testing.checker import History, Observation, Verdict, check
 
 
 def done(

@@ -20,8 +20,9 @@ import pytest
 from temporalio.client import Client
 
 from leasehold.temporal import connect
-from tests.chaos.checker import History, Observation, check
-from tests.chaos.stack import (
+from leasehold.testing.checker import History, Observation, check
+from leasehold.testing.harness import ManagedProcess, start_worker
+from leasehold.testing.stack import (
     CHECKPOINT_INTERVAL,
     LOST_WORK_SLACK_SECONDS,
     EmbeddedStack,
@@ -38,7 +39,6 @@ from tests.chaos.stack import (
     seeded,
     wait_until,
 )
-from tests.harness import ManagedProcess, start_worker
 from workflows.video.job import VideoJobWorkflow
 
 pytestmark = pytest.mark.chaos

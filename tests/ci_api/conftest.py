@@ -19,8 +19,8 @@ from leasehold.database import init_database
 from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
+from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
 from tests.gitrepo import GitRemote
-from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix
 
 
 @dataclass

@@ -10,8 +10,8 @@ import pytest
 
 from leasehold.database import init_database
 from leasehold.records.api_keys import create_key
+from leasehold.testing.harness import process_env
 from tests.ci_api.conftest import CIStack
-from tests.harness import process_env
 
 
 def test_register_list_get_and_tenant_scoping(ci_stack: CIStack) -> None:

@@ -20,7 +20,7 @@ from leasehold.client.ci import start as ci_start
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
-from tests.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
+from leasehold.testing.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
 from workflows.ci.ids import parse_log_key
 from workflows.ci.types.push import CIPushInput, CIPushState, PushStatus
 from workflows.ci.types.run import RUN_TERMINAL_STATUSES, CIRunState

@@ -19,7 +19,7 @@ from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key, lookup
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
-from tests.harness import REPO_ROOT, ManagedProcess, process_env, start_api, start_worker, unique_prefix
+from leasehold.testing.harness import REPO_ROOT, ManagedProcess, process_env, start_api, start_worker, unique_prefix
 
 # Any authenticated route serves to check auth; listing the caller's repositories has no side effects.
 AUTHED = "/v1/repos"

@@ -12,7 +12,7 @@ import pytest
 from leasehold.database import init_database
 from leasehold.records.api_keys import lookup
 from leasehold.settings import Settings
-from tests.harness import REPO_ROOT
+from leasehold.testing.harness import REPO_ROOT
 
 
 def leasehold(*args: str) -> subprocess.CompletedProcess[str]:

@@ -23,8 +23,8 @@ import yaml
 from cli.main import build_parser, cmd_api, cmd_worker
 from leasehold.devserver import find_temporal_binary, free_port
 from leasehold.settings import Settings
+from leasehold.testing.harness import REPO_ROOT
 from tests.conftest import in_ci
-from tests.harness import REPO_ROOT
 from workflows import search_attributes
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"

@@ -28,8 +28,8 @@ from leasehold.database import init_database
 from leasehold.devserver import dev_server_command, find_temporal_binary, free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
+from leasehold.testing.harness import ManagedProcess, start_api, unique_prefix
 from tests.ci_api.conftest import CIStack, running_ci_stack
-from tests.harness import ManagedProcess, start_api, unique_prefix
 
 METRICS_TOKEN = "metrics-token-for-tests-0123456789"
 WEBHOOK_LIMIT = 25 * 1024 * 1024

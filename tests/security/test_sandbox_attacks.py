@@ -26,8 +26,8 @@ from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_network
 from leasehold.settings import Settings
+from leasehold.testing.harness import register_repo_row
 from tests.ci_core.conftest import CIStack, engine_stack
-from tests.harness import register_repo_row
 from workflows.ci.types.run import RunStatus
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from leasehold.database import init_database
 from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
-from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
 
 MODEL = "procedural-v1"
 SIZE = "180x320"

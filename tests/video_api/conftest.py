@@ -23,7 +23,7 @@ from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
-from tests.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
 
 MODEL = "procedural-v1"
 # Small and short so generation takes seconds on two CPU cores.
