@@ -46,6 +46,7 @@ from worker_ci.sandbox import UnsafeProcessSandbox, limits_from
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow
 from workflows.ci.types.job import JobActivityInput
+from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState, JobStatus
 from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec, StepSpec, WorkflowSpec
 from workflows.queues import ci_queue, orchestration_queue
@@ -100,22 +101,24 @@ def run_input(
     ]
     run_id = f"run_{uuid.uuid4().hex[:24]}"
     return CIRunInput(
+        push=PushContext(
+            tenant_id=tenant,
+            repo_id=f"repo-{tenant}",
+            repo_full_name=f"{tenant}/bench",
+            clone_url=url,
+            commit_sha=sha,
+            ref="refs/heads/main",
+            queue_prefix=prefix,
+            heartbeat_timeout_seconds=30.0,
+            cancel_grace_seconds=1.0,
+            retry_window_seconds=1.0,
+            fairness_weight=weight,
+            fair_share=fair,
+        ),
         run_id=run_id,
-        tenant_id=tenant,
-        repo_id=f"repo-{tenant}",
-        repo_full_name=f"{tenant}/bench",
-        clone_url=url,
-        commit_sha=sha,
-        ref="refs/heads/main",
         workflow_path=f".github/workflows/bench-{index}.yml",
         created_at=datetime.now(UTC),
         spec=WorkflowSpec(path="bench.yml", name="bench", jobs=jobs),
-        queue_prefix=prefix,
-        heartbeat_timeout_seconds=30.0,
-        cancel_grace_seconds=1.0,
-        retry_window_seconds=1.0,
-        fairness_weight=weight,
-        fair_share=fair,
     )
 
 
@@ -124,7 +127,7 @@ class BenchRunRecords:
     uses ``DatabaseRunRecords``)."""
 
     def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
-        return TrustedRun(inp.tenant_id, inp.repo_id, inp.clone_url, network_allowed=False)
+        return TrustedRun(inp.push.tenant_id, inp.push.repo_id, inp.push.clone_url, network_allowed=False)
 
 
 async def start_runs(client: Client, inputs: list[CIRunInput]) -> list[WorkflowHandle[CIRunWorkflow, CIRunState]]:
@@ -135,7 +138,7 @@ async def start_runs(client: Client, inputs: list[CIRunInput]) -> list[WorkflowH
                     CIRunWorkflow.run,
                     inp,
                     id=f"ci-run:{inp.run_id}",
-                    task_queue=orchestration_queue(inp.queue_prefix),
+                    task_queue=orchestration_queue(inp.push.queue_prefix),
                 )
                 for inp in inputs
             )

@@ -437,15 +437,15 @@ class _Attempt:
         self.heartbeat(force=True)
         inp = self.inp
         mirror = self.o._mirror.ensure_commit(
-            self.trusted.repo_id, self.trusted.clone_url, inp.commit_sha, self.heartbeat
+            self.trusted.repo_id, self.trusted.clone_url, inp.push.commit_sha, self.heartbeat
         )
-        self.o._mirror.archive(mirror, inp.commit_sha, self.root / "work", self.heartbeat)
+        self.o._mirror.archive(mirror, inp.push.commit_sha, self.root / "work", self.heartbeat)
         hand_over(self.root / "work", self.owner)
-        self.log.line(f"[leasehold] checked out {inp.repo_full_name}@{inp.commit_sha}")
+        self.log.line(f"[leasehold] checked out {inp.push.repo_full_name}@{inp.push.commit_sha}")
 
     def _base_env(self) -> dict[str, str]:
         inp = self.inp
-        gh = github_context(inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, inp.workflow_name)
+        gh = github_context(inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, inp.workflow_name)
         m = self.mount
         return {
             "PATH": PATH,
@@ -457,18 +457,18 @@ class _Attempt:
             "CI_JOB": self.job.id,
             "CI_ATTEMPT": str(self.attempt),
             "CI_IDEMPOTENCY_KEY": idempotency_key(inp.run_id, self.job.id),
-            "GITHUB_SHA": inp.commit_sha,
-            "GITHUB_REF": inp.ref,
+            "GITHUB_SHA": inp.push.commit_sha,
+            "GITHUB_REF": inp.push.ref,
             "GITHUB_REF_NAME": str(gh["ref_name"]),
             "GITHUB_REF_TYPE": str(gh["ref_type"]),
-            "GITHUB_REPOSITORY": inp.repo_full_name,
+            "GITHUB_REPOSITORY": inp.push.repo_full_name,
             "GITHUB_REPOSITORY_OWNER": str(gh["repository_owner"]),
             "GITHUB_WORKSPACE": f"{m}/work",
             "GITHUB_RUN_ID": inp.run_id,
             "GITHUB_RUN_ATTEMPT": str(self.attempt),
             "GITHUB_JOB": self.job.id,
             "GITHUB_WORKFLOW": inp.workflow_name,
-            "GITHUB_EVENT_NAME": inp.event,
+            "GITHUB_EVENT_NAME": inp.push.event,
             "RUNNER_OS": "Linux",
             "RUNNER_TEMP": f"{m}/tmp",
         }
@@ -476,7 +476,9 @@ class _Attempt:
     def _context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
         inp = self.inp
         return {
-            "github": github_context(inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, inp.workflow_name),
+            "github": github_context(
+                inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, inp.workflow_name
+            ),
             "env": env,
             "needs": {k: v.model_dump() for k, v in inp.needs.items()},
             "steps": steps_ctx,
@@ -598,7 +600,7 @@ class _Attempt:
         it only moves the job's own files between the workspace and the tenant's cache)."""
         self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
         if step.action == ACTION_CHECKOUT:
-            self.log.line(f"[leasehold] {step.uses}: the workspace already holds {self.inp.commit_sha}")
+            self.log.line(f"[leasehold] {step.uses}: the workspace already holds {self.inp.push.commit_sha}")
             return StepStatus.SUCCESS, 0, {}, {}
         assert step.action == ACTION_CACHE
         inp = self.inp
@@ -611,7 +613,7 @@ class _Attempt:
             found = self.o._cache.lookup(
                 self.trusted.tenant_id,
                 self.trusted.repo_id,
-                read_scopes(inp.ref, inp.default_branch),
+                read_scopes(inp.push.ref, inp.push.default_branch),
                 key,
                 restore_keys,
             )
@@ -641,7 +643,7 @@ class _Attempt:
                 size = self.o._cache.save(
                     self.trusted.tenant_id,
                     self.trusted.repo_id,
-                    ref_scope(inp.ref),
+                    ref_scope(inp.push.ref),
                     key,
                     self.root,
                     paths,
@@ -747,7 +749,7 @@ class _Attempt:
         stop = _Stop()
         reader = threading.Thread(target=self._pump, args=(proc,), daemon=True)
         reader.start()
-        grace = self.inp.cancel_grace_seconds
+        grace = self.inp.push.cancel_grace_seconds
         next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
         terminated_at: float | None = None
         while proc.poll() is None:

@@ -43,9 +43,9 @@ class RunRecords(Protocol):
 
 def check_workflow_id(inp: JobActivityInput, workflow_id: str) -> None:
     """The scheduling workflow is the run the input describes (ids are derived, not chosen)."""
-    expected = run_workflow_id(run_id(inp.repo_id, inp.commit_sha, inp.workflow_path, inp.event))
+    expected = run_workflow_id(run_id(inp.push.repo_id, inp.push.commit_sha, inp.workflow_path, inp.push.event))
     if workflow_id != expected or inp.run_workflow_id != expected or run_workflow_id(inp.run_id) != expected:
-        raise UntrustedRun(f"workflow {workflow_id!r} is not the run of {inp.repo_id}@{inp.commit_sha[:12]}")
+        raise UntrustedRun(f"workflow {workflow_id!r} is not the run of {inp.push.repo_id}@{inp.push.commit_sha[:12]}")
 
 
 class DatabaseRunRecords:
@@ -56,12 +56,12 @@ class DatabaseRunRecords:
 
     def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
         check_workflow_id(inp, workflow_id)
-        found = all_repos(self._factory, [inp.repo_id])
+        found = all_repos(self._factory, [inp.push.repo_id])
         if not found:
-            raise UntrustedRun(f"repository {inp.repo_id} is not registered")
+            raise UntrustedRun(f"repository {inp.push.repo_id} is not registered")
         repo = found[0]
-        if repo.tenant_id != inp.tenant_id:
-            raise UntrustedRun(f"repository {inp.repo_id} does not belong to tenant {inp.tenant_id}")
+        if repo.tenant_id != inp.push.tenant_id:
+            raise UntrustedRun(f"repository {inp.push.repo_id} does not belong to tenant {inp.push.tenant_id}")
         return TrustedRun(
             tenant_id=repo.tenant_id,
             repo_id=repo.id,

@@ -44,7 +44,7 @@ class CIPushWorkflow:
 
     @workflow.init
     def __init__(self, inp: CIPushInput) -> None:
-        self._state = CIPushState(push_id=push_id(inp.repo_id, inp.commit_sha, inp.ref))
+        self._state = CIPushState(push_id=push_id(inp.push.repo_id, inp.push.commit_sha, inp.push.ref))
 
     @workflow.query
     def state(self) -> CIPushState:
@@ -56,17 +56,17 @@ class CIPushWorkflow:
             listing = await workflow.execute_activity(
                 ACTIVITY_LIST_WORKFLOWS,
                 ListWorkflowsInput(
-                    repo_id=inp.repo_id,
-                    clone_url=inp.clone_url,
-                    commit_sha=inp.commit_sha,
-                    ref=inp.ref,
-                    event=inp.event,
-                    base_ref=inp.pull_request.base_ref if inp.pull_request else None,
-                    action=inp.pull_request.action if inp.pull_request else None,
-                    tenant_id=inp.tenant_id,
+                    repo_id=inp.push.repo_id,
+                    clone_url=inp.push.clone_url,
+                    commit_sha=inp.push.commit_sha,
+                    ref=inp.push.ref,
+                    event=inp.push.event,
+                    base_ref=inp.push.pull_request.base_ref if inp.push.pull_request else None,
+                    action=inp.push.pull_request.action if inp.push.pull_request else None,
+                    tenant_id=inp.push.tenant_id,
                 ),
                 result_type=ListWorkflowsResult,
-                task_queue=ci_control_queue(inp.queue_prefix),
+                task_queue=ci_control_queue(inp.push.queue_prefix),
                 start_to_close_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_TIMEOUT_SECONDS),
                 heartbeat_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS),
                 retry_policy=RetryPolicy(
@@ -85,46 +85,31 @@ class CIPushWorkflow:
             if not file.triggered:
                 self._state.not_triggered.append(file.path)
                 continue
-            rid = run_id(inp.repo_id, inp.commit_sha, file.path, inp.event)
+            rid = run_id(inp.push.repo_id, inp.push.commit_sha, file.path, inp.push.event)
             wid = run_workflow_id(rid)
             created = True
             try:
                 await workflow.start_child_workflow(
                     CIRunWorkflow.run,
                     CIRunInput(
+                        push=inp.push,
                         run_id=rid,
-                        tenant_id=inp.tenant_id,
-                        repo_id=inp.repo_id,
-                        repo_full_name=inp.repo_full_name,
-                        clone_url=inp.clone_url,
-                        commit_sha=inp.commit_sha,
-                        ref=inp.ref,
                         workflow_path=file.path,
                         created_at=workflow.now(),
                         spec=file.spec,
                         spec_error=file.error,
-                        queue_prefix=inp.queue_prefix,
-                        heartbeat_timeout_seconds=inp.heartbeat_timeout_seconds,
-                        cancel_grace_seconds=inp.cancel_grace_seconds,
-                        retry_window_seconds=inp.retry_window_seconds,
                         push_id=self._state.push_id,
-                        event=inp.event,
-                        pull_request=inp.pull_request,
-                        fairness_weight=inp.fairness_weight,
-                        max_concurrent_jobs=inp.max_concurrent_jobs,
-                        fair_share=inp.fair_share,
-                        default_branch=inp.default_branch,
                         environments=listing.environments,
                     ),
                     id=wid,
-                    task_queue=orchestration_queue(inp.queue_prefix),
+                    task_queue=orchestration_queue(inp.push.queue_prefix),
                     parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     search_attributes=TypedSearchAttributes(
                         [
-                            SearchAttributePair(sa.TENANT_ID, inp.tenant_id),
-                            SearchAttributePair(sa.REPO_ID, inp.repo_id),
-                            SearchAttributePair(sa.COMMIT_SHA, inp.commit_sha),
+                            SearchAttributePair(sa.TENANT_ID, inp.push.tenant_id),
+                            SearchAttributePair(sa.REPO_ID, inp.push.repo_id),
+                            SearchAttributePair(sa.COMMIT_SHA, inp.push.commit_sha),
                             SearchAttributePair(sa.RUN_STATE, RunStatus.QUEUED.value),
                         ]
                     ),

@@ -2,10 +2,11 @@
 
 How the API drives CI (the contract; ``leasehold/client/ci/start.py`` wraps each call):
 
-* **Push** (webhook or ``POST /v1/hooks/push``): the API builds a ``CIPushInput`` (tenant, repo
-  id and full name, clone URL, commit sha, full ref, ``queue_prefix`` and the CI timeouts from
-  settings) and calls ``ci_start.start_push``: ``CIPushWorkflow`` with id
-  ``ci-push:<push id>`` (``ci_ids.push_id(repo, sha, ref)``) on the orchestration queue,
+* **Push** (webhook or ``POST /v1/hooks/push``): the API builds a ``CIPushInput`` around a
+  ``PushContext`` (tenant, repo id and full name, clone URL, commit sha, full ref,
+  ``queue_prefix`` and the CI timeouts from settings; every run and job carries it unchanged)
+  and calls ``ci_start.start_push``: ``CIPushWorkflow`` with id ``ci-push:<push id>``
+  (``ci_ids.push_id(repo, sha, ref)``) on the orchestration queue,
   ``id_conflict_policy=USE_EXISTING``. That start is the durable acceptance (no git in the
   API). The push workflow's first activity (``ci_list_workflows`` on
   ``queues.ci_control_queue(prefix)``, served by CI workers) fetches the repository's bare
@@ -138,23 +139,24 @@ class CIRunWorkflow:
         self._inp = inp
         spec = inp.spec
         self._jobs: dict[str, JobSpec] = {j.id: j for j in spec.jobs} if spec else {}
+        pr = inp.push.pull_request
+        from_fork = pr is not None and pr.from_fork
         self._state = CIRunState(
             run_id=inp.run_id,
-            tenant_id=inp.tenant_id,
-            repo_id=inp.repo_id,
-            repo_full_name=inp.repo_full_name,
-            commit_sha=inp.commit_sha,
-            ref=inp.ref,
+            tenant_id=inp.push.tenant_id,
+            repo_id=inp.push.repo_id,
+            repo_full_name=inp.push.repo_full_name,
+            commit_sha=inp.push.commit_sha,
+            ref=inp.push.ref,
             workflow_path=inp.workflow_path,
             workflow_name=spec.name if spec else inp.workflow_path,
             created_at=inp.created_at,
-            event=inp.event,
-            pull_request=inp.pull_request,
-            secrets_allowed=not (inp.pull_request is not None and inp.pull_request.from_fork),
+            event=inp.push.event,
+            pull_request=pr,
+            secrets_allowed=not from_fork,
             notice=(
-                f"pull request #{inp.pull_request.number} comes from a fork ({inp.pull_request.head_repo}): "
-                "its jobs run without secrets"
-                if inp.pull_request is not None and inp.pull_request.from_fork
+                f"pull request #{pr.number} comes from a fork ({pr.head_repo}): its jobs run without secrets"
+                if pr is not None and from_fork
                 else None
             ),
             jobs=[
@@ -216,7 +218,7 @@ class CIRunWorkflow:
                 round=job.round,
                 worker=req.worker,
                 started_at=now,
-                log_prefix=attempt_log_prefix(self._inp.tenant_id, self._inp.run_id, job.job_id, n),
+                log_prefix=attempt_log_prefix(self._inp.push.tenant_id, self._inp.run_id, job.job_id, n),
                 secrets_token_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
             )
         )
@@ -333,9 +335,9 @@ class CIRunWorkflow:
     async def run(self, inp: CIRunInput) -> CIRunState:
         workflow.upsert_search_attributes(
             [
-                sa.TENANT_ID.value_set(inp.tenant_id),
-                sa.REPO_ID.value_set(inp.repo_id),
-                sa.COMMIT_SHA.value_set(inp.commit_sha),
+                sa.TENANT_ID.value_set(inp.push.tenant_id),
+                sa.REPO_ID.value_set(inp.push.repo_id),
+                sa.COMMIT_SHA.value_set(inp.push.commit_sha),
                 sa.RUN_STATE.value_set(self._state.status.value),
             ]
         )
@@ -350,7 +352,7 @@ class CIRunWorkflow:
             self._finish()
             try:
                 await workflow.wait_condition(
-                    lambda: self._retry_pending, timeout=timedelta(seconds=inp.retry_window_seconds)
+                    lambda: self._retry_pending, timeout=timedelta(seconds=inp.push.retry_window_seconds)
                 )
             except (TimeoutError, asyncio.CancelledError):
                 # Window over, or the finished run was cancelled: nothing more can happen.
@@ -428,24 +430,16 @@ class CIRunWorkflow:
         self._cancelling.discard(job.job_id)
         self._abort_wait.discard(job.job_id)
         act = JobActivityInput(
+            push=inp.push,
             run_id=inp.run_id,
             run_workflow_id=run_workflow_id(inp.run_id),
-            tenant_id=inp.tenant_id,
-            repo_id=inp.repo_id,
-            repo_full_name=inp.repo_full_name,
-            clone_url=inp.clone_url,
-            commit_sha=inp.commit_sha,
-            ref=inp.ref,
             workflow_name=inp.spec.name,
             workflow_path=inp.workflow_path,
             job=spec,
             workflow_env=dict(inp.spec.env),
             needs=self._needs_context(job),
             round=job.round,
-            cancel_grace_seconds=inp.cancel_grace_seconds,
-            event=inp.event,
             secrets_allowed=self._state.secrets_allowed,
-            default_branch=inp.default_branch,
         )
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
 
@@ -456,10 +450,10 @@ class CIRunWorkflow:
             act,
             result_type=JobResult,
             activity_id=f"{job_id}#{round_}",
-            task_queue=ci_queue(spec.runs_on, inp.queue_prefix),
+            task_queue=ci_queue(spec.runs_on, inp.push.queue_prefix),
             start_to_close_timeout=timedelta(seconds=spec.timeout_minutes * 60 + CI_JOB_TIMEOUT_MARGIN_SECONDS),
             schedule_to_start_timeout=timedelta(seconds=CI_JOB_SCHEDULE_TO_START_SECONDS),
-            heartbeat_timeout=timedelta(seconds=inp.heartbeat_timeout_seconds),
+            heartbeat_timeout=timedelta(seconds=inp.push.heartbeat_timeout_seconds),
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(seconds=1),
                 maximum_attempts=CI_JOB_MAX_ATTEMPTS,
@@ -467,8 +461,8 @@ class CIRunWorkflow:
             ),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             # Fair share: the server dispatches round-robin across tenants, by plan weight.
-            priority=Priority(fairness_key=inp.tenant_id[:64], fairness_weight=inp.fairness_weight)
-            if inp.fair_share
+            priority=Priority(fairness_key=inp.push.tenant_id[:64], fairness_weight=inp.push.fairness_weight)
+            if inp.push.fair_share
             else Priority(),
         )
 
@@ -476,7 +470,7 @@ class CIRunWorkflow:
         """One job round: a slot under the tenant's cap (when capped), the activity, the result;
         the slot is released on every way out of here."""
         key = f"{job_id}#{round_}"
-        capped = self._inp.max_concurrent_jobs is not None
+        capped = self._inp.push.max_concurrent_jobs is not None
         try:
             if capped:
                 await self._acquire_slot(job_id, key)
@@ -500,9 +494,9 @@ class CIRunWorkflow:
 
     async def _acquire_slot(self, job_id: str, key: str) -> None:
         inp = self._inp
-        assert inp.max_concurrent_jobs is not None
-        req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.max_concurrent_jobs)
-        sem_id = semaphore_workflow_id(inp.tenant_id)
+        assert inp.push.max_concurrent_jobs is not None
+        req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+        sem_id = semaphore_workflow_id(inp.push.tenant_id)
         try:
             await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
         except FailureError:
@@ -511,9 +505,9 @@ class CIRunWorkflow:
             try:
                 await workflow.start_child_workflow(
                     CITenantSemaphoreWorkflow.run,
-                    SemaphoreState(tenant_id=inp.tenant_id, limit=inp.max_concurrent_jobs, pending=[req]),
+                    SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=[req]),
                     id=sem_id,
-                    task_queue=orchestration_queue(inp.queue_prefix),
+                    task_queue=orchestration_queue(inp.push.queue_prefix),
                     parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 )
             except WorkflowAlreadyStartedError:
@@ -522,7 +516,7 @@ class CIRunWorkflow:
 
     async def _release_slot(self, key: str) -> None:
         try:
-            await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.tenant_id)).signal(
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.push.tenant_id)).signal(
                 SIGNAL_RELEASE, SlotRelease(holder=workflow.info().workflow_id, key=key)
             )
         except FailureError:
@@ -654,7 +648,7 @@ class CIRunWorkflow:
         inp = self._inp
         return {
             "github": github_context(
-                inp.commit_sha, inp.ref, inp.repo_full_name, inp.run_id, self._state.workflow_name
+                inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, self._state.workflow_name
             ),
             "env": dict(inp.spec.env) if inp.spec else {},
             "needs": {k: v.model_dump() for k, v in self._needs_context(job).items()},

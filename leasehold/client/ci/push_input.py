@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from leasehold.records.ci.plans import TenantPlan
 from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings
-from workflows.ci.types.push import CIPushInput, PullRequestInfo
+from workflows.ci.types.push import CIPushInput, PullRequestInfo, PushContext
 
 
 def push_input(
@@ -23,21 +23,23 @@ def push_input(
     """The push of ``sha`` to ``ref`` with the deployment's queues and CI timeouts and the
     tenant's plan as of now."""
     return CIPushInput(
-        tenant_id=repo.tenant_id,
-        repo_id=repo.id,
-        repo_full_name=repo.name,
-        clone_url=repo.clone_url,
-        commit_sha=sha.lower(),
-        ref=ref,
+        push=PushContext(
+            tenant_id=repo.tenant_id,
+            repo_id=repo.id,
+            repo_full_name=repo.name,
+            clone_url=repo.clone_url,
+            commit_sha=sha.lower(),
+            ref=ref,
+            queue_prefix=settings.queue_prefix,
+            heartbeat_timeout_seconds=settings.ci_heartbeat_timeout_seconds,
+            cancel_grace_seconds=settings.ci_cancel_grace_seconds,
+            retry_window_seconds=settings.ci_retry_window_seconds,
+            event="pull_request" if pull_request is not None else "push",
+            pull_request=pull_request,
+            fairness_weight=plan.fairness_weight if plan else None,
+            max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
+            default_branch=repo.default_branch,
+        ),
         received_at=datetime.now(UTC),
-        queue_prefix=settings.queue_prefix,
-        heartbeat_timeout_seconds=settings.ci_heartbeat_timeout_seconds,
-        cancel_grace_seconds=settings.ci_cancel_grace_seconds,
-        retry_window_seconds=settings.ci_retry_window_seconds,
         delivery_id=delivery,
-        event="pull_request" if pull_request is not None else "push",
-        pull_request=pull_request,
-        fairness_weight=plan.fairness_weight if plan else None,
-        max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
-        default_branch=repo.default_branch,
     )

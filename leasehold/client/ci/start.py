@@ -41,14 +41,15 @@ from workflows.ci.types.run import ApprovalRequest, CIRunState, JobState, RetryJ
 from workflows.queues import orchestration_queue
 
 
-async def start_push(client: Client, push: CIPushInput) -> str:
+async def start_push(client: Client, inp: CIPushInput) -> str:
     """Durably accept a push; returns its push id. Idempotent: the same repo + commit + ref
     maps onto the same push workflow (running or completed), so redeliveries create nothing."""
+    push = inp.push
     pid = push_id(push.repo_id, push.commit_sha, push.ref)
     try:
         await client.start_workflow(
             CIPushWorkflow.run,
-            push,
+            inp,
             id=push_workflow_id(pid),
             task_queue=orchestration_queue(push.queue_prefix),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

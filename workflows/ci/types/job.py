@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from workflows.ci.types.push import PushScoped
 from workflows.ci.types.spec import JobSpec
 
 # The job activity (one per job per retry round; a CI worker of the job's ``runs-on`` runs it).
@@ -53,17 +54,11 @@ class NeedResult(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
 
 
-class JobActivityInput(BaseModel):
+class JobActivityInput(PushScoped):
     """Input of the job activity (one Temporal activity per job per retry round)."""
 
     run_id: str
     run_workflow_id: str
-    tenant_id: str
-    repo_id: str
-    repo_full_name: str
-    clone_url: str
-    commit_sha: str
-    ref: str
     workflow_name: str
     workflow_path: str
     job: JobSpec
@@ -73,12 +68,8 @@ class JobActivityInput(BaseModel):
     needs: dict[str, NeedResult] = Field(default_factory=dict)
     # Manual-retry round of this job (0 first); attempts of an older round are stale.
     round: int = 0
-    cancel_grace_seconds: float = 5.0
-    event: str = "push"
     # False for code from a fork: the job's secrets are empty and its log says why.
     secrets_allowed: bool = True
-    # The repository's default branch: caches fall back to its scope.
-    default_branch: str | None = None
 
 
 class AttemptStartRequest(BaseModel):

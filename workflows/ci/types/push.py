@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from workflows.ci.types.spec import WorkflowFile
 
@@ -32,8 +34,10 @@ class PullRequestInfo(BaseModel):
         return self.head_repo.lower() != self.base_repo.lower()
 
 
-class CIPushInput(BaseModel):
-    """Start input of ``CIPushWorkflow`` (built by the API; queues and timeouts from settings)."""
+class PushContext(BaseModel):
+    """What a push is, and how its work runs: built once by the API (or the reconciler) and
+    carried unchanged by the push, each of its runs and each of their jobs (``push`` of
+    ``CIPushInput``, ``CIRunInput`` and ``JobActivityInput``)."""
 
     tenant_id: str
     repo_id: str
@@ -43,14 +47,13 @@ class CIPushInput(BaseModel):
     commit_sha: str
     # Full ref, e.g. "refs/heads/main" or "refs/tags/v1".
     ref: str
-    received_at: datetime
     # The deployment's task-queue prefix (settings.queue_prefix).
     queue_prefix: str = ""
     # settings.ci_heartbeat_timeout_seconds etc., resolved by the API.
     heartbeat_timeout_seconds: float = 15.0
     cancel_grace_seconds: float = 5.0
+    # How long a finished run stays open for job retries before its workflow completes.
     retry_window_seconds: float = 3 * 24 * 3600
-    delivery_id: str | None = None
     # "push" or "pull_request" (then ``ref`` is ``refs/pull/<n>/head`` and ``pull_request`` is set).
     event: str = "push"
     pull_request: PullRequestInfo | None = None
@@ -63,6 +66,53 @@ class CIPushInput(BaseModel):
     fair_share: bool = True
     # The repository's default branch (caches of other refs fall back to its scope).
     default_branch: str | None = None
+
+
+_PUSH_FIELDS = frozenset(PushContext.model_fields)
+
+
+class PushScoped(BaseModel):
+    """A payload about one push, whose context it nests as ``push``.
+
+    Payloads written before the context was nested (running executions, recorded histories)
+    carry its fields flat: they are folded into ``push`` on the way in, and so are flat names
+    given to the constructor or to ``model_copy(update=...)``. On the way out the fields are
+    written both nested and flat, so a worker still on the previous version reads the payload;
+    the flat copy can go once no such worker runs.
+    """
+
+    push: PushContext
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_flat_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "push" not in data:
+            return {
+                **{k: v for k, v in data.items() if k not in _PUSH_FIELDS},
+                "push": {k: v for k, v in data.items() if k in _PUSH_FIELDS},
+            }
+        return data
+
+    @model_serializer(mode="wrap")
+    def _also_flat(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and isinstance(data.get("push"), dict):
+            return {**data["push"], **data}
+        return data
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        if update and _PUSH_FIELDS.intersection(update):
+            rest = {k: v for k, v in update.items() if k not in _PUSH_FIELDS}
+            push = rest.get("push", self.push).model_copy(update={k: v for k, v in update.items() if k in _PUSH_FIELDS})
+            update = {**rest, "push": push}
+        return super().model_copy(update=update, deep=deep)
+
+
+class CIPushInput(PushScoped):
+    """Start input of ``CIPushWorkflow`` (built by the API; queues and timeouts from settings)."""
+
+    received_at: datetime
+    delivery_id: str | None = None
 
 
 class RunRef(BaseModel):

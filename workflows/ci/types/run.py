@@ -9,7 +9,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from workflows.ci.types.job import AttemptStatus, LogSummary, StepResult
-from workflows.ci.types.push import EnvironmentRule, PullRequestInfo
+from workflows.ci.types.push import EnvironmentRule, PullRequestInfo, PushScoped
 from workflows.ci.types.spec import SpecError, WorkflowSpec
 
 
@@ -48,33 +48,16 @@ class JobStatus(StrEnum):
 JOB_FINAL_STATUSES = frozenset({JobStatus.SUCCESS, JobStatus.FAILURE, JobStatus.CANCELLED, JobStatus.SKIPPED})
 
 
-class CIRunInput(BaseModel):
-    """Start input of ``CIRunWorkflow``: one run = repo + commit + workflow file."""
+class CIRunInput(PushScoped):
+    """Start input of ``CIRunWorkflow``: one run = the push's repo + commit, and one workflow file."""
 
     run_id: str
-    tenant_id: str
-    repo_id: str
-    repo_full_name: str
-    clone_url: str
-    commit_sha: str
-    ref: str
     workflow_path: str
     created_at: datetime
     # The parsed file, or why it was rejected (then the run fails at once with that message).
     spec: WorkflowSpec | None = None
     spec_error: SpecError | None = None
-    queue_prefix: str = ""
-    heartbeat_timeout_seconds: float = 15.0
-    cancel_grace_seconds: float = 5.0
-    # How long a finished run stays open for job retries before its workflow completes.
-    retry_window_seconds: float = 3 * 24 * 3600
     push_id: str | None = None
-    event: str = "push"
-    pull_request: PullRequestInfo | None = None
-    fairness_weight: float | None = None
-    max_concurrent_jobs: int | None = None
-    fair_share: bool = True
-    default_branch: str | None = None
     # Protection rules of the environments the jobs name (lower-case name -> rule), resolved
     # when the push was listed.
     environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
