@@ -31,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities.ci.cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
+from activities.ci.definitions import CIJobDefinition
 from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
 from activities.ci.logs import LogShipper
 from activities.ci.masking import ADD_MASK, StreamMasker
@@ -54,10 +55,10 @@ from workflows.ci.expressions import (
     interpolate,
 )
 from workflows.ci.ids import attempt_log_prefix, idempotency_key
-from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
     JOB_FATAL_ERROR,
+    UPDATE_ATTEMPT_STARTED,
     AttemptGrant,
     AttemptStartRequest,
     AttemptStatus,
@@ -203,7 +204,7 @@ def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
     return io_dir
 
 
-class CIJobActivities:
+class CIJobActivities(CIJobDefinition):
     """Built once per CI worker with its sandbox, store, mirror and Temporal client."""
 
     def __init__(
@@ -236,10 +237,12 @@ class CIJobActivities:
         )
         handle = self._client.get_workflow_handle(inp.run_workflow_id)
         coro = handle.execute_update(
-            CIRunWorkflow.attempt_started,
+            # By name: an activity does not import the workflow it serves (docs/fencing.md).
+            UPDATE_ATTEMPT_STARTED,
             req,
             # Same id on a repeated call: the workflow answers it once.
             id=f"attempt:{inp.job.id}:{inp.round}:{info.attempt}",
+            result_type=AttemptGrant,
         )
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:

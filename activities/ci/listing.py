@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.ci.definitions import CIListingDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.spec import (
     MAX_WORKFLOW_BYTES,
@@ -28,7 +29,7 @@ from workflows.ci.types.spec import SpecError, WorkflowFile
 EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]
 
 
-class CIListingActivities:
+class CIListingActivities(CIListingDefinition):
     """Runs on CI workers (they hold the git mirrors), on the control queue."""
 
     def __init__(self, mirror: GitMirror, environments: EnvironmentRules | None = None) -> None:

@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from activities.ci.definitions import CIReconcileDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.spec import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
 from leasehold.client.ci.push_input import push_input
@@ -40,7 +41,7 @@ START_TIMEOUT_SECONDS = 30.0
 RECONCILER_DELIVERY = "reconciler"
 
 
-class CIReconcileActivities:
+class CIReconcileActivities(CIReconcileDefinition):
     """Built once per CI worker with its settings, database, mirrors and Temporal client."""
 
     def __init__(

@@ -15,16 +15,15 @@ from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttri
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ci.definitions import CIListingDefinition
     from workflows import search_attributes as sa
     from workflows.ci.ids import push_id, run_id, run_workflow_id
     from workflows.ci.run import CIRunWorkflow
     from workflows.ci.types.push import (
-        ACTIVITY_LIST_WORKFLOWS,
         PUSH_GIT_FAILED,
         CIPushInput,
         CIPushState,
         ListWorkflowsInput,
-        ListWorkflowsResult,
         PushStatus,
         RunRef,
     )
@@ -53,8 +52,8 @@ class CIPushWorkflow:
     @workflow.run
     async def run(self, inp: CIPushInput) -> CIPushState:
         try:
-            listing = await workflow.execute_activity(
-                ACTIVITY_LIST_WORKFLOWS,
+            listing = await workflow.execute_activity_method(
+                CIListingDefinition.list_workflows,
                 ListWorkflowsInput(
                     repo_id=inp.push.repo_id,
                     clone_url=inp.push.clone_url,
@@ -65,7 +64,6 @@ class CIPushWorkflow:
                     action=inp.push.pull_request.action if inp.push.pull_request else None,
                     tenant_id=inp.push.tenant_id,
                 ),
-                result_type=ListWorkflowsResult,
                 task_queue=ci_control_queue(inp.push.queue_prefix),
                 start_to_close_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_TIMEOUT_SECONDS),
                 heartbeat_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS),

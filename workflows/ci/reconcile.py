@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
+from temporalio.types import MethodSyncSingleParam
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ci.definitions import CIReconcileDefinition
     from workflows.ci.types.reconcile import (
-        ACTIVITY_RECONCILE_LIST,
-        ACTIVITY_RECONCILE_REPO,
         ReconcileInput,
         ReconcileRepoInput,
         ReconcileRepoResult,
-        ReconcileRepos,
         ReconcileResult,
     )
     from workflows.queues import (
@@ -39,7 +37,8 @@ with workflow.unsafe.imports_passed_through():
         ci_control_queue,
     )
 
-T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 @workflow.defn
@@ -48,7 +47,7 @@ class CIReconcileWorkflow:
 
     @workflow.run
     async def run(self, inp: ReconcileInput) -> ReconcileResult:
-        listed = await self._activity(ACTIVITY_RECONCILE_LIST, inp, ReconcileRepos, inp.queue_prefix)
+        listed = await self._activity(CIReconcileDefinition.list_repos, inp, inp.queue_prefix)
         ids = listed.repo_ids
         now, later = ids[:CI_RECONCILE_REPOS_PER_RUN], ids[CI_RECONCILE_REPOS_PER_RUN:]
         result = ReconcileResult(repos=len(now))
@@ -57,7 +56,7 @@ class CIReconcileWorkflow:
             answers = await asyncio.gather(
                 *(
                     self._activity(
-                        ACTIVITY_RECONCILE_REPO, ReconcileRepoInput(repo_id=r), ReconcileRepoResult, inp.queue_prefix
+                        CIReconcileDefinition.reconcile_repo, ReconcileRepoInput(repo_id=r), inp.queue_prefix
                     )
                     for r in batch
                 ),
@@ -75,11 +74,10 @@ class CIReconcileWorkflow:
             workflow.continue_as_new(ReconcileInput(queue_prefix=inp.queue_prefix, repo_ids=later))
         return result
 
-    async def _activity(self, name: str, arg: BaseModel, result_type: type[T], prefix: str) -> T:
-        return await workflow.execute_activity(
-            name,
+    async def _activity(self, activity: MethodSyncSingleParam[Any, A, R], arg: A, prefix: str) -> R:
+        return await workflow.execute_activity_method(
+            activity,
             arg,
-            result_type=result_type,
             task_queue=ci_control_queue(prefix),
             start_to_close_timeout=timedelta(seconds=CI_RECONCILE_REPO_TIMEOUT_SECONDS),
             heartbeat_timeout=timedelta(seconds=CI_RECONCILE_HEARTBEAT_SECONDS),

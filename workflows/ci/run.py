@@ -79,6 +79,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ci.definitions import CIJobDefinition
     from workflows import search_attributes as sa
     from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, github_context
     from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
@@ -90,8 +91,8 @@ with workflow.unsafe.imports_passed_through():
         semaphore_workflow_id,
     )
     from workflows.ci.types.job import (
-        ACTIVITY_RUN_JOB,
         JOB_FATAL_ERROR,
+        UPDATE_ATTEMPT_STARTED,
         AttemptGrant,
         AttemptStartRequest,
         AttemptStatus,
@@ -191,7 +192,7 @@ class CIRunWorkflow:
         """The run and its jobs, attempts, timings, exit codes and errors."""
         return self._state
 
-    @workflow.update
+    @workflow.update(name=UPDATE_ATTEMPT_STARTED)
     def attempt_started(self, req: AttemptStartRequest) -> AttemptGrant:
         """A worker is about to run a job: issue its attempt number, or tell a stale one to stop."""
         job = self._state.job(req.job_id)
@@ -445,10 +446,9 @@ class CIRunWorkflow:
 
     def _start_activity(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
         inp = self._inp
-        self._handles[job_id] = workflow.start_activity(
-            ACTIVITY_RUN_JOB,
+        self._handles[job_id] = workflow.start_activity_method(
+            CIJobDefinition.run_job,
             act,
-            result_type=JobResult,
             activity_id=f"{job_id}#{round_}",
             task_queue=ci_queue(spec.runs_on, inp.push.queue_prefix),
             start_to_close_timeout=timedelta(seconds=spec.timeout_minutes * 60 + CI_JOB_TIMEOUT_MARGIN_SECONDS),

@@ -1,0 +1,56 @@
+"""The activities CI's workflows call, as definitions: registered name, input and result.
+
+The implementations need git, subprocesses, sandboxes and the database; a workflow must not
+load any of that (the orchestration worker and the API import the workflows). So each
+implementation class subclasses its definition here, which imports only temporalio and the
+payload types, and the workflows call ``workflow.execute_activity_method(CIJobDefinition.run_job,
+...)``: typed like video's calls, without the weight. The names are what running executions
+scheduled; they never change.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from workflows.ci.types.job import ACTIVITY_RUN_JOB, JobActivityInput, JobResult
+from workflows.ci.types.push import ACTIVITY_LIST_WORKFLOWS, ListWorkflowsInput, ListWorkflowsResult
+from workflows.ci.types.reconcile import (
+    ACTIVITY_RECONCILE_LIST,
+    ACTIVITY_RECONCILE_REPO,
+    ReconcileInput,
+    ReconcileRepoInput,
+    ReconcileRepoResult,
+    ReconcileRepos,
+)
+
+
+class CIListingDefinition:
+    """Implemented by ``activities.ci.listing.CIListingActivities`` (CI workers, control queue)."""
+
+    @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
+    def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
+        """Read and parse the workflow files at the pushed commit; match them against the push."""
+        raise NotImplementedError
+
+
+class CIJobDefinition:
+    """Implemented by ``activities.ci.job.CIJobActivities`` (CI workers of the job's ``runs-on``)."""
+
+    @activity.defn(name=ACTIVITY_RUN_JOB)
+    def run_job(self, inp: JobActivityInput) -> JobResult:
+        """Run one attempt of a job; its own failure is a result, not an error."""
+        raise NotImplementedError
+
+
+class CIReconcileDefinition:
+    """Implemented by ``activities.ci.reconcile.CIReconcileActivities`` (CI workers, control queue)."""
+
+    @activity.defn(name=ACTIVITY_RECONCILE_LIST)
+    def list_repos(self, inp: ReconcileInput) -> ReconcileRepos:
+        """The registered repositories to look at, oldest first."""
+        raise NotImplementedError
+
+    @activity.defn(name=ACTIVITY_RECONCILE_REPO)
+    def reconcile_repo(self, inp: ReconcileRepoInput) -> ReconcileRepoResult:
+        """Push every changed head of a watched branch of one repository."""
+        raise NotImplementedError
