@@ -8,8 +8,9 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from leasehold.records.ci.repos import RepoRecord
-from workflows.ci.types.push import CIPushState
-from workflows.ci.types.run import CIRunState, JobState
+from workflows.ci.types.job import LogStored, StepSummary
+from workflows.ci.types.push import CIPushState, PullRequestInfo
+from workflows.ci.types.run import CIRunState, JobState, RetryJobResponse
 
 # Repositories ------------------------------------------------------------------------------
 
@@ -119,22 +120,12 @@ class PushOut(BaseModel):
 # Runs and jobs -------------------------------------------------------------------------------
 
 
-class StepOut(BaseModel):
-    index: int
-    name: str
-    status: str
-    exit_code: int | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+class StepOut(StepSummary):
+    """A step of an attempt: the job activity's own summary of it."""
 
 
-class AttemptLogOut(BaseModel):
-    """What was stored of an attempt's log: chunks 0..next_seq-1 except the gaps."""
-
-    next_seq: int = 0
-    gaps: list[int] = Field(default_factory=list)
-    bytes: int = 0
-    ended: bool = False
+class AttemptLogOut(LogStored):
+    """What was stored of an attempt's log (its object-store prefix stays internal)."""
 
 
 class AttemptOut(BaseModel):
@@ -214,7 +205,7 @@ class RunOut(BaseModel):
     # "push" or "pull_request"; for a pull request from a fork, secrets_allowed is false and
     # notice says why its jobs saw no secrets.
     event: str = "push"
-    pull_request: dict | None = None
+    pull_request: PullRequestInfo | None = None
     secrets_allowed: bool = True
     notice: str | None = None
     jobs: list[JobOut] = Field(default_factory=list)
@@ -243,14 +234,18 @@ class RunList(BaseModel):
     data: list[RunSummary]
 
 
-class RetryOut(BaseModel):
-    """``POST /v1/runs/{id}/jobs/{job}/retry``: the job and its dependents run again."""
+class _ObjectFirst(BaseModel):
+    """A base that puts ``object`` first in a schema derived from a payload: pydantic orders
+    fields from the last base class to the first, so the JSON keeps its key order."""
+
+    object: str
+
+
+class RetryOut(RetryJobResponse, _ObjectFirst):
+    """``POST /v1/runs/{id}/jobs/{job}/retry``: the job and its dependents run again (the
+    workflow's own answer)."""
 
     object: Literal["ci.retry"] = "ci.retry"
-    run_id: str
-    job_id: str
-    round: int
-    reset_jobs: list[str] = Field(default_factory=list)
 
 
 # Logs ----------------------------------------------------------------------------------------

@@ -93,7 +93,17 @@ class AttemptGrant(BaseModel):
     secrets_token: str | None = None
 
 
-class LogSummary(BaseModel):
+class LogStored(BaseModel):
+    """What was stored of an attempt's log: chunks 0..next_seq-1 except the gaps (also what the
+    API shows of it)."""
+
+    next_seq: int = 0
+    gaps: list[int] = Field(default_factory=list)
+    bytes: int = 0
+    ended: bool = False
+
+
+class LogSummary(LogStored):
     """Where an attempt's log lives and what was stored of it.
 
     Chunks are ``<prefix><seq:08d>.log`` for seq 0..next_seq-1; seqs in ``gaps`` could not be
@@ -102,19 +112,20 @@ class LogSummary(BaseModel):
     """
 
     prefix: str
-    next_seq: int = 0
-    gaps: list[int] = Field(default_factory=list)
-    bytes: int = 0
-    ended: bool = False
 
 
-class StepResult(BaseModel):
+class StepSummary(BaseModel):
+    """How one step of an attempt went (also what the API shows of it)."""
+
     index: int
     name: str
     status: StepStatus
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+class StepResult(StepSummary):
     # Outcome before continue-on-error (GitHub's ``steps.<id>.outcome``).
     outcome: StepStatus | None = None
 
