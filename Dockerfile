@@ -1,5 +1,9 @@
-# One image for every leasehold process; docker-compose.yml picks the role with the command:
+# Every leasehold process runs from this Dockerfile; docker-compose.yml picks the role with the
+# command:
 #   leasehold api | leasehold worker orchestration | worker gpu --model M | worker ci --labels L
+# EXTRAS picks the optional dependencies: `gpu` (the default, so a plain build runs every role)
+# adds torch, PyAV and numpy for the GPU worker; EXTRAS="" builds the image the API,
+# orchestration and CI worker need, without CUDA torch.
 FROM python:3.11-slim
 
 # bubblewrap, libseccomp2, slirp4netns, nftables: the CI worker's sandbox; git: CI checkouts.
@@ -12,19 +16,25 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# torch is the heaviest dependency: its own layer, kept across code changes. The default wheel
-# from PyPI carries CUDA; pass --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# for a small CPU-only image.
+ARG EXTRAS=gpu
+
+# torch is the heaviest dependency: its own layer, kept across code changes, built only with the
+# gpu extra. The default wheel from PyPI carries CUDA; pass
+# --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for a small CPU-only image.
 ARG TORCH_INDEX_URL=""
-RUN if [ -n "$TORCH_INDEX_URL" ]; then \
-        pip install --index-url "$TORCH_INDEX_URL" "torch>=2.4"; \
-    else \
-        pip install "torch>=2.4"; \
-    fi
+RUN case ",$EXTRAS," in \
+        *,gpu,*) \
+            if [ -n "$TORCH_INDEX_URL" ]; then \
+                pip install --index-url "$TORCH_INDEX_URL" "torch>=2.4"; \
+            else \
+                pip install "torch>=2.4"; \
+            fi ;; \
+    esac
 
 WORKDIR /src
 COPY . .
-RUN pip install . \
+# `.[gpu]`, or plain `.` when EXTRAS is empty (pip reads `.[]` as a path).
+RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
     && useradd --create-home --uid 10001 leasehold \
     && mkdir -p /data \
     && chown leasehold:leasehold /data

@@ -4,7 +4,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build of torch; a machine with CUDA can install a CUDA build instead.
+# The CPU build of torch, installed before the `gpu` extra (torch, PyAV, numpy: the GPU
+# worker's) so that pip keeps it; a machine with CUDA can install a CUDA build instead.
 TORCH ?= torch==2.13.0
 
 .PHONY: up test lint typecheck unit bench install system-deps
@@ -15,7 +16,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,gpu]'
 	@touch $@
 
 install: $(BIN)/.installed

@@ -8,6 +8,7 @@ timeout; then the worker exits.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,7 +19,6 @@ from activities.video.generation import VideoGenerationActivities
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
-from worker_gpu.encoding import H264Encoder
 from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
 from worker_gpu.models import LOADERS, load_model
@@ -27,13 +27,34 @@ from workflows.video.models import get_model
 
 log = logging.getLogger(__name__)
 
+# The `gpu` extra: the model runs on torch, the encoder on PyAV and numpy. Other processes
+# install leasehold without it.
+GPU_EXTRA = ("torch", "numpy", "av")
+
 
 class UnknownModel(SystemExit):
     """The worker was asked for a model version it cannot load (exits with a one-line reason)."""
 
 
+class MissingGpuExtra(SystemExit):
+    """leasehold was installed without the ``gpu`` extra (exits with a one-line reason)."""
+
+
+def require_gpu_extra() -> None:
+    """Exit with what to install, rather than a traceback, when the gpu extra is missing."""
+    missing = [name for name in GPU_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingGpuExtra(
+            f"leasehold: error: the GPU worker needs {', '.join(missing)}: pip install 'leasehold[gpu]'"
+        )
+
+
 def build_activities(settings: Settings) -> VideoGenerationActivities:
     """Load the model (before polling, so the first job does not pay for it) and wire the activity."""
+    require_gpu_extra()
+    # Imported once the extra is known to be there: PyAV and numpy load with it.
+    from worker_gpu.encoding import H264Encoder
+
     name = settings.gpu_model
     if get_model(name) is None or name not in LOADERS:
         raise UnknownModel(f"leasehold: error: unknown model {name!r}; this worker can load: {', '.join(LOADERS)}")

@@ -78,14 +78,24 @@ def test_services_and_images(services: dict[str, Any]) -> None:
     assert set(services) == set(INFRA) | set(APP_SERVICES)
     for name, image in INFRA.items():
         assert image_name(services[name]) == image, name
-    # One image for every app service, built from the Dockerfile exactly once.
-    images = {services[name]["image"] for name in APP_SERVICES}
-    assert images == {"leasehold:latest"}
+    # Two images from the one Dockerfile, each built once: the GPU worker's with the gpu extra
+    # (torch, PyAV, numpy), the other app services' without it.
+    images = {name: services[name]["image"] for name in APP_SERVICES}
+    assert images == {
+        "api": "leasehold:latest",
+        "orchestration": "leasehold:latest",
+        "worker-ci": "leasehold:latest",
+        "worker-gpu": "leasehold-gpu:latest",
+    }
     builders = [name for name in APP_SERVICES if "build" in services[name]]
-    assert builders == ["api"]
-    build = services["api"]["build"]
-    context = build if isinstance(build, str) else build.get("context", ".")
-    assert (COMPOSE.parent / context / "Dockerfile").resolve() == DOCKERFILE
+    assert builders == ["api", "worker-gpu"]
+    for name in builders:
+        build = services[name]["build"]
+        context = build if isinstance(build, str) else build.get("context", ".")
+        assert (COMPOSE.parent / context / "Dockerfile").resolve() == DOCKERFILE
+    extras = {name: services[name]["build"]["args"]["EXTRAS"].split(",") for name in builders}
+    assert "gpu" not in extras["api"]
+    assert "gpu" in extras["worker-gpu"]
 
 
 def test_app_commands_are_valid_leasehold_invocations(services: dict[str, Any]) -> None:
@@ -226,7 +236,8 @@ def test_dockerfile() -> None:
     apt = re.search(r"apt-get install ([^&]*)", text)
     assert apt is not None
     assert {"bubblewrap", "git"} <= set(apt.group(1).replace("\\", " ").split())
-    assert re.search(r"pip install \.(\s|$)", text)
+    assert re.search(r"^ARG EXTRAS=gpu$", text, re.MULTILINE)
+    assert re.search(r'pip install "\.\$\{EXTRAS:\+\[\$EXTRAS\]\}"', text)
     entrypoints = [line for line in lines if line.startswith("ENTRYPOINT")]
     assert entrypoints == ['ENTRYPOINT ["leasehold"]']
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
