@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from api.auth_throttle import FailedAuthThrottle, client_key
 from api.errors import ApiError
+from api.video.capacity import CapacityTracker
 from leasehold.records.api_keys import Principal, lookup
 from leasehold.records.ci.secrets import Keyring
 from leasehold.settings import Settings
@@ -101,3 +102,11 @@ def keyring_of(request: Request, settings: Settings) -> Keyring:
         keyring = Keyring.from_settings(settings)
         request.app.state.secrets_keyring = keyring
     return keyring
+
+
+def get_capacity(request: Request) -> CapacityTracker:
+    """The process's video capacity tracker (created in the app's lifespan)."""
+    return request.app.state.video_capacity
+
+
+CapacityDep = Annotated[CapacityTracker, Depends(get_capacity)]

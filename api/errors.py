@@ -94,8 +94,8 @@ def from_update_rejection(
     ``ApplicationError.type`` maps to in ``statuses``, with the workflow's message; ``refused``
     for any other failure."""
     cause = exc.cause
-    if isinstance(cause, ApplicationError) and cause.type in statuses:
-        status, code = statuses[cause.type]
+    if isinstance(cause, ApplicationError) and (mapped := statuses.get(cause.type or "")) is not None:
+        status, code = mapped
         return ApiError(status, code, cause.message, param=param)
     log.warning("%s failed: %s", call, cause)
     return refused

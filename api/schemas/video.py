@@ -129,3 +129,45 @@ class VideoDeleted(BaseModel):
     id: str
     object: Literal["video.deleted"] = "video.deleted"
     deleted: bool = True
+
+
+class CapacityFigures(BaseModel):
+    """The capacity signals of one model version, as the capacity tracker measures them (the
+    gauges on ``/metrics`` export the same figures)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    measured: bool
+    # Tasks waiting for a worker (the server's estimate) and jobs waiting (visibility).
+    backlog: int
+    queued: int
+    running: int
+    oldest_queued_age_seconds: float
+    add_rate_per_minute: float
+    dispatch_rate_per_minute: float
+    completion_rate_per_minute: float
+    workers_serving: int
+    workers_polling: int
+    mean_job_seconds: float | None
+    target_wait_seconds: float
+    # Little's law: arrivals x mean job time, plus the waiting and running work spread over the
+    # target wait.
+    workers_needed: int
+    # Queue wait a new job of each tier would see now (null: no worker serves the model).
+    expected_wait_seconds: dict[str, float | None]
+
+
+class ModelCapacity(CapacityFigures):
+    """One entry of ``GET /v1/capacity``: the measured figures and whether free jobs get in."""
+
+    object: Literal["capacity"] = "capacity"
+    # Whether new free-tier jobs are accepted right now.
+    admitting_free: bool
+
+
+class CapacityList(BaseModel):
+    """Answer of ``GET /v1/capacity``: every model version served here."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCapacity]

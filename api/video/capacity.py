@@ -1,6 +1,8 @@
-"""Capacity of each video model version, measured from Temporal by the API process.
+"""Capacity of each video model version, measured from Temporal by the API process, and the
+ETA of each job (``CapacityTracker.estimate``) that follows from it.
 
-A background task (started with the ``/v1/capacity`` router) refreshes, per model version,
+One tracker per API process, created in the app's lifespan (``start_capacity``) and handed to
+requests as a dependency (``api.deps.CapacityDep``). Its background task refreshes, per model version,
 every ``video_capacity_refresh_seconds``:
 
 * ``DescribeTaskQueue(report_stats=True)`` on the model's activity queue: backlog count and
@@ -24,6 +26,7 @@ so each job of a burst is placed behind the burst's earlier submits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -32,14 +35,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fastapi import FastAPI
 from prometheus_client import Gauge
-from temporalio.api.enums.v1 import PendingActivityState, TaskQueueKind, TaskQueueType
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
 from activities.video.generation import GENERATE_VIDEO
+from api.schemas.video import CapacityFigures, VideoQueue
 from api.video.eta import (
     PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
     ArrivalLog,
@@ -51,15 +56,18 @@ from api.video.eta import (
     QueuedJob,
     QueuePlan,
     RunningJob,
+    default_shape,
     plan,
     shape_of,
 )
 from api.video.memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
+from api.video.views import Estimate, JobView, pending_generation
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.queues import orchestration_queue, video_queue
+from workflows.video.ids import job_id_of, workflow_id
 from workflows.video.models import VideoModelSpec, get_model
-from workflows.video.types import GenerateProgress, VideoJobState, VideoStatus
+from workflows.video.types import VideoJobState, VideoStatus
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +108,10 @@ EXPECTED_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue w
 
 @dataclass
 class _Recent:
-    job_id: str
-    tenant_id: str
-    user_id: str
-    tier: str
     model: str
     at: float
-    # What the job is, when the submit says: until a refresh sees it, plans place it from this.
-    memo: JobMemo | None = None
+    # What the job is: until a refresh sees it, plans place it from this.
+    job: QueuedJob
 
 
 @dataclass
@@ -121,25 +125,18 @@ class _Observed:
     shape: JobShape
 
 
-@dataclass(frozen=True)
-class CapacityFigures:
-    """The capacity signals of one model version (``/v1/capacity`` and the gauges)."""
-
-    model: str
-    measured: bool
-    backlog: int
-    queued: int
-    running: int
-    oldest_queued_age_seconds: float
-    add_rate_per_minute: float
-    dispatch_rate_per_minute: float
-    completion_rate_per_minute: float
-    workers_serving: int
-    workers_polling: int
-    mean_job_seconds: float | None
-    target_wait_seconds: float
-    workers_needed: int
-    expected_wait_seconds: dict[str, float | None]
+def queued_job(spec: VideoModelSpec, job_id: str, tenant_id: str, user_id: str, tier: str, memo: JobMemo) -> QueuedJob:
+    """A job as the plans see it: its owner, arrival, fairness and cost shape (from its memo)."""
+    return QueuedJob(
+        job_id=job_id,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        tier=tier,
+        created_at=memo.created_at,
+        shape=shape_of(spec, memo),
+        fairness_key=memo.fairness_key or tier,
+        fairness_weight=memo.fairness_weight or 1.0,
+    )
 
 
 class CapacityTracker:
@@ -215,7 +212,7 @@ class CapacityTracker:
                     return execution, None
 
         described = await asyncio.gather(*(describe(e) for e in executions))
-        open_ids = {e.id.removeprefix("video-") for e in executions}
+        open_ids = {job_id_of(e.id) for e in executions}
         queue_desc = await tq_task
         completions = await count_task
 
@@ -238,33 +235,29 @@ class CapacityTracker:
             if memo is None:
                 continue
             attrs = execution.typed_search_attributes
-            job_id = execution.id.removeprefix("video-")
-            tier = attrs.get(sa.TIER) or "paid"
-            tenant = attrs.get(sa.TENANT_ID) or ""
-            user = attrs.get(sa.USER_ID) or ""
-            shape = shape_of(spec, memo.steps, memo.seconds, memo.width, memo.height)
-            self.arrivals[model].observe(
-                job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0, tier, shape, now
+            job = queued_job(
+                spec,
+                job_id_of(execution.id),
+                attrs.get(sa.TENANT_ID) or "",
+                attrs.get(sa.USER_ID) or "",
+                attrs.get(sa.TIER) or "paid",
+                memo,
             )
-            arrived.append((job_id, memo.created_at, memo.fairness_key or tier, memo.fairness_weight or 1.0))
-            pending = _generation_activity(desc) if desc is not None else None
+            job_id, tier, shape = job.job_id, job.tier, job.shape
+            self.arrivals[model].observe(
+                job_id, job.created_at, job.fairness_key, job.fairness_weight, tier, shape, now
+            )
+            arrived.append((job_id, job.created_at, job.fairness_key, job.fairness_weight))
+            pending = await pending_generation(self.client.data_converter, desc) if desc is not None else None
             if desc is not None and pending is None and _has_other_activity(desc):
                 starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
                 continue  # generation ended; the workflow is cleaning up
-            if pending is not None and pending.state in (
-                PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
-                PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED,
-            ):
-                progress = await self._progress(pending)
-                started_at = pending.last_started_time.ToDatetime(UTC).timestamp()
+            if pending is not None and pending.started:
+                progress = pending.progress
+                started_at = pending.started_at or 0.0
                 starts.append((job_id, started_at))
-                beat = (
-                    pending.last_heartbeat_time.ToDatetime(UTC).timestamp()
-                    if pending.HasField("last_heartbeat_time")
-                    else 0.0
-                )
-                last_sign = max(started_at, beat)
-                worker = pending.last_worker_identity
+                last_sign = max(started_at, pending.heartbeat_at or 0.0)
+                worker = pending.worker
                 alive = now - last_sign <= heartbeat_fresh
                 if alive and worker:
                     self._last_busy[worker] = max(self._last_busy.get(worker, 0.0), last_sign)
@@ -274,8 +267,8 @@ class CapacityTracker:
                 running.append(
                     RunningJob(
                         job_id=job_id,
-                        tenant_id=tenant,
-                        user_id=user,
+                        tenant_id=job.tenant_id,
+                        user_id=job.user_id,
                         tier=tier,
                         shape=shape,
                         step=step,
@@ -298,18 +291,7 @@ class CapacityTracker:
                 else:
                     seen[job_id] = _Observed(pending.attempt, step, sent_at, started_at, shape)
                 continue
-            queued.append(
-                QueuedJob(
-                    job_id=job_id,
-                    tenant_id=tenant,
-                    user_id=user,
-                    tier=tier,
-                    created_at=memo.created_at,
-                    shape=shape,
-                    fairness_key=memo.fairness_key or tier,
-                    fairness_weight=memo.fairness_weight or 1.0,
-                )
-            )
+            queued.append(job)
         # Jobs that were running at the last refresh and are gone now have ended.
         ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
         if ended:
@@ -395,18 +377,9 @@ class CapacityTracker:
             return self.snapshots[model].completions_per_minute
         return counted.count * 60.0 / COMPLETION_WINDOW_SECONDS
 
-    async def _progress(self, pending: Any) -> GenerateProgress | None:
-        if not pending.heartbeat_details.payloads:
-            return None
-        try:
-            decoded = await self.client.data_converter.decode(pending.heartbeat_details.payloads, [GenerateProgress])
-        except Exception:
-            return None
-        return decoded[0] if decoded and isinstance(decoded[0], GenerateProgress) else None
-
     async def _observe_end(self, model: str, job_id: str, observed: _Observed) -> None:
         """A job we saw running has ended: learn its overhead and run time from its result."""
-        handle = self.client.get_workflow_handle(f"video-{job_id}", result_type=VideoJobState)
+        handle = self.client.get_workflow_handle(workflow_id(job_id), result_type=VideoJobState)
         try:
             state = await asyncio.wait_for(handle.result(rpc_timeout=RPC_TIMEOUT), RPC_TIMEOUT.total_seconds())
         except Exception:
@@ -439,43 +412,28 @@ class CapacityTracker:
             self._user_locks[key] = lock
         return lock
 
-    def record_submit(
-        self, job_id: str, tenant_id: str, user_id: str, tier: str, model: str, memo: JobMemo | None = None
-    ) -> None:
-        self._recent[job_id] = _Recent(job_id, tenant_id, user_id, tier, model, time.time(), memo)
+    def record_submit(self, view: JobView) -> None:
+        """A job this process just accepted: count it and plan with it until a refresh sees it."""
+        spec = self.specs.get(view.memo.model)
+        if spec is None:
+            return
+        owner = view.owner
+        job = queued_job(spec, view.job_id, owner.tenant_id, owner.user_id, owner.tier, view.memo)
+        self._recent[view.job_id] = _Recent(spec.name, time.time(), job)
 
     def _unseen(self, model: str) -> list[QueuedJob]:
         """Jobs this process accepted that the snapshot does not hold yet (a burst's earlier submits).
 
         Left out, every job of a burst would be told the queue it found at the last refresh.
         """
-        spec = self.specs[model]
         snapshot = self.snapshots[model]
         known = {j.job_id for j in snapshot.queued} | {j.job_id for j in snapshot.running}
         now = time.time()
-        unseen = []
-        for recent in self._recent.values():
-            memo = recent.memo
-            if (
-                recent.model != model
-                or memo is None
-                or recent.job_id in known
-                or now - recent.at > RECENT_SUBMIT_TTL_SECONDS
-            ):
-                continue
-            unseen.append(
-                QueuedJob(
-                    job_id=recent.job_id,
-                    tenant_id=recent.tenant_id,
-                    user_id=recent.user_id,
-                    tier=recent.tier,
-                    created_at=memo.created_at,
-                    shape=shape_of(spec, memo.steps, memo.seconds, memo.width, memo.height),
-                    fairness_key=memo.fairness_key or recent.tier,
-                    fairness_weight=memo.fairness_weight or 1.0,
-                )
-            )
-        return unseen
+        return [
+            recent.job
+            for recent in self._recent.values()
+            if recent.model == model and recent.job.job_id not in known and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
+        ]
 
     def _prune_recent(self, model: str, taken_at: float, open_ids: set[str]) -> None:
         """Forget submits the refresh taken at ``taken_at`` accounts for (seen, or seen to be gone)."""
@@ -499,11 +457,11 @@ class CapacityTracker:
         )
         for recent in self._recent.values():
             if (
-                recent.tenant_id == tenant_id
-                and recent.user_id == user_id
+                recent.job.tenant_id == tenant_id
+                and recent.job.user_id == user_id
                 and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
-                and recent.job_id not in queued
-                and recent.job_id not in running
+                and recent.job.job_id not in queued
+                and recent.job.job_id not in running
             ):
                 count += 1
         return count
@@ -517,11 +475,11 @@ class CapacityTracker:
         for recent in self._recent.values():
             if (
                 recent.model == model
-                and recent.tier == tier
+                and recent.job.tier == tier
                 and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
-                and recent.job_id not in running
+                and recent.job.job_id not in running
             ):
-                users.add((recent.tenant_id, recent.user_id))
+                users.add((recent.job.tenant_id, recent.job.user_id))
         return users
 
     # Estimates ---------------------------------------------------------------------------
@@ -565,7 +523,7 @@ class CapacityTracker:
             user_id="~probe",
             tier=tier,
             created_at=time.time(),
-            shape=shape_of(spec, None, spec.default_seconds, *_default_size(spec)),
+            shape=default_shape(spec),
             fairness_key=f"{tier}/~probe",
             fairness_weight=weight,
         )
@@ -574,6 +532,82 @@ class CapacityTracker:
             return None
         return planned.starts[probe.job_id][1]
 
+    def estimate(self, job: JobView) -> Estimate | None:
+        """The ETA of ``job`` and, while it waits, where it stands and why; ``None`` once it
+        ended (or for a model the catalogue no longer lists)."""
+        spec = get_model(job.memo.model)
+        if job.terminal or spec is None:
+            return None
+        if job.status is VideoStatus.IN_PROGRESS:
+            return self._estimate_running(spec, job)
+        return self._estimate_queued(spec, job)
+
+    def _estimate_running(self, spec: VideoModelSpec, job: JobView) -> Estimate:
+        """A generating job: its measured remaining run time."""
+        costs = self.costs.get(spec.name) or JobCosts(spec)
+        shape = shape_of(spec, job.memo)
+        step = int(shape.steps * job.progress / 100)
+        remaining = costs.remaining_seconds(shape, step)
+        return Estimate(
+            eta_seconds=round(remaining, 1),
+            estimated_start_at=job.attempt_started_at,
+            estimated_completion_at=time.time() + remaining,
+        )
+
+    def _estimate_queued(self, spec: VideoModelSpec, job: JobView) -> Estimate:
+        """A waiting job: its expected queue wait plus its run time."""
+        owner = job.owner
+        queued = queued_job(spec, job.job_id, owner.tenant_id, owner.user_id, owner.tier, job.memo)
+        now = time.time()
+        if spec.name not in self.specs:
+            run = JobCosts(spec).run_seconds(queued.shape)
+            return Estimate(eta_seconds=round(run, 1), reason="queue wait not measured")
+        planned = self.plan(spec.name)
+        if planned is not None and job.job_id not in planned.starts:
+            # Submitted after the last refresh: place it as the server will, behind what waits now.
+            planned = self.plan_with(spec.name, queued)
+        snapshot = self.snapshots[spec.name]
+        rate = round(snapshot.completions_per_minute, 2)
+        if planned is None:
+            reason = f"no worker is serving {spec.name} right now; the job waits until one starts"
+            return Estimate(
+                eta_seconds=None,
+                reason=reason,
+                queue=VideoQueue(
+                    position=len(snapshot.queued) + 1,
+                    ahead=len(snapshot.queued),
+                    workers_serving=0,
+                    completion_rate_per_min=rate,
+                    reason=reason,
+                ),
+            )
+        position, wait = planned.starts[job.job_id]
+        run = self.costs[spec.name].run_seconds(queued.shape)
+        ahead = position - 1
+        busy = sum(1 for r in snapshot.running if r.alive)
+        if ahead == 0 and busy < planned.workers:
+            reason = "next in line; a worker is free and will pick it up in a moment"
+        elif ahead == 0:
+            reason = f"next in line; all {planned.workers} worker(s) serving {spec.name} are busy"
+        else:
+            ratio = f"{self.settings.video_paid_weight:g}:{self.settings.video_free_weight:g}"
+            reason = (
+                f"{ahead} job(s) ahead for {spec.name}, shared by {planned.workers} worker(s); "
+                f"paid and free jobs take turns at {ratio} while both wait"
+            )
+        return Estimate(
+            eta_seconds=round(wait + run, 1),
+            estimated_start_at=now + wait,
+            estimated_completion_at=now + wait + run,
+            queue=VideoQueue(
+                position=position,
+                ahead=ahead,
+                workers_serving=planned.workers,
+                completion_rate_per_min=rate,
+                reason=reason,
+            ),
+        )
+
     def tier_weight(self, tier: str) -> float:
         return self.settings.video_paid_weight if tier == "paid" else self.settings.video_free_weight
 
@@ -581,9 +615,7 @@ class CapacityTracker:
         snapshot = self.snapshots[model]
         costs = self.costs[model]
         target = self.settings.video_target_wait_seconds
-        mean = costs.mean_job_seconds or costs.run_seconds(
-            shape_of(costs.spec, None, costs.spec.default_seconds, *_default_size(costs.spec))
-        )
+        mean = costs.mean_job_seconds or costs.run_seconds(default_shape(costs.spec))
         # Little's law: arrivals x time in service keep that many workers busy; the work already
         # waiting or running must also be done within the target wait.
         work = sum(costs.run_seconds(j.shape) for j in snapshot.queued) + sum(
@@ -630,9 +662,29 @@ class CapacityTracker:
             EXPECTED_WAIT.labels(model, tier).set(math.inf if wait is None else wait)
 
 
-def _default_size(spec: VideoModelSpec) -> tuple[int, int]:
-    width, _, height = spec.default_size.partition("x")
-    return int(width), int(height)
+async def start_capacity(app: FastAPI) -> CapacityTracker:
+    """Create the process's tracker (``app.state.video_capacity``) and start its refreshes.
+
+    Call from the app's lifespan once ``app.state.settings`` and ``app.state.temporal`` are set;
+    a second call returns the running tracker.
+    """
+    tracker: CapacityTracker | None = getattr(app.state, "video_capacity", None)
+    if tracker is None:
+        tracker = CapacityTracker(app.state.temporal, app.state.settings)
+        app.state.video_capacity = tracker
+        app.state.video_capacity_task = asyncio.create_task(tracker.run(), name="video-capacity")
+    return tracker
+
+
+async def stop_capacity(app: FastAPI) -> None:
+    """Stop the refreshes ``start_capacity`` started (a no-op when none run)."""
+    task: asyncio.Task[None] | None = getattr(app.state, "video_capacity_task", None)
+    if task is None:
+        return
+    app.state.video_capacity_task = None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _memo(execution: WorkflowExecution) -> JobMemo | None:
@@ -641,13 +693,6 @@ async def _memo(execution: WorkflowExecution) -> JobMemo | None:
     except Exception:
         return None
     return memo
-
-
-def _generation_activity(desc: Any) -> Any:
-    for pending in desc.raw_description.pending_activities:
-        if pending.activity_type.name == GENERATE_VIDEO:
-            return pending
-    return None
 
 
 def _has_other_activity(desc: Any) -> bool:

@@ -31,7 +31,8 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from workflows.video.models import VideoModelSpec
+from workflows.video.models import VideoModelSpec, parse_size
+from workflows.video.types import VideoRequest
 
 # Until anything is measured: the stand-in model's cost per step x frame x megapixel on one
 # core of the 2-core dev host (40 ms a step at 180x320 x 32 frames), or the deployment's
@@ -471,11 +472,17 @@ def _weight(weight: float) -> float:
     return max(MIN_FAIRNESS_WEIGHT, weight)
 
 
-def shape_of(spec: VideoModelSpec, steps: int | None, seconds: int, width: int, height: int) -> JobShape:
-    """The cost shape of a request for ``spec``."""
+def shape_of(spec: VideoModelSpec, request: VideoRequest) -> JobShape:
+    """The cost shape of a request (or a job's memo, which is one) for ``spec``."""
     return JobShape(
-        steps=steps if steps is not None else spec.default_steps,
-        frames=spec.frame_count(seconds),
-        width=width,
-        height=height,
+        steps=request.steps if request.steps is not None else spec.default_steps,
+        frames=spec.frame_count(request.seconds),
+        width=request.width,
+        height=request.height,
     )
+
+
+def default_shape(spec: VideoModelSpec) -> JobShape:
+    """The cost shape of a request that leaves everything to ``spec``'s defaults."""
+    width, height = parse_size(spec.default_size)
+    return JobShape(steps=spec.default_steps, frames=spec.frame_count(spec.default_seconds), width=width, height=height)

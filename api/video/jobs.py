@@ -1,12 +1,14 @@
-"""Video jobs as the API sees them: ids, idempotent submit, state -> view, listing, cancel, delete.
+"""Video jobs as the API sees them: idempotent submit, state -> view, listing, cancel, delete.
 
 Everything between the ``/v1/videos`` router and Temporal lives here. A job is one
-``VideoJobWorkflow`` execution with workflow id ``video-<job id>``; the API keeps no table
-of its own. What a job *is* (the request, its hash, who owns it) is written once at start
-into the execution's memo and search attributes, so the API can answer and list jobs from
-Temporal visibility even while no worker runs; what a job is *doing* comes from the
-workflow's ``state`` query and, for live progress, from the pending generation activity's
-heartbeat details (``DescribeWorkflowExecution``), which do not grow the history.
+``VideoJobWorkflow`` execution with workflow id ``video-<job id>`` (``workflows.video.ids``);
+the API keeps no table of its own. What a job *is* (the request, its hash, who owns it) is
+written once at start into the execution's memo and search attributes, so the API can answer
+and list jobs from Temporal visibility even while no worker runs; what a job is *doing* comes
+from the workflow's ``state`` query and, for live progress, from the pending generation
+activity's heartbeat details (``DescribeWorkflowExecution``), which do not grow the history.
+How those sources make one status is ``api.video.views``'s to say; the ETA is the capacity
+tracker's.
 """
 
 from __future__ import annotations
@@ -14,17 +16,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
-from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import (
     Client,
@@ -41,15 +39,14 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
-from activities.video.generation import GENERATE_VIDEO
-from api.errors import ApiError, invalid, not_found
-from api.schemas.video import Video, VideoCreateRequest, VideoError, VideoQueue
+from api.errors import ApiError, from_temporal, invalid, is_not_found, not_found
+from api.schemas.video import VideoCreateRequest
 from api.video.admission import admit
 from api.video.capacity import CapacityTracker
-from api.video.estimates import Estimate, estimate_queued, estimate_running
 from api.video.memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
+from api.video.views import JobView, job_status, pending_generation, recorded_status
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import deleted_by, is_deleted, record_deletion
 from leasehold.settings import Settings
@@ -57,12 +54,10 @@ from leasehold.storage import ObjectStore
 from workflows import search_attributes as sa
 from workflows.queues import orchestration_queue, video_queue
 from workflows.video import models as video_models
+from workflows.video.ids import derived_job_id, is_job_id, job_id_of, new_job_id, workflow_id
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.models import VideoModelSpec
 from workflows.video.types import (
-    TERMINAL_STATUSES,
-    GenerateProgress,
-    GenerateResult,
     VideoJobInput,
     VideoJobState,
     VideoRequest,
@@ -71,9 +66,6 @@ from workflows.video.types import (
 )
 
 log = logging.getLogger(__name__)
-
-JOB_ID_PREFIX = "video_"
-WORKFLOW_ID_PREFIX = "video-"
 
 # A GET must stay fast even when no orchestration worker can answer the state query; it then
 # answers from the execution's description alone.
@@ -92,83 +84,14 @@ LIST_DESCRIBE_CONCURRENCY = 8
 WATCH_INTERVAL_SECONDS = 0.5
 
 
-@dataclass
-class JobView:
-    """What the API knows about one job at one moment."""
-
-    job_id: str
-    memo: JobMemo
-    status: VideoStatus
-    progress: int = 0
-    attempt: int = 0
-    completed_at: datetime | None = None
-    expires_at: datetime | None = None
-    error_code: str | None = None
-    error_message: str | None = None
-    result: GenerateResult | None = None
-    eta_seconds: float | None = None
-    estimate: Estimate | None = None
-    # Sort key of listings: (start time, job id).
-    start_time: datetime = field(default_factory=lambda: datetime.fromtimestamp(0, UTC))
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    def event_id(self) -> str:
-        """Identifies this snapshot in the SSE stream: a new id exactly when something shown changed."""
-        return f"{self.attempt}.{self.status.value}.{self.progress}"
-
-    def to_video(self) -> Video:
-        error = None
-        if self.status in (VideoStatus.FAILED, VideoStatus.CANCELLED):
-            default_code = "cancelled" if self.status is VideoStatus.CANCELLED else "generation_failed"
-            error = VideoError(
-                code=self.error_code or default_code,
-                message=self.error_message
-                or ("the job was cancelled" if self.status is VideoStatus.CANCELLED else "generation failed"),
-            )
-        memo = self.memo
-        return Video(
-            id=self.job_id,
-            model=memo.model,
-            status=self.status,
-            progress=self.progress,
-            created_at=int(memo.created_at),
-            completed_at=int(self.completed_at.timestamp()) if self.completed_at and self.terminal else None,
-            expires_at=int(self.expires_at.timestamp()) if self.expires_at else None,
-            seconds=str(memo.seconds),
-            size=f"{memo.width}x{memo.height}",
-            prompt=memo.prompt,
-            error=error,
-            eta_seconds=self.eta_seconds,
-            attempt=self.attempt,
-            **_estimate_fields(self),
-        )
-
-
 # Ids ------------------------------------------------------------------------------------
 
 
 def job_id_for(principal: Principal, idempotency_key: str | None) -> str:
     """A fresh random id, or one derived from the caller and the key (the same key -> the same job)."""
     if idempotency_key is None:
-        return JOB_ID_PREFIX + secrets.token_hex(16)
-    digest = hashlib.sha256(f"{principal.tenant_id}\n{principal.user_id}\n{idempotency_key}".encode()).hexdigest()
-    return JOB_ID_PREFIX + digest[:32]
-
-
-def is_job_id(value: str) -> bool:
-    rest = value.removeprefix(JOB_ID_PREFIX)
-    return rest != value and len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
-
-
-def workflow_id(job_id: str) -> str:
-    return WORKFLOW_ID_PREFIX + job_id
-
-
-def job_id_of(workflow_id_: str) -> str:
-    return workflow_id_.removeprefix(WORKFLOW_ID_PREFIX)
+        return new_job_id()
+    return derived_job_id(principal.tenant_id, principal.user_id, idempotency_key)
 
 
 def default_seed(job_id: str) -> int:
@@ -218,51 +141,8 @@ def resolve_request(body: VideoCreateRequest, settings: Settings, job_id: str) -
     )
 
 
-# Errors ---------------------------------------------------------------------------------
-
-
-def _is_not_found(exc: RPCError) -> bool:
-    return exc.status == RPCStatusCode.NOT_FOUND
-
-
-def _unavailable(exc: RPCError) -> ApiError:
-    log.warning("temporal call failed: %s", exc.status)
-    return ApiError(503, "temporal_unavailable", "the job service is temporarily unavailable; retry shortly")
-
-
-# Views ----------------------------------------------------------------------------------
-
-
-_VIDEO_STATUSES = {status.value: status for status in VideoStatus}
-
-
-def _status_from_execution(status: WorkflowExecutionStatus | None, job_state: str | None) -> VideoStatus:
-    if status == WorkflowExecutionStatus.CANCELED:
-        return VideoStatus.CANCELLED
-    if status in (
-        WorkflowExecutionStatus.FAILED,
-        WorkflowExecutionStatus.TERMINATED,
-        WorkflowExecutionStatus.TIMED_OUT,
-    ):
-        return VideoStatus.FAILED
-    mirrored = _VIDEO_STATUSES.get(job_state or "")
-    if mirrored is not None:
-        # A closed execution cannot still be queued or running, whatever was mirrored last.
-        if status == WorkflowExecutionStatus.COMPLETED and mirrored not in TERMINAL_STATUSES:
-            return VideoStatus.COMPLETED
-        return mirrored
-    return VideoStatus.COMPLETED if status == WorkflowExecutionStatus.COMPLETED else VideoStatus.QUEUED
-
-
-@dataclass
-class _Live:
-    """What the pending generation activity says (heartbeat details and attempt)."""
-
-    started: bool = False
-    attempt: int = 0
-    progress: GenerateProgress | None = None
-    # When the running attempt started (epoch seconds).
-    started_at: float | None = None
+# What a failed Temporal call tells the client (api.errors.from_temporal).
+UNAVAILABLE = "the job service is temporarily unavailable; retry shortly"
 
 
 class VideoJobs:
@@ -275,15 +155,14 @@ class VideoJobs:
         store: ObjectStore,
         db: sessionmaker,
         principal: Principal,
-        capacity: CapacityTracker | None = None,
+        capacity: CapacityTracker,
     ) -> None:
         self.client = client
         self.settings = settings
         self.store = store
         self.db = db
         self.principal = principal
-        # Admission and ETAs; without it (an app built without the capacity router) every
-        # job is admitted and ETAs are the model's rough cost.
+        # Admission and ETAs.
         self.capacity = capacity
 
     # Submit -----------------------------------------------------------------------------
@@ -302,10 +181,9 @@ class VideoJobs:
                 "Idempotency-Key",
             )
         digest = request_hash(request)
-        spec = _spec(request.model, self.settings)
         async with AsyncExitStack() as admission_scope:
             fairness: tuple[str, float] | None = None
-            if self.capacity is not None and not (idempotency_key is not None and await self._exists(job_id)):
+            if not (idempotency_key is not None and await self._exists(job_id)):
                 # A replay of an existing job is not a new job: no cap, no admission.
                 await self.capacity.ready()
                 await admission_scope.enter_async_context(
@@ -313,15 +191,15 @@ class VideoJobs:
                 )
                 admission = admit(self.capacity, self.settings, self.principal, request.model)
                 fairness = (admission.fairness_key, admission.fairness_weight)
-            return await self._start(job_id, request, digest, spec, idempotency_key, fairness)
+            return await self._start(job_id, request, digest, idempotency_key, fairness)
 
     async def _exists(self, job_id: str) -> bool:
         try:
             await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as exc:
-            if _is_not_found(exc):
+            if is_not_found(exc):
                 return False
-            raise _unavailable(exc) from exc
+            raise from_temporal(exc, UNAVAILABLE) from exc
         return True
 
     async def _start(
@@ -329,7 +207,6 @@ class VideoJobs:
         job_id: str,
         request: VideoRequest,
         digest: str,
-        spec: VideoModelSpec,
         idempotency_key: str | None,
         fairness: tuple[str, float] | None,
     ) -> JobView:
@@ -350,14 +227,8 @@ class VideoJobs:
             fairness_weight=fairness[1] if fairness else None,
         )
         memo = JobMemo(
+            **request.model_dump(),
             request_hash=digest,
-            prompt=request.prompt,
-            model=request.model,
-            seconds=request.seconds,
-            width=request.width,
-            height=request.height,
-            seed=request.seed,
-            steps=request.steps,
             created_at=now.timestamp(),
             expires_after_seconds=job_input.expires_after_seconds,
             fairness_key=job_input.fairness_key,
@@ -388,13 +259,14 @@ class VideoJobs:
         except WorkflowAlreadyStartedError:
             pass  # a closed job with this key: compared below like a running one
         except RPCError as exc:
-            raise _unavailable(exc) from exc
-        if self.capacity is not None and fairness is not None:
-            self.capacity.record_submit(
-                job_id, self.principal.tenant_id, self.principal.user_id, self.principal.tier, request.model, memo
-            )
+            raise from_temporal(exc, UNAVAILABLE) from exc
+        fresh = JobView(job_id=job_id, memo=memo, owner=self.principal, status=VideoStatus.QUEUED)
+        if fairness is not None:
+            self.capacity.record_submit(fresh)
+        # Estimated once recorded, so the plan places it behind this process's earlier submits.
+        fresh.estimate = self.capacity.estimate(fresh)
         if idempotency_key is None:
-            return self._fresh_view(job_id, memo, spec)
+            return fresh
         existing = await self.get(job_id, with_query=False)
         if existing.memo.request_hash != digest:
             raise ApiError(
@@ -405,13 +277,8 @@ class VideoJobs:
                 "Idempotency-Key",
             )
         if existing.memo.created_at == memo.created_at:
-            return self._fresh_view(job_id, memo, spec)
+            return fresh
         return await self.get(job_id)
-
-    def _fresh_view(self, job_id: str, memo: JobMemo, spec: VideoModelSpec) -> JobView:
-        view = JobView(job_id=job_id, memo=memo, status=VideoStatus.QUEUED)
-        self._estimate(view, spec)
-        return view
 
     # Read -------------------------------------------------------------------------------
 
@@ -425,9 +292,7 @@ class VideoJobs:
         try:
             desc = await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
         except RPCError as exc:
-            if _is_not_found(exc):
-                raise not_found("video") from None
-            raise _unavailable(exc) from exc
+            raise from_temporal(exc, UNAVAILABLE, missing=not_found("video")) from None
         memo = await self._owned_memo(desc)
         if memo is None or await asyncio.to_thread(is_deleted, self.db, job_id):
             raise not_found("video")
@@ -451,35 +316,6 @@ class VideoJobs:
             log.info("state query of %s unanswered (%s); answering from the description", job_id, exc)
             return None
 
-    async def _live(self, desc: WorkflowExecutionDescription) -> _Live:
-        live = _Live()
-        for pending in desc.raw_description.pending_activities:
-            started = pending.state in (
-                PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
-                PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED,
-            )
-            progress: GenerateProgress | None = None
-            if pending.heartbeat_details.payloads:
-                try:
-                    decoded = await self.client.data_converter.decode(
-                        pending.heartbeat_details.payloads, [GenerateProgress]
-                    )
-                    if decoded and isinstance(decoded[0], GenerateProgress):
-                        progress = decoded[0]
-                except Exception:
-                    # Another activity's details (housekeeping): not generation progress.
-                    progress = None
-            if progress is None and pending.activity_type.name != GENERATE_VIDEO:
-                continue
-            live.started = started
-            if started and pending.HasField("last_started_time"):
-                live.started_at = pending.last_started_time.ToDatetime(UTC).timestamp()
-            # ``attempt`` of a scheduled activity is the attempt it will start as.
-            live.attempt = pending.attempt if started else pending.attempt - 1
-            live.progress = progress
-            break
-        return live
-
     async def get(self, job_id: str, with_query: bool = True, query_timeout: timedelta = QUERY_TIMEOUT) -> JobView:
         """The caller's job ``job_id`` (404 if it is missing, deleted, or someone else's)."""
         desc, memo = await self._describe_owned(job_id)
@@ -494,23 +330,27 @@ class VideoJobs:
         memo: JobMemo,
         execution: WorkflowExecution,
         state: VideoJobState | None,
-        desc: WorkflowExecutionDescription | None = None,
     ) -> JobView:
-        if desc is None and isinstance(execution, WorkflowExecutionDescription):
-            desc = execution
-        job_state = execution.typed_search_attributes.get(sa.JOB_STATE)
+        """The view of one job from what was read of it: the execution (from a listing, or
+        described), and the workflow's ``state`` when the query was asked and answered."""
+        desc = execution if isinstance(execution, WorkflowExecutionDescription) else None
+        generation = await pending_generation(self.client.data_converter, desc) if desc is not None else None
+        recorded = (
+            state.status if state is not None else recorded_status(execution.typed_search_attributes.get(sa.JOB_STATE))
+        )
+        # Described and open: the pending generation activity says whether an attempt runs.
+        generating = None
+        if desc is not None and execution.status == WorkflowExecutionStatus.RUNNING:
+            generating = generation is not None and generation.started
         view = JobView(
             job_id=job_id,
             memo=memo,
-            status=_status_from_execution(execution.status, job_state),
+            owner=self.principal,
+            status=job_status(execution.status, recorded, generating),
             start_time=execution.start_time,
             completed_at=execution.close_time,
         )
         if state is not None:
-            # The workflow's in_progress says an attempt started at some point; whether one runs
-            # now (or a preempted job waits for its next attempt) is the pending activity's
-            # state, read below, so the view starts from queued and lets that decide.
-            view.status = VideoStatus.QUEUED if state.status is VideoStatus.IN_PROGRESS else state.status
             view.attempt = state.attempts_started
             view.error_code = state.error_code
             view.error_message = state.error_message
@@ -519,51 +359,20 @@ class VideoJobs:
             view.expires_at = state.expires_at
             if state.result is not None:
                 view.attempt = max(view.attempt, state.result.attempt)
-            # A closed execution is final even if the query raced its last state change.
-            closed = _status_from_execution(execution.status, None)
-            if execution.status != WorkflowExecutionStatus.RUNNING and closed in TERMINAL_STATUSES:
-                if view.status not in TERMINAL_STATUSES:
-                    view.status = closed
-        started_at: float | None = None
-        if desc is not None and not view.terminal:
-            live = await self._live(desc)
-            started_at = live.started_at
-            view.attempt = max(view.attempt, live.attempt)
-            if live.started and view.status is VideoStatus.QUEUED:
-                # The workflow learns that generation started only when it ends; the pending
-                # activity's state says so at once.
-                view.status = VideoStatus.IN_PROGRESS
-            if live.progress is not None and live.progress.total_steps > 0:
-                step = live.progress.step if live.started else live.progress.checkpoint_step
+        if generation is not None and not view.terminal:
+            view.attempt = max(view.attempt, generation.attempts_started)
+            view.attempt_started_at = generation.started_at
+            progress = generation.progress
+            if progress is not None and progress.total_steps > 0:
+                step = progress.step if generation.started else progress.checkpoint_step
                 # 100 means done; a job at its last step is still encoding.
-                view.progress = min(99, int(100 * step / live.progress.total_steps))
+                view.progress = min(99, int(100 * step / progress.total_steps))
         if view.status is VideoStatus.COMPLETED:
             view.progress = 100
             if view.expires_at is None and view.completed_at is not None:
                 view.expires_at = view.completed_at + timedelta(seconds=memo.expires_after_seconds)
-        spec = video_models.get_model(memo.model)
-        if spec is not None:
-            self._estimate(view, spec, started_at=started_at)
+        view.estimate = self.capacity.estimate(view)
         return view
-
-    def _estimate(self, view: JobView, spec: VideoModelSpec, started_at: float | None = None) -> None:
-        if view.terminal:
-            view.estimate = None
-            view.eta_seconds = None
-            return
-        if view.status is VideoStatus.IN_PROGRESS:
-            view.estimate = estimate_running(self.capacity, spec, view.memo, view.progress, started_at)
-        else:
-            view.estimate = estimate_queued(
-                self.capacity,
-                spec,
-                view.job_id,
-                view.memo,
-                self.principal.tenant_id,
-                self.principal.user_id,
-                self.principal.tier,
-            )
-        view.eta_seconds = view.estimate.eta_seconds
 
     # List -------------------------------------------------------------------------------
 
@@ -610,7 +419,7 @@ class VideoJobs:
                     break  # enough rows, and the last start time's ties are all in
                 rows.append((key, execution))
         except RPCError as exc:
-            raise _unavailable(exc) from exc
+            raise from_temporal(exc, UNAVAILABLE) from exc
         rows.sort(key=lambda row: row[0], reverse=order == "desc")
         has_more = len(rows) > limit
         page = rows[:limit]
@@ -650,9 +459,7 @@ class VideoJobs:
         try:
             await self._handle(job_id).cancel(rpc_timeout=RPC_TIMEOUT)
         except RPCError as exc:
-            if _is_not_found(exc):
-                raise not_found("video") from None
-            raise _unavailable(exc) from exc
+            raise from_temporal(exc, UNAVAILABLE, missing=not_found("video")) from None
         if view.status is VideoStatus.QUEUED:
             view = await self._wait_terminal(job_id, CANCEL_WAIT_SECONDS) or view
         return view
@@ -675,8 +482,8 @@ class VideoJobs:
             try:
                 await handle.cancel(rpc_timeout=RPC_TIMEOUT)
             except RPCError as exc:
-                if not _is_not_found(exc):
-                    raise _unavailable(exc) from exc
+                if not is_not_found(exc):
+                    raise from_temporal(exc, UNAVAILABLE) from exc
             # Let the GPU stop and the workflow delete its checkpoints before the execution goes.
             await self._wait_terminal(job_id, DELETE_CANCEL_WAIT_SECONDS)
         await asyncio.to_thread(self._delete_objects, job_id)
@@ -734,42 +541,3 @@ class VideoJobs:
 
 def _visibility_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-# Pollers wait a tenth of the ETA, within these bounds; without an ETA, the upper one.
-MIN_POLL_AFTER_MS = 500
-MAX_POLL_AFTER_MS = 30_000
-
-
-def poll_after_ms(view: JobView) -> int:
-    """How long a poller should wait: a tenth of the ETA, so it follows the ETA as it moves."""
-    if view.eta_seconds is None:
-        return MAX_POLL_AFTER_MS
-    return int(min(MAX_POLL_AFTER_MS, max(MIN_POLL_AFTER_MS, view.eta_seconds * 100)))
-
-
-def _estimate_fields(view: JobView) -> dict[str, Any]:
-    """The ETA extension fields of a video object."""
-    estimate = view.estimate
-    if estimate is None or view.terminal:
-        return {}
-    queue = None
-    if estimate.queue is not None and view.status is VideoStatus.QUEUED:
-        q = estimate.queue
-        queue = VideoQueue(
-            position=q.position,
-            ahead=q.ahead,
-            workers_serving=q.workers_serving,
-            completion_rate_per_min=q.completion_rate_per_min,
-            reason=q.reason,
-        )
-    return {
-        "estimated_start_at": _epoch(estimate.estimated_start_at),
-        "estimated_completion_at": _epoch(estimate.estimated_completion_at),
-        "eta_reason": estimate.reason,
-        "queue": queue,
-    }
-
-
-def _epoch(value: float | None) -> int | None:
-    return round(value) if value is not None else None

@@ -6,23 +6,17 @@ job's cost shape and fairness key without asking the workflow.
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from workflows.video.types import VideoRequest
 
 WORKFLOW_TYPE = "VideoJobWorkflow"
 MEMO_KEY = "job"
 
 
-class JobMemo(BaseModel):
-    """Written into the execution's memo at start: what was asked, by whom, and its hash."""
+class JobMemo(VideoRequest):
+    """Written into the execution's memo at start: the resolved request (its fields, flat, as
+    jobs already running have them), its hash, and when and how it was dispatched."""
 
     request_hash: str
-    prompt: str
-    model: str
-    seconds: int
-    width: int
-    height: int
-    seed: int
-    steps: int | None = None
     created_at: float
     expires_after_seconds: int
     # How the generation task was dispatched (Temporal fairness); absent on older jobs.

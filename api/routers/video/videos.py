@@ -14,11 +14,11 @@ from pydantic import ValidationError
 
 from api.body_limits import BodyTooLarge
 from api.content_types import content_type_for
-from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
+from api.deps import CapacityDep, ClientDep, DbDep, PrincipalDep, SettingsDep, StoreDep
 from api.errors import ApiError
-from api.routers.video.capacity import capacity_tracker
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
-from api.video.jobs import VideoJobs, poll_after_ms
+from api.video.jobs import VideoJobs
+from api.video.views import poll_after_ms
 from leasehold.storage import LocalObjectStore, ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,14 @@ SSE_MAX_SECONDS = 3600.0
 
 
 def get_jobs(
-    request: Request, client: ClientDep, settings: SettingsDep, store: StoreDep, db: DbDep, principal: PrincipalDep
+    client: ClientDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    db: DbDep,
+    principal: PrincipalDep,
+    capacity: CapacityDep,
 ) -> VideoJobs:
-    return VideoJobs(client, settings, store, db, principal, capacity_tracker(request))
+    return VideoJobs(client, settings, store, db, principal, capacity)
 
 
 JobsDep = Annotated[VideoJobs, Depends(get_jobs)]
