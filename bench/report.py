@@ -10,7 +10,17 @@ from importlib import metadata
 
 
 def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by linear interpolation; NaN for no values."""
+    """The ``q`` quantile (0..1) of ``values``, interpolated linearly between closest ranks; NaN for none.
+
+    The one definition every figure in ``bench/`` uses, so p50s and p90s compare across
+    reports. Linear interpolation (Hyndman and Fan's type 7, numpy's default) rather than
+    nearest rank: nearest rank needs a rounding rule (round or ceil, on ``n`` or ``n - 1``)
+    and the variants disagree by a whole sample on the small samples a benchmark has, while
+    this one moves smoothly as samples are added and at ``q=0.5`` equals
+    ``statistics.median``, which the reports print beside it.
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} is not within 0..1")
     if not values:
         return float("nan")
     ordered = sorted(values)

@@ -184,11 +184,6 @@ class User:
     http: httpx.Client
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _errors(jobs: list[Job], attr: str) -> list[float]:
     out = []
     for job in jobs:
@@ -395,6 +390,9 @@ class Bench:
                 out.write(json.dumps(job.__dict__) + "\n")
 
     def report(self) -> None:
+        # TODO(restructure): move to the module's imports once their rework has landed.
+        from bench.report import percentile
+
         jobs = [j for j in self.jobs.values() if j.status == "completed" and j.measured]
         measured = sum(1 for j in self.jobs.values() if j.measured)
         print(f"jobs accepted {measured}, completed {len(jobs)}, refused {self.refused}")
@@ -403,7 +401,7 @@ class Bench:
         waits = [j.generation_started - j.submitted for j in jobs if j.generation_started is not None]
         if waits:
             print(
-                f"queue wait: median {statistics.median(waits):.0f} s, p90 {_percentile(waits, 0.9):.0f} s, "
+                f"queue wait: median {statistics.median(waits):.0f} s, p90 {percentile(waits, 0.9):.0f} s, "
                 f"max {max(waits):.0f} s; time to close: median "
                 f"{statistics.median([j.done - j.submitted for j in jobs if j.done is not None]):.0f} s"
             )
@@ -422,8 +420,8 @@ class Bench:
             run_part = [r for _, r in parts]
             print(
                 f"ETA error split (median / p90 of |error| / real time): "
-                f"wait part {100 * statistics.median(wait_part):.0f}% / {100 * _percentile(wait_part, 0.9):.0f}%, "
-                f"run part {100 * statistics.median(run_part):.0f}% / {100 * _percentile(run_part, 0.9):.0f}%"
+                f"wait part {100 * statistics.median(wait_part):.0f}% / {100 * percentile(wait_part, 0.9):.0f}%, "
+                f"run part {100 * statistics.median(run_part):.0f}% / {100 * percentile(run_part, 0.9):.0f}%"
             )
         # Dispatch share while both tiers had jobs waiting.
         starts = sorted((j.started, j.tier) for j in jobs if j.started is not None)
@@ -442,7 +440,7 @@ class Bench:
             naive = _errors(mine, "naive")
 
             def fmt(values: list[float], q: float) -> str:
-                return f"{100 * _percentile(values, q):.0f}%" if values else "n/a"
+                return f"{100 * percentile(values, q):.0f}%" if values else "n/a"
 
             print(
                 f"{tier:6} {len(mine):5d} {100 * contended[tier] / total:6.0f}% {fmt(ours, 0.5):>8} "
@@ -453,8 +451,8 @@ class Bench:
         if everything:
             print(
                 f"all    {len(jobs):5d}         {100 * statistics.median(everything):7.0f}% "
-                f"{100 * _percentile(everything, 0.9):7.0f}% {100 * statistics.median(baseline):9.0f}% "
-                f"{100 * _percentile(baseline, 0.9):9.0f}%"
+                f"{100 * percentile(everything, 0.9):7.0f}% {100 * statistics.median(baseline):9.0f}% "
+                f"{100 * percentile(baseline, 0.9):9.0f}%"
                 if baseline
                 else ""
             )
@@ -464,9 +462,9 @@ class Bench:
         if ours:
             print(
                 f"jobs whose wait saw no fleet change: {len(calm)}, ETA median "
-                f"{100 * statistics.median(ours):.0f}% p90 {100 * _percentile(ours, 0.9):.0f}%"
+                f"{100 * statistics.median(ours):.0f}% p90 {100 * percentile(ours, 0.9):.0f}%"
                 + (
-                    f", naive median {100 * statistics.median(naive):.0f}% p90 {100 * _percentile(naive, 0.9):.0f}%"
+                    f", naive median {100 * statistics.median(naive):.0f}% p90 {100 * percentile(naive, 0.9):.0f}%"
                     if naive
                     else ""
                 )
@@ -476,7 +474,7 @@ class Bench:
                 if tier_errors:
                     print(
                         f"  {tier}: {len(tier_errors)}, ETA median {100 * statistics.median(tier_errors):.0f}% "
-                        f"p90 {100 * _percentile(tier_errors, 0.9):.0f}%"
+                        f"p90 {100 * percentile(tier_errors, 0.9):.0f}%"
                     )
         print("* share of dispatches made while both tiers had jobs waiting (weights 4:1 -> 80%/20%)")
 
