@@ -352,9 +352,7 @@ class VideoJobs:
         )
         if state is not None:
             view.attempt = state.attempts_started
-            view.error_code = state.error_code
-            view.error_message = state.error_message
-            view.result = state.result
+            view.state = state
             view.completed_at = state.completed_at or view.completed_at
             view.expires_at = state.expires_at
             if state.result is not None:
@@ -513,13 +511,14 @@ class VideoJobs:
     async def content_key(self, job_id: str, variant: str) -> str:
         """The store key of a completed job's video or thumbnail."""
         view = await self.get(job_id, query_timeout=CONTENT_QUERY_TIMEOUT)
-        if view.status is VideoStatus.COMPLETED and view.result is None:
+        result = view.state.result if view.state is not None else None
+        if view.status is VideoStatus.COMPLETED and result is None:
             raise ApiError(503, "temporarily_unavailable", "the video's location cannot be read right now; retry")
-        if view.status is not VideoStatus.COMPLETED or view.result is None:
+        if view.status is not VideoStatus.COMPLETED or result is None:
             raise ApiError(
                 409, "video_not_ready", f"the video is {view.status.value}; content exists once it is completed"
             )
-        return view.result.video_key if variant == "video" else view.result.thumbnail_key
+        return result.video_key if variant == "video" else result.thumbnail_key
 
     async def watch(self, job_id: str, last_event_id: str | None, max_seconds: float) -> AsyncIterator[JobView]:
         """Snapshots of the job whenever status, progress or attempt change, until it ends.

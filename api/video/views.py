@@ -40,7 +40,7 @@ from api.schemas.video import Video, VideoError, VideoQueue
 from api.video.memo import JobMemo
 from leasehold.records.api_keys import Principal
 from workflows.video.models import format_size
-from workflows.video.types import TERMINAL_STATUSES, GenerateProgress, GenerateResult, VideoStatus
+from workflows.video.types import TERMINAL_STATUSES, GenerateProgress, VideoJobState, VideoStatus
 
 _VIDEO_STATUSES = {status.value: status for status in VideoStatus}
 _CLOSED_STATUSES = {
@@ -157,9 +157,9 @@ class JobView:
     attempt: int = 0
     completed_at: datetime | None = None
     expires_at: datetime | None = None
-    error_code: str | None = None
-    error_message: str | None = None
-    result: GenerateResult | None = None
+    # The workflow's answer to its ``state`` query, when it was asked and answered: the
+    # outcome's details (error, result keys) are read from it, not copied.
+    state: VideoJobState | None = None
     # When the attempt generating now started (epoch seconds).
     attempt_started_at: float | None = None
     estimate: Estimate | None = None
@@ -182,9 +182,11 @@ class JobView:
         error = None
         if self.status in (VideoStatus.FAILED, VideoStatus.CANCELLED):
             cancelled = self.status is VideoStatus.CANCELLED
+            code = self.state.error_code if self.state is not None else None
+            message = self.state.error_message if self.state is not None else None
             error = VideoError(
-                code=self.error_code or ("cancelled" if cancelled else "generation_failed"),
-                message=self.error_message or ("the job was cancelled" if cancelled else "generation failed"),
+                code=code or ("cancelled" if cancelled else "generation_failed"),
+                message=message or ("the job was cancelled" if cancelled else "generation failed"),
             )
         memo = self.memo
         return Video(
