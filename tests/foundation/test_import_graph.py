@@ -54,12 +54,6 @@ NOT_INFRASTRUCTURE = ("leasehold.client", "leasehold.testing")
 # entry when its import goes. (importer, imported module)
 KNOWN_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset(
     {
-        # The job activity asks the run workflow for its attempt through a typed Update handle;
-        # being fixed with the typed activity definitions.
-        ("activities.ci.job", "workflows.ci.run"),
-        # The videos router reads the capacity tracker through the capacity router; being fixed
-        # by making the tracker an API dependency.
-        ("api.routers.video.videos", "api.routers.video.capacity"),
         # The records module builds the EnvironmentRule payload that the listing activity returns.
         ("leasehold.records.ci.environments", "workflows.ci.types.push"),
         # The embedded server registers the search attributes that workflows/ defines.
