@@ -13,11 +13,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth_throttle import FailedAuthThrottle
 from api.body_limits import BodyLimitMiddleware, BodyLimits
+from api.ci.startup import start_ci
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.routers import files, health
 from api.routers.ci import environments, hooks, job_secrets, logs, repos, runs, secrets
 from api.routers.video import capacity, videos
+from api.video.capacity import start_capacity, stop_capacity
 from leasehold.data_dir import secure_data_dir
 from leasehold.database import init_database
 from leasehold.settings import Settings
@@ -75,7 +77,12 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.store = open_store(settings)
         # Lazy: the API must start (and /healthz answer 503) even while Temporal is down.
         app.state.temporal = await connect(settings, identity="leasehold-api", lazy=True)
-        yield
+        await start_ci(app)
+        await start_capacity(app)
+        try:
+            yield
+        finally:
+            await stop_capacity(app)
 
     app = FastAPI(
         title="leasehold",

@@ -39,9 +39,9 @@ from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.run_records import TrustedRun
 from leasehold.clone_urls import ClonePolicy
-from leasehold.devserver import start_local_environment
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
+from leasehold.testing.temporal import start_local_environment
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow

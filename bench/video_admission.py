@@ -51,6 +51,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.video.generation import GENERATE_VIDEO
+from bench.report import percentile
 from leasehold.database import init_database
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
 from leasehold.records.api_keys import create_key
@@ -390,9 +391,6 @@ class Bench:
                 out.write(json.dumps(job.__dict__) + "\n")
 
     def report(self) -> None:
-        # TODO(restructure): move to the module's imports once their rework has landed.
-        from bench.report import percentile
-
         jobs = [j for j in self.jobs.values() if j.status == "completed" and j.measured]
         measured = sum(1 for j in self.jobs.values() if j.measured)
         print(f"jobs accepted {measured}, completed {len(jobs)}, refused {self.refused}")

@@ -33,6 +33,7 @@ from leasehold.devserver import (
     free_port,
 )
 from leasehold.settings import Settings
+from workflows import search_attributes as sa
 
 log = logging.getLogger("leasehold.up")
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -242,7 +243,7 @@ def build_children(
     )
     temporal = Child(
         name="temporal",
-        argv=dev_server_command(temporal_bin, settings.data_dir / "temporal.db", temporal_port, ui_port),
+        argv=dev_server_command(temporal_bin, settings.data_dir / "temporal.db", temporal_port, ui_port, sa.ALL),
         env=dict(os.environ),
         log_path=logs / "temporal.log",
         health_url=None,

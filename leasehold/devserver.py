@@ -6,13 +6,10 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from workflows.search_attributes import ALL, dev_server_args
-
-if TYPE_CHECKING:
-    from temporalio.testing import WorkflowEnvironment
+from temporalio.common import SearchAttributeKey
 
 # Fairness on, one partition: dispatch order is exact on a single machine.
 DYNAMIC_CONFIG = (
@@ -47,10 +44,12 @@ def dev_server_command(
     db_file: Path | None,
     port: int,
     ui_port: int | None,
+    search_attributes: Sequence[SearchAttributeKey],
     namespace: str = "default",
     ip: str = "127.0.0.1",
 ) -> list[str]:
-    """The argv that starts a dev server with leasehold's search attributes and fairness on."""
+    """The argv that starts a dev server with ``search_attributes`` registered (the caller
+    passes ``workflows.search_attributes.ALL``) and fairness on."""
     cmd = [binary, "server", "start-dev", "--ip", ip, "--port", str(port), "--namespace", namespace]
     cmd += ["--log-level", "warn"]
     if db_file is not None:
@@ -61,27 +60,9 @@ def dev_server_command(
         cmd += ["--ui-port", str(ui_port)]
     for value in DYNAMIC_CONFIG:
         cmd += ["--dynamic-config-value", value]
-    cmd += dev_server_args()
+    for key in search_attributes:
+        cmd += ["--search-attribute", f"{key.name}={key.indexed_value_type.name.title()}"]
     return cmd
-
-
-async def start_local_environment() -> WorkflowEnvironment:
-    """A throwaway in-memory dev server set up like the embedded one (fairness on, leasehold's
-    search attributes, pydantic payloads): the one tests and benchmarks run against."""
-    # Imported here: ``leasehold up`` and the API never need the testing package.
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    extra: list[str] = ["--log-level", "error"]
-    for value in DYNAMIC_CONFIG:
-        extra += ["--dynamic-config-value", value]
-    return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=ALL,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=extra,
-        ui=False,
-    )
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

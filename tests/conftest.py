@@ -11,9 +11,10 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.devserver import free_port, start_local_environment
+from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.testing.harness import stop_all_started, unique_prefix
+from leasehold.testing.temporal import start_local_environment
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
-from activities.ci.listing import CIListingActivities
+from activities.ci.listing import CIListingActivities, environment_rules
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
 from activities.ci.secrets import ApiSecretSource
@@ -26,7 +26,6 @@ from leasehold.client.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
-from leasehold.records.ci.environments import environment_rules
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect

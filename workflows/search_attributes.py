@@ -30,11 +30,3 @@ ALL: tuple[SearchAttributeKey, ...] = (
     COMMIT_SHA,
     RUN_STATE,
 )
-
-
-def dev_server_args() -> list[str]:
-    """``--search-attribute Name=Type`` arguments for ``temporal server start-dev``."""
-    args: list[str] = []
-    for key in ALL:
-        args += ["--search-attribute", f"{key.name}={key.indexed_value_type.name.title()}"]
-    return args

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 
+from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -16,6 +19,7 @@ from activities.ci.spec import (
     pull_request_triggers,
     push_triggers,
 )
+from leasehold.records.ci.environments import CIEnvironment
 from workflows.ci.types.push import (
     ACTIVITY_LIST_WORKFLOWS,
     PUSH_GIT_FAILED,
@@ -70,3 +74,26 @@ class CIListingActivities(CIListingDefinition):
             # Read with the listing, so the run carries its protection rules from the start.
             rules = self._environments(inp.tenant_id, inp.repo_id, named)
         return ListWorkflowsResult(files=files, environments=rules)
+
+
+def environment_rules(
+    factory: sessionmaker, tenant_id: str, repo_id: str, names: Iterable[str]
+) -> dict[str, EnvironmentRule]:
+    """The protection rules of the named environments that require approval (lower-case names),
+    as the run workflow's payload (the records module knows nothing of workflows)."""
+    wanted = {n.lower() for n in names}
+    if not wanted:
+        return {}
+    with factory() as session:
+        rows = session.scalars(
+            select(CIEnvironment).where(
+                CIEnvironment.tenant_id == tenant_id,
+                CIEnvironment.repo_id == repo_id,
+                CIEnvironment.name.in_(wanted),
+                CIEnvironment.required_approval.is_(True),
+            )
+        ).all()
+    return {
+        r.name: EnvironmentRule(name=r.display_name, required_approval=True, approvers=list(json.loads(r.approvers)))
+        for r in rows
+    }

@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
-from leasehold.devserver import start_local_environment
 from leasehold.records.ci.environments import set_environment
+from leasehold.testing.temporal import start_local_environment
 from tests.ci_core.conftest import CIStack, Repo, engine_stack
 from workflows.ci.ids import push_workflow_id, run_workflow_id
 from workflows.ci.reconcile import CIReconcileWorkflow

@@ -52,14 +52,7 @@ NOT_INFRASTRUCTURE = ("leasehold.client", "leasehold.testing")
 
 # Violations known when this test was written, each being fixed in its own change; remove an
 # entry when its import goes. (importer, imported module)
-KNOWN_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # The records module builds the EnvironmentRule payload that the listing activity returns.
-        ("leasehold.records.ci.environments", "workflows.ci.types.push"),
-        # The embedded server registers the search attributes that workflows/ defines.
-        ("leasehold.devserver", "workflows.search_attributes"),
-    }
-)
+KNOWN_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.testing.harness import ManagedProcess, start_api, unique_prefix
 from tests.ci_api.conftest import CIStack, running_ci_stack
+from workflows import search_attributes as sa
 
 METRICS_TOKEN = "metrics-token-for-tests-0123456789"
 WEBHOOK_LIMIT = 25 * 1024 * 1024
@@ -392,7 +393,7 @@ def test_temporal_db_and_logs_made_by_up_are_private(tmp_path: Path) -> None:
     port = free_port()
     child = Child(
         "temporal",
-        dev_server_command(find_temporal_binary(), data / "temporal.db", port, None),
+        dev_server_command(find_temporal_binary(), data / "temporal.db", port, None, sa.ALL),
         dict(os.environ),
         data / "logs" / "temporal.log",
         None,

@@ -32,6 +32,7 @@ from tests.video_core.jobs import (
     wait_for_step,
 )
 from tests.video_core.reference import reference_video
+from workflows import search_attributes as sa
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.types import GenerateProgress, VideoStatus
 
@@ -155,7 +156,7 @@ async def test_temporal_server_kill9_and_restart_mid_job_loses_nothing(
 ) -> None:
     reference = reference_video(CHAOS)
     port = free_port()
-    argv = dev_server_command(find_temporal_binary(), tmp_path / "temporal.db", port, None)
+    argv = dev_server_command(find_temporal_binary(), tmp_path / "temporal.db", port, None, sa.ALL)
     own = settings.model_copy(update={"temporal_address": f"127.0.0.1:{port}"})
 
     def start_server() -> ManagedProcess:

@@ -1,55 +1,28 @@
-"""``/v1/repos``: a tenant registers the repositories whose pushes become CI runs.
-
-The router's lifespan makes webhook secrets usable in this process: it binds the secrets
-keyring to the database (``webhook_candidates`` opens sealed secrets with it) and seals the
-secrets older databases kept in plain text.
-"""
+"""``/v1/repos``: a tenant registers the repositories whose pushes become CI runs (the
+keyring that seals their webhook secrets is set up by ``api.ci.startup`` when the app starts)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 
 from api.deps import DbDep, PrincipalDep
 from api.errors import ApiError, invalid, not_found
 from api.schemas.ci.runs import RepoCreate, RepoList, RepoOut
-from leasehold.clone_urls import ClonePolicy
 from leasehold.records.ci.repos import (
     RepoError,
     RepoExists,
     add_repo,
-    bind_keyring,
     get_repo,
     list_repos,
-    seal_webhook_secrets,
 )
-from leasehold.records.ci.secrets import Keyring
 
 log = logging.getLogger(__name__)
 
 
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Runs inside the app's own lifespan (FastAPI nests included routers' lifespans), after it
-    has set ``app.state.settings`` and ``app.state.db``."""
-    settings, db = app.state.settings, app.state.db
-    keyring: Keyring | None = getattr(app.state, "secrets_keyring", None)
-    if keyring is None:
-        keyring = await asyncio.to_thread(Keyring.from_settings, settings)
-    # One keyring per process, shared with /v1/secrets (which builds it lazily otherwise).
-    app.state.secrets_keyring = keyring
-    bind_keyring(db, keyring)
-    await asyncio.to_thread(seal_webhook_secrets, db, keyring)
-    # Built once: a bad allow-list setting stops the API here, not at the first registration.
-    app.state.clone_policy = ClonePolicy.from_settings(settings)
-    yield
-
-
-router = APIRouter(tags=["ci"], lifespan=lifespan)
+router = APIRouter(tags=["ci"])
 
 
 @router.post("/v1/repos", status_code=201)

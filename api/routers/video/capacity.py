@@ -4,28 +4,12 @@ KEDA)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter
 
 from api.deps import CapacityDep, PrincipalDep
 from api.schemas.video import CapacityList, ModelCapacity
-from api.video.capacity import start_capacity, stop_capacity
 
-
-@contextlib.asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    # Until api/app.py's lifespan calls start_capacity/stop_capacity itself; both are
-    # idempotent, so the two can overlap while that change lands.
-    await start_capacity(app)
-    try:
-        yield
-    finally:
-        await stop_capacity(app)
-
-
-router = APIRouter(prefix="/v1/capacity", tags=["capacity"], lifespan=_lifespan)
+router = APIRouter(prefix="/v1/capacity", tags=["capacity"])
 
 
 @router.get("", response_model=CapacityList)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,7 +17,6 @@ from sqlalchemy import Boolean, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
-from workflows.ci.types.push import EnvironmentRule
 
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -99,25 +97,3 @@ def list_environments(factory: sessionmaker, tenant_id: str, repo_id: str) -> li
             .order_by(CIEnvironment.name)
         ).all()
     return [_record(r) for r in rows]
-
-
-def environment_rules(
-    factory: sessionmaker, tenant_id: str, repo_id: str, names: Iterable[str]
-) -> dict[str, EnvironmentRule]:
-    """The protection rules of the named environments that require approval (lower-case names)."""
-    wanted = {n.lower() for n in names}
-    if not wanted:
-        return {}
-    with factory() as session:
-        rows = session.scalars(
-            select(CIEnvironment).where(
-                CIEnvironment.tenant_id == tenant_id,
-                CIEnvironment.repo_id == repo_id,
-                CIEnvironment.name.in_(wanted),
-                CIEnvironment.required_approval.is_(True),
-            )
-        ).all()
-    return {
-        r.name: EnvironmentRule(name=r.display_name, required_approval=True, approvers=list(json.loads(r.approvers)))
-        for r in rows
-    }
