@@ -405,11 +405,11 @@ async def running_generation(client: Client, job_ids: list[str], min_step: int =
 
 _TS = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 _CHECKPOINT_RE = re.compile(
-    _TS + r" \w+ activities\.video_generation: job (\S+) attempt (\d+): checkpoint at step (\d+)"
+    _TS + r" \w+ activities\.video\.generation: job (\S+) attempt (\d+): checkpoint at step (\d+)"
 )
 _RESUME_RE = re.compile(
     _TS
-    + r" \w+ activities\.video_generation: job (\S+) attempt (\d+) resumes from "
+    + r" \w+ activities\.video\.generation: job (\S+) attempt (\d+) resumes from "
     + r"\S*/attempt-(\d+)/checkpoints/step-(\d+)"
 )
 
