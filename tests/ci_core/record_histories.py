@@ -25,7 +25,9 @@ from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.environments import set_environment
 from leasehold.testing.temporal import start_local_environment
+from tests.ci_core import test_control
 from tests.ci_core.conftest import CIStack, Repo, engine_stack
+from tests.ci_tenancy import test_approvals
 from workflows.ci.ids import push_workflow_id, run_workflow_id
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
@@ -105,18 +107,6 @@ jobs:
       - uses: actions/setup-node@v4
 """
 
-RETRY = """
-on: push
-jobs:
-  flaky:
-    runs-on: linux
-    steps:
-      - run: echo "attempt $CI_ATTEMPT"; test "$CI_ATTEMPT" -ge 2
-  deploy:
-    needs: flaky
-    runs-on: linux
-    steps: [{run: echo deployed}]
-"""
 
 CANCEL = """
 on: push
@@ -137,18 +127,6 @@ jobs:
       - run: echo "cleanup after ${{ needs.long.result }}"
 """
 
-APPROVAL = """
-on: push
-jobs:
-  build:
-    runs-on: linux
-    steps: [{run: echo built}]
-  deploy:
-    needs: build
-    runs-on: linux
-    environment: Production
-    steps: [{run: echo deployed}]
-"""
 
 # Two independent jobs under a cap of one: the second waits for the first one's slot.
 CAPPED = """
@@ -240,7 +218,7 @@ async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[t
             out["run-invalid_file"] = run_handle(client, ref.run_id)
 
     # A failed job retried (Update retry_job): a second round, its dependent runs after it.
-    rid = await one_run(stack, "retry", RETRY, retry_window=30.0)
+    rid = await one_run(stack, "retry", test_control.RETRY, retry_window=30.0)
     await until("retry: first round failed", lambda: job_is(stack, rid, "deploy", JobStatus.SKIPPED))
     await ci_start.retry_job(client, rid, "flaky", requested_by="recorder")
     await until("retry: second round done", lambda: job_is(stack, rid, "deploy", JobStatus.SUCCESS))
@@ -262,7 +240,7 @@ async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[t
     repo = stack.repo("approval")
     db = init_database(stack.settings.resolved_database_url)
     set_environment(db, TENANT, repo.repo_id, "Production", True, ["approver"])
-    _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: APPROVAL}))
+    _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: test_approvals.DEPLOY}))
     rid = state.runs[0].run_id
     await until("approval: deploy waiting", lambda: job_is(stack, rid, "deploy", JobStatus.AWAITING_APPROVAL))
     await ci_start.decide_job(

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         GenerateResult,
         GenerationStarted,
         VideoErrorType,
+        VideoJobFacts,
         VideoJobInput,
         VideoJobState,
         VideoStatus,
@@ -61,16 +62,9 @@ class VideoJobWorkflow:
 
     @workflow.init
     def __init__(self, input: VideoJobInput) -> None:
-        self._state = VideoJobState(
-            job_id=input.job_id,
-            tenant_id=input.tenant_id,
-            user_id=input.user_id,
-            tier=input.tier,
-            request=input.request,
-            request_hash=input.request_hash,
-            status=VideoStatus.QUEUED,
-            created_at=input.created_at,
-        )
+        # The job's facts are the input's own (one model, not a field-by-field copy).
+        facts = {name: getattr(input, name) for name in VideoJobFacts.model_fields}
+        self._state = VideoJobState(**facts, status=VideoStatus.QUEUED, created_at=input.created_at)
 
     @workflow.query
     def state(self) -> VideoJobState:

@@ -38,8 +38,8 @@ class VideoRequest(BaseModel):
     steps: int | None = None
 
 
-class VideoJobInput(BaseModel):
-    """Start input of ``VideoJobWorkflow``. Queues and timeouts are resolved by the API from settings."""
+class VideoJobFacts(BaseModel):
+    """What a job is and whose: fixed at submit, carried by the start input and the state."""
 
     job_id: str
     tenant_id: str
@@ -48,6 +48,11 @@ class VideoJobInput(BaseModel):
     request: VideoRequest
     # SHA-256 of the canonical request body: same idempotency key + other body is a conflict.
     request_hash: str
+
+
+class VideoJobInput(VideoJobFacts):
+    """Start input of ``VideoJobWorkflow``. Queues and timeouts are resolved by the API from settings."""
+
     created_at: datetime
     expires_after_seconds: int = 7 * 24 * 3600
     # Where generation runs (the model's queue) and where housekeeping runs.
@@ -114,19 +119,13 @@ class CleanupInput(BaseModel):
     keep: list[str] = Field(default_factory=list)
 
 
-class VideoJobState(BaseModel):
+class VideoJobState(VideoJobFacts):
     """The answer of ``VideoJobWorkflow.state``: everything the API shows about a job.
 
     Live progress comes from the pending activity's heartbeat details (DescribeWorkflowExecution),
     so progress does not grow the workflow history.
     """
 
-    job_id: str
-    tenant_id: str
-    user_id: str
-    tier: str
-    request: VideoRequest
-    request_hash: str
     status: VideoStatus
     created_at: datetime
     started_at: datetime | None = None
