@@ -1,6 +1,7 @@
 """The secrets broker (seed §6.4): a CI worker holds no key that opens secrets; it trades the
 token its attempt was granted at the API, which answers only while that attempt holds the
-job's lease, only with the secrets the job declares, and only from the run's own tenant.
+job's lease, only with the secrets the job declares, and only from the run's own tenant. Also:
+code from a fork never gets network, whatever its tenant's plan.
 
 Played against the real stack (API, orchestration and CI worker processes, real bubblewrap):
 the test takes an attempt's token from the run's Temporal history, as someone who can read
@@ -19,8 +20,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from activities.ci.secrets import JOB_SECRETS_PATH
+from api.ci.signatures import signature_of
+from leasehold.database import init_database
+from leasehold.records.ci.plans import set_network
 from tests.ci_api.conftest import CIStack, running_ci_stack
-from tests.ci_api.flows import job, push_workflow, wait_for, wait_run
+from tests.ci_api.flows import job, log_text, push_workflow, runs_of_push, wait_for, wait_run
+from tests.gitrepo import GitRemote, git
 from workflows.ci.ids import run_workflow_id
 
 pytestmark = pytest.mark.slow
@@ -112,6 +117,64 @@ async def test_a_token_opens_only_its_jobs_declared_secrets_and_only_during_its_
     after = claim(broker_stack, token, pushed.run_id, attempt, ["DECLARED"])
     assert after.status_code == 404, after.text
     assert DECLARED not in after.text
+
+
+FORK_WANTS_NETWORK = """
+name: fork
+on: [push, pull_request]
+jobs:
+  net:
+    runs-on: linux
+    network: true
+    steps:
+      - run: echo "RAN-WITH-NETWORK"
+"""
+
+
+def test_a_fork_pull_request_gets_no_network_even_with_the_tenants_grant(broker_stack: CIStack) -> None:
+    client = broker_stack.new_tenant()
+    tenant = client.tenant_id  # type: ignore[attr-defined]
+    set_network(init_database(broker_stack.settings.resolved_database_url), tenant, True)
+    remote = broker_stack.git_remote()
+    repo_id, name, secret = broker_stack.register(client, remote, hook=False)
+    remote.write(".github/workflows/ci.yml", FORK_WANTS_NETWORK)
+    remote.commit("base")
+    remote.push()
+    fork = GitRemote(broker_stack.root / f"fork-{repo_id}")
+    git(fork.work, "pull", "-q", str(remote.bare), "main")
+    fork.write("evil.sh", "echo exfiltrate\n")
+    head = fork.commit("from the fork")
+    git(fork.work, "push", "-q", str(remote.bare), "HEAD:refs/pull/9/head")
+    body = json.dumps(
+        {
+            "action": "opened",
+            "number": 9,
+            "pull_request": {
+                "number": 9,
+                "head": {"sha": head, "ref": "feature", "repo": {"full_name": "mallory/fork"}},
+                "base": {"ref": "main", "repo": {"full_name": name}},
+            },
+            "repository": {"full_name": name},
+        }
+    ).encode()
+    answer = httpx.post(
+        f"{broker_stack.base_url}/v1/hooks/github",
+        content=body,
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "pull_request",
+            "X-GitHub-Delivery": "fork-network",
+            "X-Hub-Signature-256": signature_of(secret, body),
+        },
+        timeout=30,
+    )
+    assert answer.status_code == 202, answer.text
+    (rid,) = runs_of_push(client, answer.text)
+    run = wait_run(client, rid)
+    assert run["status"] == "failure", run
+    text = log_text(client, rid, "net")
+    assert "network: true is never allowed for code from a fork" in text, text
+    assert "RAN-WITH-NETWORK" not in text
 
 
 def test_guessing_tokens_is_throttled(broker_stack: CIStack) -> None:
