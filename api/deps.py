@@ -94,14 +94,13 @@ StoreDep = Annotated[ObjectStore, Depends(get_store)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def keyring_of(request: Request, settings: Settings) -> Keyring:
-    """The process's CI secrets keyring, built on first use (the embedded default may create
-    its key file then); the secrets routers and the job-secrets broker share it."""
-    keyring = getattr(request.app.state, "secrets_keyring", None)
-    if keyring is None:
-        keyring = Keyring.from_settings(settings)
-        request.app.state.secrets_keyring = keyring
-    return keyring
+def get_keyring(request: Request) -> Keyring:
+    """The process's CI secrets keyring (loaded in the app's lifespan, ``api.ci.startup``); the
+    secrets routers, the repositories' webhook secrets and the job-secrets broker share it."""
+    return request.app.state.secrets_keyring
+
+
+KeyringDep = Annotated[Keyring, Depends(get_keyring)]
 
 
 def get_capacity(request: Request) -> CapacityTracker:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from temporalio.service import RPCError
 
 from activities.ci.secrets import JOB_SECRETS_PATH
-from api.deps import ClientDep, DbDep, SettingsDep, keyring_of, note_failed_auth, refuse_if_throttled
+from api.deps import ClientDep, DbDep, KeyringDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError
 from leasehold.client.ci.start import run_state
 from leasehold.records.ci.repos import all_repos
@@ -63,7 +63,7 @@ async def job_secrets(
     request: Request,
     client: ClientDep,
     db: DbDep,
-    settings: SettingsDep,
+    keyring: KeyringDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(token_bearer)],
 ) -> JobSecrets:
     refuse_if_throttled(request)
@@ -96,6 +96,5 @@ async def job_secrets(
         )
         raise _refused(request)
     wanted = [name for name in claim.names if name in set(job.secret_names)]
-    keyring = keyring_of(request, settings)
     values = await asyncio.to_thread(fetch_secrets, db, keyring, state.tenant_id, state.repo_id, wanted)
     return JobSecrets(secrets=values)

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from sqlalchemy.orm import sessionmaker
 
-from api.deps import DbDep, PrincipalDep, SettingsDep, keyring_of
+from api.deps import DbDep, KeyringDep, PrincipalDep
 from api.errors import invalid, not_found
 from api.schemas.ci.secrets import SecretList, SecretOut, SecretPut
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
-from leasehold.records.ci.secrets import SecretError, delete_secret, list_secrets, put_secret
-from leasehold.settings import Settings
+from leasehold.records.ci.secrets import Keyring, SecretError, delete_secret, list_secrets, put_secret
 
 router = APIRouter(tags=["ci"])
 
@@ -28,8 +27,7 @@ async def _check_repo(db: sessionmaker, principal: Principal, repo_id: str | Non
 
 
 async def _put(
-    request: Request,
-    settings: Settings,
+    keyring: Keyring,
     db: sessionmaker,
     principal: Principal,
     repo_id: str | None,
@@ -38,7 +36,6 @@ async def _put(
     response: Response,
 ) -> SecretOut:
     await _check_repo(db, principal, repo_id)
-    keyring = keyring_of(request, settings)
     try:
         info, created = await asyncio.to_thread(
             put_secret, db, keyring, principal.tenant_id, repo_id, name, body.value.get_secret_value()
@@ -64,14 +61,13 @@ async def _delete(db: sessionmaker, principal: Principal, repo_id: str | None, n
 async def put_tenant_secret(
     name: str,
     body: SecretPut,
-    request: Request,
     response: Response,
     principal: PrincipalDep,
     db: DbDep,
-    settings: SettingsDep,
+    keyring: KeyringDep,
 ) -> SecretOut:
     """Create (201) or replace (200) a tenant-wide secret."""
-    return await _put(request, settings, db, principal, None, name, body, response)
+    return await _put(keyring, db, principal, None, name, body, response)
 
 
 @router.get("/v1/secrets")
@@ -91,14 +87,13 @@ async def put_repo_secret(
     repo_id: str,
     name: str,
     body: SecretPut,
-    request: Request,
     response: Response,
     principal: PrincipalDep,
     db: DbDep,
-    settings: SettingsDep,
+    keyring: KeyringDep,
 ) -> SecretOut:
     """Create (201) or replace (200) a secret of one repository (it wins over a tenant-wide one)."""
-    return await _put(request, settings, db, principal, repo_id, name, body, response)
+    return await _put(keyring, db, principal, repo_id, name, body, response)
 
 
 @router.get("/v1/repos/{repo_id}/secrets")
