@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 
+from api.ci.signatures import signature_of
 from tests.ci_api.conftest import CIStack
-from tests.gitrepo import GitRemote
+from tests.gitrepo import GitRemote, git
 from workflows.ci.ids import push_id, run_id
 
 WORKFLOW_PATH = ".github/workflows/ci.yml"
@@ -145,3 +146,40 @@ def sse_text(client: httpx.Client, rid: str, job_id: str) -> str:
     """Every ``log`` event's text of a finished job's stream."""
     events = sse_events(client, f"/v1/runs/{rid}/jobs/{job_id}/logs/stream")
     return "".join(data["text"] for _, kind, data in events if kind == "log")
+
+
+def push_from_fork(stack: CIStack, remote: GitRemote, repo_id: str, number: int) -> str:
+    """Someone else's clone of ``remote`` with a commit of their own, which the host publishes
+    in the base repository as ``refs/pull/<number>/head``; returns the head commit."""
+    fork = GitRemote(stack.root / f"fork-{repo_id}")
+    git(fork.work, "pull", "-q", str(remote.bare), "main")
+    fork.write("evil.sh", "echo exfiltrate\n")
+    head = fork.commit("from the fork")
+    git(fork.work, "push", "-q", str(remote.bare), f"HEAD:refs/pull/{number}/head")
+    return head
+
+
+def pull_request_payload(number: int, sha: str, head_repo: str, base_repo: str) -> bytes:
+    return json.dumps(
+        {
+            "action": "opened",
+            "number": number,
+            "pull_request": {
+                "number": number,
+                "head": {"sha": sha, "ref": "feature", "repo": {"full_name": head_repo}},
+                "base": {"ref": "main", "repo": {"full_name": base_repo}},
+            },
+            "repository": {"full_name": base_repo},
+        }
+    ).encode()
+
+
+def deliver(stack: CIStack, secret: str, event: str, body: bytes) -> httpx.Response:
+    """A webhook delivery signed with the repository's secret, as GitHub sends it."""
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": "test-delivery",
+        "X-Hub-Signature-256": signature_of(secret, body),
+    }
+    return httpx.post(f"{stack.base_url}/v1/hooks/github", content=body, headers=headers, timeout=30)

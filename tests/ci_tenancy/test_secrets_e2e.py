@@ -11,10 +11,19 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from activities.ci.masking import secret_forms
-from api.ci.signatures import signature_of
 from tests.ci_api.conftest import CIStack
-from tests.ci_api.flows import get_run, job, log_text, push_workflow, runs_of_push, sse_text, wait_run
-from tests.gitrepo import GitRemote, git
+from tests.ci_api.flows import (
+    deliver,
+    get_run,
+    job,
+    log_text,
+    pull_request_payload,
+    push_from_fork,
+    push_workflow,
+    runs_of_push,
+    sse_text,
+    wait_run,
+)
 from workflows.ci.ids import push_workflow_id, run_workflow_id
 
 pytestmark = pytest.mark.slow
@@ -134,31 +143,6 @@ async def test_secrets_reach_the_job_and_never_the_log_or_history(
                 assert form not in data, (wid, form)
 
 
-def pull_request_payload(number: int, sha: str, head_repo: str, base_repo: str) -> bytes:
-    return json.dumps(
-        {
-            "action": "opened",
-            "number": number,
-            "pull_request": {
-                "number": number,
-                "head": {"sha": sha, "ref": "feature", "repo": {"full_name": head_repo}},
-                "base": {"ref": "main", "repo": {"full_name": base_repo}},
-            },
-            "repository": {"full_name": base_repo},
-        }
-    ).encode()
-
-
-def deliver(stack: CIStack, secret: str, event: str, body: bytes) -> httpx.Response:
-    headers = {
-        "Content-Type": "application/json",
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": "test-delivery",
-        "X-Hub-Signature-256": signature_of(secret, body),
-    }
-    return httpx.post(f"{stack.base_url}/v1/hooks/github", content=body, headers=headers, timeout=30)
-
-
 def test_fork_pull_request_runs_without_secrets(tenancy: CIStack) -> None:
     client = tenancy.new_tenant()
     remote = tenancy.git_remote()
@@ -167,13 +151,7 @@ def test_fork_pull_request_runs_without_secrets(tenancy: CIStack) -> None:
     remote.write(".github/workflows/ci.yml", FORK)
     remote.commit("base")
     remote.push()
-    # The fork: someone else's clone with a commit of their own, which the host publishes in the
-    # base repository as refs/pull/<n>/head.
-    fork = GitRemote(tenancy.root / f"fork-{repo_id}")
-    git(fork.work, "pull", "-q", str(remote.bare), "main")
-    fork.write("evil.sh", "echo exfiltrate\n")
-    head = fork.commit("from the fork")
-    git(fork.work, "push", "-q", str(remote.bare), "HEAD:refs/pull/7/head")
+    head = push_from_fork(tenancy, remote, repo_id, 7)
 
     answer = deliver(tenancy, secret, "pull_request", pull_request_payload(7, head, "mallory/fork", name))
     assert answer.status_code == 202, answer.text

@@ -20,12 +20,20 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from activities.ci.secrets import JOB_SECRETS_PATH
-from api.ci.signatures import signature_of
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_network
 from tests.ci_api.conftest import CIStack, running_ci_stack
-from tests.ci_api.flows import job, log_text, push_workflow, runs_of_push, wait_for, wait_run
-from tests.gitrepo import GitRemote, git
+from tests.ci_api.flows import (
+    deliver,
+    job,
+    log_text,
+    pull_request_payload,
+    push_from_fork,
+    push_workflow,
+    runs_of_push,
+    wait_for,
+    wait_run,
+)
 from workflows.ci.ids import run_workflow_id
 
 pytestmark = pytest.mark.slow
@@ -140,34 +148,8 @@ def test_a_fork_pull_request_gets_no_network_even_with_the_tenants_grant(broker_
     remote.write(".github/workflows/ci.yml", FORK_WANTS_NETWORK)
     remote.commit("base")
     remote.push()
-    fork = GitRemote(broker_stack.root / f"fork-{repo_id}")
-    git(fork.work, "pull", "-q", str(remote.bare), "main")
-    fork.write("evil.sh", "echo exfiltrate\n")
-    head = fork.commit("from the fork")
-    git(fork.work, "push", "-q", str(remote.bare), "HEAD:refs/pull/9/head")
-    body = json.dumps(
-        {
-            "action": "opened",
-            "number": 9,
-            "pull_request": {
-                "number": 9,
-                "head": {"sha": head, "ref": "feature", "repo": {"full_name": "mallory/fork"}},
-                "base": {"ref": "main", "repo": {"full_name": name}},
-            },
-            "repository": {"full_name": name},
-        }
-    ).encode()
-    answer = httpx.post(
-        f"{broker_stack.base_url}/v1/hooks/github",
-        content=body,
-        headers={
-            "Content-Type": "application/json",
-            "X-GitHub-Event": "pull_request",
-            "X-GitHub-Delivery": "fork-network",
-            "X-Hub-Signature-256": signature_of(secret, body),
-        },
-        timeout=30,
-    )
+    head = push_from_fork(broker_stack, remote, repo_id, 9)
+    answer = deliver(broker_stack, secret, "pull_request", pull_request_payload(9, head, "mallory/fork", name))
     assert answer.status_code == 202, answer.text
     (rid,) = runs_of_push(client, answer.text)
     run = wait_run(client, rid)
