@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import select
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -153,8 +154,6 @@ class UserModeNetwork:
 
 
 def _read_with_timeout(fd: int, seconds: float) -> bytes:
-    import select
-
     readable, _, _ = select.select([fd], [], [], seconds)
     if not readable:
         return b""

@@ -16,7 +16,7 @@ from typing import Protocol
 from sqlalchemy.orm import sessionmaker
 
 from leasehold.records.ci.plans import network_allowed
-from leasehold.records.ci.repos import all_repos
+from leasehold.records.ci.repos import get_repo
 from workflows.ci.ids import run_id, run_workflow_id
 from workflows.ci.types.job import JobActivityInput
 
@@ -56,11 +56,9 @@ class DatabaseRunRecords:
 
     def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
         check_workflow_id(inp, workflow_id)
-        found = all_repos(self._factory, [inp.push.repo_id])
-        if not found:
-            raise UntrustedRun(f"repository {inp.push.repo_id} is not registered")
-        repo = found[0]
-        if repo.tenant_id != inp.push.tenant_id:
+        repo = get_repo(self._factory, inp.push.tenant_id, inp.push.repo_id)
+        if repo is None:
+            # Missing or another tenant's: the same refusal either way.
             raise UntrustedRun(f"repository {inp.push.repo_id} does not belong to tenant {inp.push.tenant_id}")
         return TrustedRun(
             tenant_id=repo.tenant_id,

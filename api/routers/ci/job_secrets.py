@@ -27,7 +27,7 @@ from activities.ci.secrets import JOB_SECRETS_PATH
 from api.deps import ClientDep, DbDep, KeyringDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError
 from leasehold.client.ci.start import run_state
-from leasehold.records.ci.repos import all_repos
+from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.secrets import fetch_secrets
 from workflows.ci.types.job import AttemptStatus
 from workflows.ci.types.run import JobStatus
@@ -89,12 +89,12 @@ async def job_secrets(
         raise _refused(request)
     if not state.secrets_allowed:
         return JobSecrets(secrets={})
-    repos = await asyncio.to_thread(all_repos, db, [state.repo_id])
-    if not repos or repos[0].tenant_id != state.tenant_id:
+    if await asyncio.to_thread(get_repo, db, state.tenant_id, state.repo_id) is None:
         log.warning(
             "run %s names repository %s, which tenant %s does not own", state.run_id, state.repo_id, state.tenant_id
         )
         raise _refused(request)
-    wanted = [name for name in claim.names if name in set(job.secret_names)]
+    declared = set(job.secret_names)
+    wanted = [name for name in claim.names if name in declared]
     values = await asyncio.to_thread(fetch_secrets, db, keyring, state.tenant_id, state.repo_id, wanted)
     return JobSecrets(secrets=values)
