@@ -6,8 +6,8 @@ here. The direction is one way: the database module imports this one, never the 
 
 from types import ModuleType
 
-from leasehold.records.ci import environments, heads, plans, repos, secrets
-from leasehold.records.video import deletions
+from leasehold.records.ci import environments, heads, plans, repos, runs, secrets
+from leasehold.records.video import deletions, jobs
 
 # Named so the imports are used: importing a module declares its tables on Base.
-TABLE_MODULES: tuple[ModuleType, ...] = (environments, heads, plans, repos, secrets, deletions)
+TABLE_MODULES: tuple[ModuleType, ...] = (environments, heads, plans, repos, runs, secrets, deletions, jobs)

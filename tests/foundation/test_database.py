@@ -12,7 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from leasehold.database import ApiKey, init_database, ping
 from leasehold.records.api_keys import Principal, create_key, lookup
-from tests.foundation.conftest import sqlite_url
+from tests.conftest import sqlite_url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -22,7 +22,7 @@ from leasehold.records.ci.repos import (
     webhook_candidates,
 )
 from leasehold.records.ci.secrets import Keyring, KeyringError
-from tests.foundation.conftest import sqlite_url
+from tests.conftest import sqlite_url
 
 POLICY = ClonePolicy()
 URL = "https://git.example.com/acme/widgets.git"

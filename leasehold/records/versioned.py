@@ -1,0 +1,44 @@
+"""Idempotent, order-insensitive writes of the read model.
+
+Every projection row carries ``version``: a number that grows with each transition of the
+execution it mirrors (the workflow's history length when the snapshot was taken; 0 for the
+row the API writes when it accepts a job). ``write_versioned`` applies a write only when its
+version is newer than the row's, so a retried, duplicated or reordered write converges on the
+newest one, on SQLite and on Postgres alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+
+def _insert(session: Session, table: Table) -> Any:
+    if session.get_bind().dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def write_versioned(session: Session, table: Table, key: dict[str, Any], values: dict[str, Any], version: int) -> bool:
+    """Insert or update the row ``key`` with ``values`` at ``version``; ``True`` if it applied.
+
+    An existing row at the same or a newer version is left alone. Runs inside the caller's
+    transaction; a concurrent insert of the same key is resolved by trying the update again.
+    """
+    row = {**values, **key, "version": version}
+    for _ in range(2):
+        where = [table.c[name] == value for name, value in key.items()]
+        changed = session.execute(update(table).where(*where, table.c.version < version).values(**row))
+        if changed.rowcount:  # type: ignore[attr-defined]
+            return True
+        inserted = session.execute(
+            _insert(session, table).values(**row).on_conflict_do_nothing(index_elements=list(key))
+        )
+        if inserted.rowcount:  # type: ignore[attr-defined]
+            return True
+        # Either a row at a newer (or equal) version exists, or a concurrent writer inserted it
+        # between the two statements: one more update settles which.
+    return False

@@ -1,0 +1,54 @@
+"""The read model of video jobs: one row per job, what listings, status reads and admission use.
+
+Temporal runs the job; this row mirrors it. The API inserts the row (version 0, ``queued``)
+when it accepts the job, in the same transaction that counts the owner's open jobs, so the job
+is in its owner's list as soon as the submit returns and the per-user cap holds across API
+replicas. The workflow then writes a snapshot of its ``VideoJobState`` at each transition
+(``version`` = its history length then), through ``write_versioned``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from leasehold.database import Base, utcnow
+
+
+class VideoJobRecord(Base):
+    """One video job as users see it."""
+
+    __tablename__ = "video_jobs"
+
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    # A ``VideoStatus`` value, or ``expired`` once the lifecycle deleted its content.
+    status: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+    # sha256 of the resolved request: the same idempotency key with another body is refused.
+    request_hash: Mapped[str] = mapped_column(String(64))
+    # The workflow was started (the transactional outbox: rows still False are started by the
+    # API's background starter).
+    engine_started: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts_started: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The whole ``VideoJobState`` as JSON (``model_dump(mode="json")``): what the API renders.
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (
+        Index("ix_video_jobs_owner", "tenant_id", "user_id", "created_at"),
+        Index("ix_video_jobs_owner_status", "tenant_id", "user_id", "status"),
+        Index("ix_video_jobs_model_status", "model", "status", "created_at"),
+        Index("ix_video_jobs_expiry", "status", "expires_at"),
+        Index("ix_video_jobs_outbox", "engine_started", "created_at"),
+    )
