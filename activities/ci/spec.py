@@ -7,6 +7,8 @@ Also: ``on.push`` branch/tag filters (``push_triggers``). Light: PyYAML and pyda
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from typing import Any
 
@@ -15,13 +17,15 @@ import yaml
 from workflows.ci.expressions import (
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
+    VALUE_FUNCTIONS,
     WORKSPACE_FUNCTIONS,
     ExpressionError,
+    condition_expression,
     context_paths,
     expressions_in,
     function_names,
     parse,
-    strip_wrapper,
+    unterminated,
 )
 from workflows.ci.types.spec import (
     ACTION_CACHE,
@@ -35,8 +39,20 @@ from workflows.ci.types.spec import (
     WorkflowSpec,
 )
 
+log = logging.getLogger(__name__)
+
 MAX_WORKFLOW_BYTES = 512 * 1024
 JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# GitHub keeps ids starting with '__' for itself.
+RESERVED_ID_PREFIX = "__"
+# Longest timeout a job or step may ask for (GitHub's own cap on a self-hosted job: 5 days);
+# a larger number, ``+999...9`` included, means "as long as allowed".
+MAX_TIMEOUT_MINUTES = 5 * 24 * 60
+# Deepest YAML nesting read (GitHub's files are shallow; this keeps hostile ones from
+# exhausting the parser's stack).
+MAX_YAML_DEPTH = 64
+# Workflow commands GitHub disabled; a step that prints them would silently do nothing.
+DISABLED_COMMANDS = re.compile(r"::(set-env|set-output|add-path)\b")
 SHELLS = ("bash", "sh")
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -90,7 +106,39 @@ class _List(list):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans, line numbers and duplicate-key errors."""
+    """SafeLoader with YAML 1.2 booleans, line numbers and duplicate-key errors; refuses anchors,
+    aliases and deep nesting, and turns every constructor failure into a YAML error."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        # GitHub refuses anchors and aliases; refusing them here also rules out alias bombs.
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.composer.ComposerError(
+                None, None, "YAML anchors and aliases are not supported (GitHub refuses them)", event.start_mark
+            )
+        depth = self._depth
+        if depth >= MAX_YAML_DEPTH:
+            message = f"nesting deeper than {MAX_YAML_DEPTH} levels"
+            raise yaml.composer.ComposerError(None, None, message, event.start_mark)
+        self._depth = depth + 1
+        try:
+            return yaml.composer.Composer.compose_node(self, parent, index)
+        finally:
+            self._depth = depth
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A tag the value does not fit (``!!bool test``, ``!!int x``, a huge ``!!float``) or any other
+        # constructor failure becomes a YAML error at the node's line, never another exception.
+        try:
+            return yaml.constructor.SafeConstructor.construct_object(self, node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {node.tag.rsplit(':', 1)[-1]} value {str(node.value)[:40]!r}", node.start_mark
+            ) from exc
 
 
 # YAML 1.1 reads on/off/yes/no as booleans; GitHub (YAML 1.2) does not.
@@ -126,6 +174,36 @@ def _construct_list(loader: _Loader, node: yaml.SequenceNode) -> _List:
     return result
 
 
+# YAML 1.2 core schema numbers (GitHub's): no 1.1 octal '010', sexagesimal or '1_000'; '1e3'
+# is a float without a dot.
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_12 = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+for _tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+    for _first in list(_Loader.yaml_implicit_resolvers):
+        _Loader.yaml_implicit_resolvers[_first] = [
+            (tag, rx) for tag, rx in _Loader.yaml_implicit_resolvers[_first] if tag != _tag
+        ]
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_12, list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int | float:
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if not re.fullmatch(r"[-+]?[0-9]+", text):
+        raise ValueError(f"not an integer: {text!r}")
+    if len(text) > 4000:
+        # GitHub reads numbers as doubles: an integer this long is +-Infinity.
+        return -math.inf if text.startswith("-") else math.inf
+    return int(text, 10)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_list)
 
@@ -148,11 +226,26 @@ def _line_of(container: Any, key: Any) -> int | None:
     return getattr(container, "line", None)
 
 
+def _number_text(value: int | float) -> str:
+    """A YAML number as GitHub prints it: ``1.0`` is ``1``; huge integers stay digits."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return repr(value)
+    return str(value) if value.bit_length() < 10_000 else ("-" if value < 0 else "") + "Infinity"
+
+
 def _scalar_text(ctx: _Ctx, value: Any, line: int | None, key: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (str, int, float)):
-        return str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return _number_text(value)
     if value is None:
         return ""
     raise ctx.fail(line, key, "must be a string, number or boolean")
@@ -162,7 +255,7 @@ def _string_list(ctx: _Ctx, value: Any, line: int | None, key: str) -> list[str]
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
-        return [str(v) for v in value]
+        return [v if isinstance(v, str) else _number_text(v) for v in value]
     raise ctx.fail(line, key, "must be a string or a list of strings")
 
 
@@ -191,7 +284,7 @@ def _check_expression(
     for name in function_names(node):
         if name in WORKSPACE_FUNCTIONS and not in_step:
             raise ctx.fail(line, key, f"{name}() is only available in steps")
-        if name not in STATUS_FUNCTIONS and name not in STRING_FUNCTIONS and name not in WORKSPACE_FUNCTIONS:
+        if name not in STATUS_FUNCTIONS | STRING_FUNCTIONS | VALUE_FUNCTIONS | WORKSPACE_FUNCTIONS:
             raise ctx.fail(line, key, f"unknown function {name}()")
     for path in context_paths(node):
         root = path[0]
@@ -206,7 +299,7 @@ def _check_expression(
 
 
 def _check_text(ctx: _Ctx, text: str, line: int | None, key: str, contexts: set[str], needs: list[str] | None) -> None:
-    if "${{" in text and not expressions_in(text):
+    if unterminated(text):
         raise ctx.fail(line, key, "unterminated '${{' expression")
     for expr in expressions_in(text):
         _check_expression(ctx, expr, line, key, contexts, needs)
@@ -222,9 +315,10 @@ def _env(
     env: dict[str, str] = {}
     for k, v in value.items():
         kline = value.key_lines.get(k)
-        name = str(k)
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ctx.fail(kline, f"{where}.{name}", "invalid environment variable name")
+        name = _scalar_text(ctx, k, kline, where)
+        # GitHub takes any name ('root-env' too); the environment itself cannot hold '=' or NUL.
+        if not name or "=" in name or "\0" in name:
+            raise ctx.fail(kline, f"{where}.{name}", "invalid environment variable name (empty, or holds '=' or NUL)")
         text = _scalar_text(ctx, v, kline, f"{where}.{name}")
         _check_text(ctx, text, kline, f"{where}.{name}", contexts, needs)
         env[name] = text
@@ -232,9 +326,10 @@ def _env(
 
 
 def _positive_number(ctx: _Ctx, value: Any, line: int | None, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0:
         raise ctx.fail(line, key, "must be a positive number of minutes")
-    return float(value)
+    # Compared before any conversion: an integer of hundreds of digits does not fit a float.
+    return float(MAX_TIMEOUT_MINUTES) if value >= MAX_TIMEOUT_MINUTES else float(value)
 
 
 def _bool(ctx: _Ctx, value: Any, line: int | None, key: str) -> bool:
@@ -243,14 +338,22 @@ def _bool(ctx: _Ctx, value: Any, line: int | None, key: str) -> bool:
     return value
 
 
-def _if(ctx: _Ctx, value: Any, line: int | None, key: str, contexts: set[str], needs: list[str] | None) -> str:
+def _if(ctx: _Ctx, value: Any, line: int | None, key: str, contexts: set[str], needs: list[str] | None) -> str | None:
+    """An ``if:`` as the expression it means; ``None`` for an empty one (GitHub: ``success()``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return None
     if not isinstance(value, (str, int, float)):
         raise ctx.fail(line, key, "must be an expression")
-    text = str(value)
-    _check_expression(ctx, strip_wrapper(text), line, key, contexts, needs)
-    return text
+    text = _scalar_text(ctx, value, line, key)
+    if not text.strip():
+        return None
+    if unterminated(text):
+        raise ctx.fail(line, key, "unterminated '${{' expression")
+    expr = condition_expression(text)
+    _check_expression(ctx, expr, line, key, contexts, needs)
+    return expr
 
 
 def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
@@ -348,14 +451,17 @@ def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs:
     run = _scalar_text(ctx, raw["run"], ln("run"), f"{where}.run")
     if not run.strip():
         raise ctx.fail(ln("run"), f"{where}.run", "must not be empty")
+    disabled = DISABLED_COMMANDS.search(run)
+    if disabled:
+        replacement = {"set-env": "$GITHUB_ENV", "set-output": "$GITHUB_OUTPUT", "add-path": "$GITHUB_PATH"}
+        raise ctx.fail(
+            ln("run"),
+            f"{where}.run",
+            f"the '::{disabled.group(1)}::' workflow command is disabled (as on GitHub); "
+            f"write to {replacement[disabled.group(1)]} instead",
+        )
     _check_text(ctx, run, ln("run"), f"{where}.run", STEP_CONTEXTS, needs)
-    step_id = None
-    if "id" in raw:
-        step_id = _scalar_text(ctx, raw["id"], ln("id"), f"{where}.id")
-        if not JOB_ID.match(step_id):
-            raise ctx.fail(
-                ln("id"), f"{where}.id", "must start with a letter or '_' and hold letters, digits, '_', '-'"
-            )
+    step_id = _step_id(ctx, raw, where, ln("id")) if "id" in raw else None
     shell = _scalar_text(ctx, raw.get("shell", "bash"), ln("shell"), f"{where}.shell")
     if shell not in SHELLS:
         raise ctx.fail(ln("shell"), f"{where}.shell", f"unsupported shell {shell!r} (supported: bash, sh)")
@@ -442,16 +548,21 @@ def _step_id(ctx: _Ctx, raw: _Map, where: str, line: int | None) -> str:
     step_id = _scalar_text(ctx, raw["id"], line, f"{where}.id")
     if not JOB_ID.match(step_id):
         raise ctx.fail(line, f"{where}.id", "must start with a letter or '_' and hold letters, digits, '_', '-'")
+    if step_id.startswith(RESERVED_ID_PREFIX):
+        raise ctx.fail(line, f"{where}.id", "ids starting with '__' are reserved")
     return step_id
 
 
-def _environment(ctx: _Ctx, value: Any, line: int | None, where: str) -> str:
-    """``environment: name`` or ``environment: {name: ..., url: ...}`` (the url is ignored)."""
+def _environment(ctx: _Ctx, value: Any, line: int | None, where: str) -> str | None:
+    """``environment: name`` or ``environment: {name: ..., url: ...}`` (the url is ignored); an
+    empty one means none, as on GitHub."""
     if isinstance(value, _Map):
         for k in value:
             if k not in ("name", "url"):
                 raise ctx.fail(value.key_lines.get(k), f"{where}.{k}", "supported: name, url")
         value = value.get("name")
+    if value is None or value == "":
+        return None
     name = _scalar_text(ctx, value, line, where) if isinstance(value, str) else None
     if name is None or not ENVIRONMENT_NAME.match(name):
         raise ctx.fail(line, where, "must be an environment name (letters, digits, '_', '-', '.'; no expressions)")
@@ -462,6 +573,8 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
     where = f"jobs.{job_id}"
     if not JOB_ID.match(job_id):
         raise ctx.fail(line, where, "job ids start with a letter or '_' and hold letters, digits, '_', '-'")
+    if job_id.startswith(RESERVED_ID_PREFIX):
+        raise ctx.fail(line, where, "job ids starting with '__' are reserved")
     if not isinstance(raw, _Map):
         raise ctx.fail(line, where, "must be a mapping")
     _check_keys(ctx, raw, JOB_KEYS, f"{where}.")
@@ -481,9 +594,16 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
     if len(steps_raw) > MAX_STEPS_PER_JOB:
         raise ctx.fail(ln("steps"), f"{where}.steps", f"at most {MAX_STEPS_PER_JOB} steps per job")
     steps = [_step(ctx, job_id, i, s, _line_of(steps_raw, i), needs) for i, s in enumerate(steps_raw)]
-    ids = [s.id for s in steps if s.id]
-    if len(ids) != len(set(ids)):
-        raise ctx.fail(ln("steps"), f"{where}.steps", "step ids must be unique")
+    seen: dict[str, str] = {}
+    for step in steps:
+        if step.id:
+            if step.id.lower() in seen:
+                raise ctx.fail(
+                    _line_of(steps_raw, step.index),
+                    f"{where}.steps[{step.index}].id",
+                    f"duplicate step id {step.id!r} (ids are case-insensitive: {seen[step.id.lower()]!r})",
+                )
+            seen[step.id.lower()] = step.id
     outputs: dict[str, str] = {}
     if "outputs" in raw:
         out = raw["outputs"]
@@ -518,9 +638,12 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
 
 
 def _check_graph(ctx: _Ctx, jobs: list[JobSpec], lines: dict[str, int | None]) -> None:
+    # Job ids are case-insensitive: 'needs: Build' names job 'build' (the declared spelling is kept).
+    declared = {j.id.lower(): j.id for j in jobs}
     ids = {j.id for j in jobs}
     by_id = {j.id: j for j in jobs}
     for job in jobs:
+        job.needs = [declared.get(need.lower(), need) for need in job.needs]
         for need in job.needs:
             if need not in ids:
                 raise ctx.fail(lines.get(job.id), f"jobs.{job.id}.needs", f"unknown job {need!r}")
@@ -548,7 +671,20 @@ def _check_graph(ctx: _Ctx, jobs: list[JobSpec], lines: dict[str, int | None]) -
 
 
 def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
-    """Parse and validate one workflow file; raises ``WorkflowSpecError``."""
+    """Parse and validate one workflow file; raises ``WorkflowSpecError`` and nothing else,
+    whatever the bytes: one bad file must fail its own run, never the push's listing."""
+    try:
+        return _parse_workflow(path, text)
+    except WorkflowSpecError:
+        raise
+    except RecursionError:
+        raise _Ctx(path).fail(None, None, "the file nests too deeply") from None
+    except Exception as exc:  # a parser bug must still fail only this file, with a message
+        log.exception("parsing %s failed unexpectedly", path)
+        raise _Ctx(path).fail(None, None, f"the file could not be parsed ({type(exc).__name__})") from None
+
+
+def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
     ctx = _Ctx(path)
     if isinstance(text, bytes):
         if len(text) > MAX_WORKFLOW_BYTES:
@@ -583,7 +719,17 @@ def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         str(k): (v.key_lines.get("needs", v.line) if isinstance(v, _Map) else jobs_raw.key_lines.get(k))
         for k, v in jobs_raw.items()
     }
-    jobs = [_job(ctx, str(k), v, jobs_raw.key_lines.get(k)) for k, v in jobs_raw.items()]
+    seen: dict[str, str] = {}
+    for k in jobs_raw:
+        job_id = _scalar_text(ctx, k, jobs_raw.key_lines.get(k), "jobs")
+        if job_id.lower() in seen:
+            raise ctx.fail(
+                jobs_raw.key_lines.get(k),
+                f"jobs.{job_id}",
+                f"duplicate job id {job_id!r} (ids are case-insensitive: {seen[job_id.lower()]!r})",
+            )
+        seen[job_id.lower()] = job_id
+    jobs = [_job(ctx, _scalar_text(ctx, k, None, "jobs"), v, jobs_raw.key_lines.get(k)) for k, v in jobs_raw.items()]
     _check_graph(ctx, jobs, lines)
     name = _scalar_text(ctx, doc["name"], doc.key_lines.get("name"), "name") if "name" in doc else path
     for job in jobs:
@@ -602,7 +748,7 @@ def job_secret_names(workflow_env: dict[str, str], job: JobSpec) -> list[str]:
     for step in job.steps:
         texts += [step.run, *step.env.values(), step.working_directory or "", *step.with_inputs.values()]
         if step.if_expr:
-            names |= _names_in(strip_wrapper(step.if_expr))
+            names |= _names_in(step.if_expr)
     for text in texts:
         for expr in expressions_in(text):
             names |= _names_in(expr)

@@ -8,8 +8,11 @@ Supported: literals (``'str'`` with ``''`` escapes, numbers, ``true``/``false``/
 contexts (``github``, ``env``, ``needs``, ``steps``, ``job``, ``runner``, ``secrets``), property access
 (``a.b`` and ``a['b']``), ``!``, ``< <= > >= == !=`` (GitHub's loose equality; strings compare
 case-insensitively), ``&&``, ``||``, parentheses, the status functions ``success()``,
-``failure()``, ``always()``, ``cancelled()``, ``contains``/``startsWith``/``endsWith``, and
-``hashFiles`` in steps (the worker supplies it).
+``failure()``, ``always()``, ``cancelled()``, ``contains``/``startsWith``/``endsWith``,
+``format``, ``join``, ``toJSON``, ``fromJSON``, and ``hashFiles`` in steps (the worker supplies it).
+
+GitHub's limits hold: an expression is at most 21,000 characters and nests at most 50 deep; a
+``}}`` inside a string literal does not close ``${{``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ class ExpressionError(ValueError):
 
 STATUS_FUNCTIONS = frozenset({"success", "failure", "always", "cancelled"})
 STRING_FUNCTIONS = frozenset({"contains", "startswith", "endswith"})
+# Functions of values: format('{0}', x), join(array, sep), toJSON(value), fromJSON(text).
+VALUE_FUNCTIONS = frozenset({"format", "join", "tojson", "fromjson"})
+# GitHub's ExpressionConstants: longest expression and deepest nesting it accepts.
+MAX_EXPRESSION_LENGTH = 21_000
+MAX_EXPRESSION_DEPTH = 50
 # Functions that read the job's workspace: only steps (on the worker) can evaluate them.
 WORKSPACE_FUNCTIONS = frozenset({"hashfiles"})  # hashFiles (names are case-insensitive)
 
@@ -40,7 +48,6 @@ _TOKEN = re.compile(
     )""",
     re.VERBOSE,
 )
-_INTERPOLATION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,12 @@ class _Parser:
         self.text = text
         self.tokens = _tokenize(text)
         self.i = 0
+        self.depth = 0
+
+    def _nest(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_EXPRESSION_DEPTH:
+            raise ExpressionError(f"expression nests deeper than {MAX_EXPRESSION_DEPTH} levels")
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -122,10 +135,14 @@ class _Parser:
         return node
 
     def unary(self) -> Node:
-        if self.peek() == ("op", "!"):
-            self.take()
-            return ("not", self.unary())
-        return self.postfix(self.primary())
+        self._nest()
+        try:
+            if self.peek() == ("op", "!"):
+                self.take()
+                return ("not", self.unary())
+            return self.postfix(self.primary())
+        finally:
+            self.depth -= 1
 
     def primary(self) -> Node:
         kind, value = self.take()
@@ -177,14 +194,80 @@ class _Parser:
 
 def parse(text: str) -> Node:
     """Parse an expression (without ``${{ }}``); raises ``ExpressionError``."""
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise ExpressionError(f"expression is longer than {MAX_EXPRESSION_LENGTH} characters")
     return _Parser(text).parse()
+
+
+def find_interpolations(text: str) -> list[tuple[int, int, str]]:
+    """Every ``${{ ... }}`` in ``text`` as (start, end, body); a ``}}`` inside a string literal
+    (``'...'``, ``''`` escapes a quote) does not close it. An unterminated one ends the scan."""
+    found: list[tuple[int, int, str]] = []
+    pos = 0
+    while True:
+        start = text.find("${{", pos)
+        if start == -1:
+            return found
+        i = start + 3
+        in_string = False
+        while i < len(text):
+            c = text[i]
+            if in_string:
+                if c == "'":
+                    if text.startswith("''", i):
+                        i += 2
+                        continue
+                    in_string = False
+            elif c == "'":
+                in_string = True
+            elif text.startswith("}}", i):
+                break
+            i += 1
+        else:
+            return found
+        found.append((start, i + 2, text[start + 3 : i]))
+        pos = i + 2
+
+
+def unterminated(text: str) -> bool:
+    """Whether ``text`` opens a ``${{`` that never closes."""
+    spans = find_interpolations(text)
+    tail = spans[-1][1] if spans else 0
+    return "${{" in text[tail:]
 
 
 def strip_wrapper(text: str) -> str:
     """``if:`` may be written as ``${{ expr }}`` or bare ``expr``."""
     stripped = text.strip()
-    m = _INTERPOLATION.fullmatch(stripped)
-    return m.group(1) if m else stripped
+    spans = find_interpolations(stripped)
+    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(stripped):
+        return spans[0][2]
+    return stripped
+
+
+def condition_expression(text: str) -> str:
+    """The expression an ``if:`` value means. Bare or wholly wrapped: that expression. Text
+    around ``${{ }}`` makes GitHub read the whole value as a string template, i.e.
+    ``format('text {0}', expr)``: truthy whenever it is not empty."""
+    stripped = text.strip()
+    spans = find_interpolations(stripped)
+    if not spans or (len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(stripped)):
+        return strip_wrapper(stripped)
+    parts: list[str] = []
+    args: list[str] = []
+    pos = 0
+    for start, end, body in spans:
+        parts.append(_format_literal(stripped[pos:start]))
+        parts.append("{" + str(len(args)) + "}")
+        args.append(f"({body})")
+        pos = end
+    parts.append(_format_literal(stripped[pos:]))
+    template = "".join(parts).replace("'", "''")
+    return f"format('{template}', {', '.join(args)})"
+
+
+def _format_literal(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 # Evaluation ---------------------------------------------------------------------------------
@@ -309,6 +392,8 @@ def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> An
                 return any(_compare("==", item, needle) for item in hay)
             h, n = to_text(hay).lower(), to_text(needle).lower()
             return n in h if name == "contains" else h.startswith(n) if name == "startswith" else h.endswith(n)
+        if name in VALUE_FUNCTIONS:
+            return _value_function(name, [evaluate(a, context, status) for a in args])
         if name in WORKSPACE_FUNCTIONS:
             if status.hash_files is None:
                 raise ExpressionError(f"{name}() is only available in steps")
@@ -317,6 +402,42 @@ def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> An
             return status.hash_files([to_text(evaluate(a, context, status)) for a in args])
         raise ExpressionError(f"unknown function {name}()")
     raise ExpressionError(f"bad expression node {kind}")
+
+
+_FORMAT_TOKEN = re.compile(r"\{\{|\}\}|\{(\d+)\}|[{}]")
+
+
+def _value_function(name: str, args: list[Any]) -> Any:
+    if name == "format":
+        if not args:
+            raise ExpressionError("format() takes a format string and its arguments")
+        fmt, values = to_text(args[0]), args[1:]
+
+        def sub(m: re.Match[str]) -> str:
+            token = m.group(0)
+            if token in ("{{", "}}"):
+                return token[0]
+            if m.group(1) is None:
+                raise ExpressionError(f"format(): unbalanced brace in {fmt!r}")
+            index = int(m.group(1))
+            if index >= len(values):
+                raise ExpressionError(f"format(): no argument {{{index}}} in {fmt!r}")
+            return to_text(values[index])
+
+        return _FORMAT_TOKEN.sub(sub, fmt)
+    if name == "join":
+        if not 1 <= len(args) <= 2:
+            raise ExpressionError("join() takes an array and an optional separator")
+        sep = to_text(args[1]) if len(args) == 2 else ","
+        return sep.join(to_text(v) for v in args[0]) if isinstance(args[0], list) else to_text(args[0])
+    if len(args) != 1:
+        raise ExpressionError(f"{name}() takes one argument")
+    if name == "tojson":
+        return json.dumps(args[0], indent=2)
+    try:
+        return json.loads(to_text(args[0]))
+    except ValueError as exc:
+        raise ExpressionError(f"fromJSON(): not JSON: {exc}") from None
 
 
 def uses_status_function(node: Node) -> bool:
@@ -331,7 +452,7 @@ def evaluate_condition(expr: str | None, status: StatusFunctions, context: dict[
     """An ``if:`` condition; without a status function it means ``success() && (expr)``."""
     if expr is None or not expr.strip():
         return status.success
-    node = parse(strip_wrapper(expr))
+    node = parse(condition_expression(expr))
     if not uses_status_function(node):
         return status.success and truthy(evaluate(node, context, status))
     return truthy(evaluate(node, context, status))
@@ -340,12 +461,19 @@ def evaluate_condition(expr: str | None, status: StatusFunctions, context: dict[
 def interpolate(text: str, context: dict[str, Any], status: StatusFunctions | None = None) -> str:
     """Substitute every ``${{ expr }}`` in ``text``."""
     fns = status or StatusFunctions()
-    return _INTERPOLATION.sub(lambda m: to_text(evaluate(parse(m.group(1)), context, fns)), text)
+    out: list[str] = []
+    pos = 0
+    for start, end, body in find_interpolations(text):
+        out.append(text[pos:start])
+        out.append(to_text(evaluate(parse(body), context, fns)))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def expressions_in(text: str) -> list[str]:
     """The ``${{ }}`` bodies in ``text``."""
-    return [m.group(1) for m in _INTERPOLATION.finditer(text)]
+    return [body for _, _, body in find_interpolations(text)]
 
 
 def context_paths(node: Node) -> list[list[str]]:

@@ -1,0 +1,243 @@
+"""GitHub's workflow parsing rules, as a table: each case is a small file and what GitHub does
+with it (accept, with the value it reads; or refuse, with the line and key we must name).
+
+Written from GitHub's documented behaviour (workflow syntax, expressions, contexts, limits):
+ids are case-insensitive and ``__`` is reserved; anchors are refused; an empty ``if:`` is
+``success()``; text around ``${{ }}`` in ``if:`` is a string template; ``}}`` inside a string
+literal does not close an expression; expressions hold at most 21,000 characters; numbers and
+booleans print as GitHub prints them; a huge ``timeout-minutes`` is accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from activities.ci.spec import MAX_TIMEOUT_MINUTES, WorkflowSpecError, parse_workflow
+from workflows.ci.expressions import StatusFunctions, evaluate_condition, interpolate
+from workflows.ci.types.spec import WorkflowSpec
+
+
+def wf(jobs: str, top: str = "") -> str:
+    return f"on: push\n{top}jobs:\n{jobs}"
+
+
+def job(body: str = "", steps: str = "      - run: echo hi\n", name: str = "a") -> str:
+    return f"  {name}:\n    runs-on: linux\n{body}    steps:\n{steps}"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    text: str
+    # Accepted: a function of the spec returning the value to compare with ``value``.
+    read: Any = None
+    value: Any = None
+    # Refused: (line, key) the error must name, and a fragment of the message.
+    line: int | None = None
+    key: str | None = None
+    message: str = ""
+
+
+CASES = [
+    # Per-file robustness: numbers GitHub accepts.
+    Case(
+        "timeout +999..9",
+        wf(job("    timeout-minutes: +" + "9" * 400 + "\n")),
+        lambda s: s.jobs[0].timeout_minutes,
+        float(MAX_TIMEOUT_MINUTES),
+    ),
+    Case(
+        "timeout 1e400",
+        wf(job("    timeout-minutes: 1e400\n")),
+        lambda s: s.jobs[0].timeout_minutes,
+        float(MAX_TIMEOUT_MINUTES),
+    ),
+    Case(
+        "timeout .nan",
+        wf(job("    timeout-minutes: .nan\n")),
+        line=5,
+        key="jobs.a.timeout-minutes",
+        message="positive number",
+    ),
+    # YAML tags a value does not fit: an error at the line, not a crash.
+    Case("!!bool tag", wf(job().replace("runs-on: linux", "runs-on: !!bool test")), line=4, message="bool value"),
+    Case("!!int tag", wf(job().replace("runs-on: linux", "runs-on: !!int x")), line=4, message="int value"),
+    Case("!!float tag", wf(job().replace("runs-on: linux", "runs-on: !!float y")), line=4, message="float value"),
+    # Anchors and aliases are refused, as on GitHub.
+    Case("anchor", wf(job(), top="env: &shared\n  A: 1\n"), line=2, message="anchors"),
+    Case("alias", "on: push\nenv:\n  A: &x 1\n  B: *x\njobs:\n" + job(), line=3, message="anchors"),
+    # Environment variable names: any name without '=' (GitHub takes 'root-env').
+    Case("env name with -", wf(job(), top="env:\n  root-env: x\n"), lambda s: s.env, {"root-env": "x"}),
+    Case("env name with =", wf(job(), top="env:\n  'a=b': x\n"), line=3, key="env.a=b", message="'='"),
+    # Number and boolean coercion as GitHub prints them.
+    Case(
+        "env numbers",
+        wf(job(), top="env:\n  I: 1\n  F: 1.0\n  G: 1.5\n  B: true\n  N: 0x10\n"),
+        lambda s: s.env,
+        {"I": "1", "F": "1", "G": "1.5", "B": "true", "N": "16"},
+    ),
+    Case(
+        "env yaml 1.1 words stay strings",
+        wf(job(), top="env:\n  Y: yes\n  O: off\n"),
+        lambda s: s.env,
+        {"Y": "yes", "O": "off"},
+    ),
+    # if: empty or null means success(); with and without ${{ }}.
+    Case("if empty", wf(job("    if: ''\n")), lambda s: s.jobs[0].if_expr, None),
+    Case("if null", wf(job("    if: null\n")), lambda s: s.jobs[0].if_expr, None),
+    Case(
+        "if bare",
+        wf(job("    if: github.ref == 'refs/heads/main'\n")),
+        lambda s: s.jobs[0].if_expr,
+        "github.ref == 'refs/heads/main'",
+    ),
+    Case(
+        "if wrapped",
+        wf(job("    if: ${{ github.ref == 'refs/heads/main' }}\n")),
+        lambda s: s.jobs[0].if_expr,
+        " github.ref == 'refs/heads/main' ",
+    ),
+    Case(
+        "if with text around",
+        wf(job("    if: ${{ false }} && true\n")),
+        lambda s: s.jobs[0].if_expr,
+        "format('{0} && true', ( false ))",
+    ),
+    Case(
+        "step if null",
+        wf(job(steps="      - run: echo\n        if: null\n")),
+        lambda s: s.jobs[0].steps[0].if_expr,
+        None,
+    ),
+    # Expressions: '}}' inside a string literal; the 21,000-character limit.
+    Case(
+        "}} in a string",
+        wf(job(steps="      - run: echo \"${{ 'a}}b' }}\"\n")),
+        lambda s: s.jobs[0].steps[0].run,
+        "echo \"${{ 'a}}b' }}\"",
+    ),
+    Case(
+        "expression too long",
+        wf(job(steps="      - run: echo ${{ '" + "a" * 21_000 + "' }}\n")),
+        line=6,
+        key="jobs.a.steps[0].run",
+        message="21000",
+    ),
+    Case(
+        "unterminated",
+        wf(job(steps="      - run: echo ${{ github.sha\n")),
+        line=6,
+        key="jobs.a.steps[0].run",
+        message="unterminated",
+    ),
+    Case(
+        "nesting limit",
+        wf(job(steps="      - run: echo ${{ " + "(" * 60 + "1" + ")" * 60 + " }}\n")),
+        line=6,
+        message="50",
+    ),
+    # environment: '' means none.
+    Case("environment empty", wf(job("    environment: ''\n")), lambda s: s.jobs[0].environment, None),
+    # Ids: case-insensitive, '__' reserved.
+    Case(
+        "job ids differ in case",
+        wf(job(name="MY-JOB") + job(name="my-job")),
+        line=7,
+        key="jobs.my-job",
+        message="case-insensitive",
+    ),
+    Case(
+        "needs in another case",
+        wf(job(name="Build") + job("    needs: build\n", name="test")),
+        lambda s: s.jobs[1].needs,
+        ["Build"],
+    ),
+    Case(
+        "step ids differ in case",
+        wf(job(steps="      - id: S\n        run: a\n      - id: s\n        run: b\n")),
+        line=8,
+        key="jobs.a.steps[1].id",
+        message="case-insensitive",
+    ),
+    Case("job id __", wf(job(name="__a")), line=3, key="jobs.__a", message="reserved"),
+    Case(
+        "step id __",
+        wf(job(steps="      - id: __s\n        run: a\n")),
+        line=6,
+        key="jobs.a.steps[0].id",
+        message="reserved",
+    ),
+    # Disabled workflow commands are refused at push time, not silently ignored.
+    Case(
+        "::set-output",
+        wf(job(steps="      - run: echo '::set-output name=a::b'\n")),
+        line=6,
+        key="jobs.a.steps[0].run",
+        message="$GITHUB_OUTPUT",
+    ),
+    Case(
+        "::set-env",
+        wf(job(steps="      - run: echo '::set-env name=a::b'\n")),
+        line=6,
+        key="jobs.a.steps[0].run",
+        message="$GITHUB_ENV",
+    ),
+    # Deep nesting is an error, not a RecursionError.
+    Case("deep nesting", "on: push\njobs: " + "[" * 3000 + "]" * 3000 + "\n", line=2, message="nesting"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_github_rule(case: Case) -> None:
+    if case.read is not None:
+        spec = parse_workflow("w.yml", case.text)
+        assert isinstance(spec, WorkflowSpec)
+        assert case.read(spec) == case.value
+        return
+    with pytest.raises(WorkflowSpecError) as err:
+        parse_workflow("w.yml", case.text)
+    assert err.value.error.file == "w.yml"
+    assert err.value.error.line == case.line, err.value.error.render()
+    if case.key is not None:
+        assert err.value.error.key == case.key, err.value.error.render()
+    assert case.message in err.value.error.message, err.value.error.render()
+
+
+OK = StatusFunctions()
+FAILED = StatusFunctions(success=False, failure=True)
+
+CONDITIONS = [
+    # (if text, status, expected): text around ${{ }} is a non-empty string, so always truthy
+    # (and still gated by success(), having no status function).
+    ("${{ false }} && true", OK, True),
+    ("${{ false }}", OK, False),
+    ("false", OK, False),
+    ("${{ false }} && true", FAILED, False),
+    ("${{ always() }}", FAILED, True),
+    ("github.ref == 'REFS/HEADS/MAIN'", OK, True),  # strings compare case-insensitively
+]
+
+
+@pytest.mark.parametrize(("text", "status", "expected"), CONDITIONS)
+def test_if_conditions_evaluate_as_github(text: str, status: StatusFunctions, expected: bool) -> None:
+    assert evaluate_condition(text, status, {"github": {"ref": "refs/heads/main"}}) is expected
+
+
+FUNCTIONS = [
+    ("${{ format('{0}-{1}', 'a', 2) }}", "a-2"),
+    ("${{ format('{{0}} {0}', 'x') }}", "{0} x"),
+    ("${{ join(fromJSON('[1, 2, 3]'), '+') }}", "1+2+3"),
+    ('${{ join(fromJSON(\'["a", "b"]\')) }}', "a,b"),
+    ("${{ toJSON(fromJSON('{\"a\": 1}')) }}", '{\n  "a": 1\n}'),
+    ("${{ fromJSON('true') && 'yes' }}", "yes"),
+    ("x ${{ 'a}}b' }} y", "x a}}b y"),
+    ("${{ 'it''s' }}", "it's"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FUNCTIONS)
+def test_functions_and_literals(text: str, expected: str) -> None:
+    assert interpolate(text, {}) == expected
