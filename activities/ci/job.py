@@ -107,17 +107,32 @@ class _Stop:
         self.message: str | None = None
 
 
-def _read_output_file(path: Path) -> dict[str, str]:
-    """``name=value`` and ``name<<DELIM`` blocks, read without following symlinks: the job
-    controls this file and must not make the worker read a host file through it."""
+def _read_job_file(path: Path) -> str:
+    """A file the job wrote, read without following symlinks: the job controls it and must not
+    make the worker read a host file through it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return {}
+        return ""
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return {}
-        text = f.read(MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+            return ""
+        return f.read(MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+
+
+# At most this many directories a job may add to PATH through $GITHUB_PATH.
+MAX_PATH_ENTRIES = 64
+
+
+def _read_path_file(path: Path) -> list[str]:
+    """Directories a step appended to ``$GITHUB_PATH``, one per line, in order."""
+    entries = [line.strip() for line in _read_job_file(path).splitlines()]
+    return [e for e in entries if e and "\0" not in e][:MAX_PATH_ENTRIES]
+
+
+def _read_output_file(path: Path) -> dict[str, str]:
+    """``name=value`` and ``name<<DELIM`` blocks (``$GITHUB_OUTPUT``, ``$GITHUB_ENV``)."""
+    text = _read_job_file(path)
     values: dict[str, str] = {}
     lines = text.splitlines()
     i = 0
@@ -199,7 +214,7 @@ def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
         _remove_tree(io_dir)
     io_dir.mkdir(mode=0o755)
     os.chmod(io_dir, 0o755)
-    for name in ("output", "env"):
+    for name in ("output", "env", "path"):
         _write_new(io_dir, name, b"", owner)
     return io_dir
 
@@ -305,6 +320,9 @@ class _Attempt:
         # Values of the secrets the job references (missing ones empty); they exist only in
         # this attempt's memory and sandbox, and the masker hides them from its log.
         self.secrets: dict[str, str] = {}
+        # Directories steps added through $GITHUB_PATH, oldest first (the newest comes first
+        # in later steps' PATH, as on GitHub).
+        self.path_entries: list[str] = []
         # actions/cache steps whose key missed: saved after the job succeeds (the post step).
         self.cache_saves: list[tuple[str, list[str]]] = []
         self.masker = StreamMasker()
@@ -478,15 +496,19 @@ class _Attempt:
 
     def _context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
         inp = self.inp
+        push = inp.push
+        github = github_context(push.commit_sha, push.ref, push.repo_full_name, inp.run_id, inp.workflow_name)
+        # What only the worker knows: where the workspace is, and which attempt this is.
+        github.update(
+            workspace=f"{self.mount}/work", event_name=inp.push.event, run_attempt=str(self.attempt), job=self.job.id
+        )
         return {
-            "github": github_context(
-                inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, inp.workflow_name
-            ),
+            "github": github,
             "env": env,
             "needs": {k: v.model_dump() for k, v in inp.needs.items()},
             "steps": steps_ctx,
             "job": {"status": job_status},
-            "runner": {"os": "Linux", "temp": f"{self.mount}/tmp"},
+            "runner": {"os": "Linux", "temp": f"{self.mount}/tmp", "workspace": f"{self.mount}/work"},
             "secrets": self.secrets,
         }
 
@@ -702,6 +724,9 @@ class _Attempt:
         env.update(base)
         env["GITHUB_OUTPUT"] = f"{self.mount}/io/output"
         env["GITHUB_ENV"] = f"{self.mount}/io/env"
+        env["GITHUB_PATH"] = f"{self.mount}/io/path"
+        if self.path_entries:
+            env["PATH"] = ":".join([*reversed(self.path_entries), base["PATH"]])
         env["GITHUB_STEP"] = str(n)
         script_path = f"{self.mount}/runner/step-{n}.sh"
         argv = (
@@ -733,6 +758,8 @@ class _Attempt:
             self.log.line(f"[leasehold] step {n + 1}: {note}")
         values = _read_output_file(io_dir / "output")
         env_values = _read_output_file(io_dir / "env")
+        added = _read_path_file(io_dir / "path")
+        self.path_entries = [*self.path_entries, *added][-MAX_PATH_ENTRIES:]
         if stop.reason == AttemptStatus.CANCELLED:
             self.log.line("[leasehold] step cancelled")
             return StepStatus.CANCELLED, code, values, env_values

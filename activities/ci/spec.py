@@ -291,7 +291,12 @@ def _check_expression(
         if root not in contexts:
             allowed = ", ".join(sorted(contexts))
             raise ctx.fail(line, key, f"context {root!r} is not available here (available: {allowed})")
-        if root == "needs" and needs is not None and len(path) > 1 and path[1] not in needs:
+        if (
+            root == "needs"
+            and needs is not None
+            and len(path) > 1
+            and path[1].lower() not in {n.lower() for n in needs}
+        ):
             raise ctx.fail(line, key, f"needs.{path[1]} is not in this job's 'needs'")
         if root == "secrets" and (len(path) < 2 or not SECRET_NAME.match(path[1])):
             # The job fetches exactly the secrets it names; a computed name cannot be known.
