@@ -163,6 +163,10 @@ class Settings(BaseSettings):
     ci_clone_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     ci_clone_allow_private: Annotated[list[str], NoDecode] = Field(default_factory=list)
     ci_local_repo_root: Path | None = None
+    # Where `uses: owner/repo@ref` actions come from: a git URL template with {owner} and {repo}
+    # (its URLs obey the clone URL rules above), or an absolute directory holding git
+    # repositories at <dir>/<owner>/<repo> (offline and air-gapped deployments).
+    ci_actions_source: str = "https://github.com/{owner}/{repo}"
 
     # Video admission. Paid and free jobs share each model's workers through Temporal fairness:
     # dispatch shares follow these weights while both tiers have a backlog (no tier starves).

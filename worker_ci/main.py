@@ -16,6 +16,7 @@ from functools import partial
 
 from temporalio.worker import Worker
 
+from activities.ci.actions import ActionSource
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.listing import CIListingActivities, environment_rules
@@ -48,6 +49,7 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     ci_dir = settings.data_dir / "ci"
     mirror = GitMirror(ci_dir / "mirrors", ClonePolicy.from_settings(settings))
+    actions = ActionSource.from_settings(settings, ci_dir / "action-mirrors")
     jobs = CIJobActivities(
         JobConfig(
             workspaces=ci_dir / "workspaces",
@@ -66,8 +68,9 @@ async def serve(settings: Settings) -> None:
         DatabaseRunRecords(db),
         # The worker holds no secrets key: it trades each attempt's token at the API.
         ApiSecretSource(settings.resolved_api_internal_url),
+        actions,
     )
-    listing = CIListingActivities(mirror, partial(environment_rules, db))
+    listing = CIListingActivities(mirror, partial(environment_rules, db), actions)
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
     job_worker = Worker(

@@ -314,6 +314,51 @@ class GitMirror:
                 heads[ref[len("refs/heads/") :]] = sha
         return mirror, heads
 
+    def resolve_ref(
+        self, repo_id: str, clone_url: str, ref: str, heartbeat: Callable[[], None] | None = None
+    ) -> tuple[Path, str | None]:
+        """Fetch the mirror and resolve ``ref`` (a tag, a branch or a full commit sha) to a commit
+        sha; ``None`` when the repository has no such ref. The caller validated ``ref``'s grammar."""
+        check_request(clone_url, "0" * 40)
+        if ref.startswith("-") or not ref:
+            raise InvalidRequest(f"invalid ref {ref!r}")
+        source = self.source(clone_url)
+        mirror = self.path(repo_id)
+        with self._locked(repo_id):
+            fresh = self._clone_or_repoint(mirror, source, heartbeat)
+            pinned = SHA.match(ref) is not None
+            if not fresh and not (pinned and self.has_commit(mirror, ref)):
+                # Tags and branches move: read them as the source has them now.
+                self._fetch(mirror, source, heartbeat)
+            os.utime(mirror)
+            candidates = [ref] if pinned else [f"refs/tags/{ref}", f"refs/heads/{ref}"]
+            for candidate in candidates:
+                try:
+                    out = run_git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], cwd=mirror)
+                except GitError:
+                    continue
+                sha = out.decode().strip()
+                if SHA.match(sha):
+                    return mirror, sha
+        return mirror, None
+
+    def read_file(self, mirror: Path, sha: str, path: str, max_bytes: int) -> bytes | None:
+        """The regular file ``path`` at ``sha`` (``None``: absent, a link, a directory or larger
+        than ``max_bytes``); read from git's objects, so no link in the tree is ever followed."""
+        check_request("x", sha)
+        out = run_git(["ls-tree", "-z", "-l", sha, "--", path], cwd=mirror)
+        for entry in out.split(b"\0"):
+            meta, _, name = entry.partition(b"\t")
+            parts = meta.split()
+            if name.decode(errors="replace") != path or len(parts) < 4:
+                continue
+            if parts[0] not in (b"100644", b"100755") or parts[1] != b"blob":
+                return None
+            if not parts[3].isdigit() or int(parts[3]) > max_bytes:
+                return None
+            return run_git(["cat-file", "blob", parts[2].decode()], cwd=mirror)
+        return None
+
     def workflow_files(self, mirror: Path, sha: str, max_bytes: int) -> list[tuple[str, bytes | None]]:
         """``(path, content)`` of ``.github/workflows/*.yml|yaml`` at ``sha``; content is
         ``None`` for a file larger than ``max_bytes``."""

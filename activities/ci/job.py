@@ -30,6 +30,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities.ci.action_steps import ActionRunner, SandboxRun
+from activities.ci.actions import ActionSource
 from activities.ci.cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
 from activities.ci.definitions import CIJobDefinition
 from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
@@ -68,7 +70,7 @@ from workflows.ci.types.job import (
     StepResult,
     StepStatus,
 )
-from workflows.ci.types.spec import ACTION_CACHE, ACTION_CHECKOUT, StepSpec
+from workflows.ci.types.spec import ACTION_CACHE, ACTION_CHECKOUT, ActionSpec, StepSpec
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +216,7 @@ def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
         _remove_tree(io_dir)
     io_dir.mkdir(mode=0o755)
     os.chmod(io_dir, 0o755)
-    for name in ("output", "env", "path"):
+    for name in ("output", "env", "path", "state"):
         _write_new(io_dir, name, b"", owner)
     return io_dir
 
@@ -232,8 +234,11 @@ class CIJobActivities(CIJobDefinition):
         loop: asyncio.AbstractEventLoop,
         records: RunRecords,
         secrets: SecretSource | None = None,
+        actions: ActionSource | None = None,
     ) -> None:
         self._config = config
+        # Where remote actions' code comes from (``None``: only local ``./path`` actions run).
+        self._actions = actions
         self._records = records
         self._secrets: SecretSource = secrets or NoSecrets()
         self._store = store
@@ -314,6 +319,8 @@ class _Attempt:
         self.root = owner._config.workspaces / f"{inp.run_id}-{inp.job.id}-{attempt}-{uuid.uuid4().hex[:8]}"
         self.mount = owner._sandbox.mount_point(self.root)
         self.step_index = 0
+        # Numbers each sandboxed process of the attempt (its script's name, its sandbox's).
+        self.process_seq = 0
         self.cancelled = False
         self.shutdown = False
         self.last_heartbeat = 0.0
@@ -326,6 +333,9 @@ class _Attempt:
         # actions/cache steps whose key missed: saved after the job succeeds (the post step).
         self.cache_saves: list[tuple[str, list[str]]] = []
         self.masker = StreamMasker()
+        self.actions = ActionRunner(self)
+        # Where each remote action's files were put for this attempt: (repository, sha) -> dir.
+        self.action_dirs: dict[tuple[str, str], str] = {}
         self.log = LogShipper(
             owner._store,
             self.prefix,
@@ -567,8 +577,15 @@ class _Attempt:
                     steps_ctx[step.id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
                 continue
             step_started = datetime.now(UTC)
-            if step.uses is not None:
+            if step.uses is not None and step.builtin:
                 outcome, code, values, env_file = self._run_action(step, inputs)
+            elif step.uses is not None:
+                self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+                deadline = job_deadline
+                if step.timeout_minutes is not None:
+                    deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
+                run = self.actions.run(f"step {step.index + 1}", step, inputs, step_env, deadline, failed)
+                outcome, code, values, env_file = run.outcome, run.exit_code, run.outputs, run.env
             else:
                 outcome, code, values, env_file = self._run_step(step, script, workdir, base, step_env, job_deadline)
             extra_env.update(env_file)
@@ -597,6 +614,9 @@ class _Attempt:
                         f" with exit code {code}" if code is not None else ""
                     )
                 failed = True
+        post = self.actions.run_posts(failed or timed_out)
+        if post is not None and not failed:
+            failed, exit_code, error = True, post.exit_code, f"a post step failed ({post.outcome.value})"
         outputs = self._job_outputs(step_outputs, steps_ctx, env_ctx)
         if self.cancelled:
             return AttemptStatus.CANCELLED, exit_code, error or "cancelled", results, outputs
@@ -611,6 +631,40 @@ class _Attempt:
         if failed:
             return AttemptStatus.FAILURE, exit_code, error, results, outputs
         return AttemptStatus.SUCCESS, 0, None, results, outputs
+
+    # What actions need of the attempt (``activities.ci.action_steps.StepHost``) -------------
+
+    def context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
+        return self._context(env, steps_ctx, job_status)
+
+    def status_functions(self, failed: bool) -> StatusFunctions:
+        return StatusFunctions(
+            success=not failed and not self.cancelled,
+            failure=failed,
+            cancelled=self.cancelled,
+            hash_files=self._hash_files,
+        )
+
+    def say(self, text: str) -> None:
+        self.log.line(text)
+
+    def action_dir(self, spec: ActionSpec) -> str:
+        """Where the action's files are inside the sandbox: the workspace for ``./path``, else a
+        root-owned copy of its commit under ``actions/`` that the job reads but cannot change."""
+        if spec.repository is None or spec.sha is None:
+            return f"{self.mount}/work/{spec.path}".rstrip("/")
+        key = (spec.repository, spec.sha)
+        if key not in self.action_dirs:
+            if self.o._actions is None:
+                raise SandboxError("this worker has no actions source configured")
+            directory = self.root / "actions"
+            if not directory.exists():
+                directory.mkdir(mode=0o755)
+                os.chmod(directory, 0o755)
+            name = str(len(self.action_dirs))
+            self.o._actions.extract(spec.repository, spec.sha, directory / name, self.heartbeat)
+            self.action_dirs[key] = f"{self.mount}/actions/{name}"
+        return f"{self.action_dirs[key]}/{spec.path}".rstrip("/")
 
     def _hash_files(self, patterns: list[str]) -> str:
         try:
@@ -717,30 +771,57 @@ class _Attempt:
         step_env: dict[str, str],
         job_deadline: float,
     ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
-        n = step.index
-        _write_new(self.root / "runner", f"step-{n}.sh", script.encode(), None)
-        io_dir = _fresh_io_dir(self.root / "io", self.owner or JobOwner())
-        env = dict(step_env)
-        env.update(base)
-        env["GITHUB_OUTPUT"] = f"{self.mount}/io/output"
-        env["GITHUB_ENV"] = f"{self.mount}/io/env"
-        env["GITHUB_PATH"] = f"{self.mount}/io/path"
-        if self.path_entries:
-            env["PATH"] = ":".join([*reversed(self.path_entries), base["PATH"]])
-        env["GITHUB_STEP"] = str(n)
-        script_path = f"{self.mount}/runner/step-{n}.sh"
+        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+        deadline = job_deadline
+        if step.timeout_minutes is not None:
+            deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
+        run = self.run_script(f"step {step.index + 1}", script, step.shell, workdir, step_env, deadline)
+        return run.outcome, run.exit_code, run.outputs, run.env
+
+    def run_script(
+        self, label: str, script: str, shell: str, workdir: str | None, step_env: dict[str, str], deadline: float
+    ) -> SandboxRun:
+        """A ``run:`` script (of a job's step or of a composite action's) in the sandbox."""
+        self.process_seq += 1
+        name = f"step-{self.process_seq}.sh"
+        _write_new(self.root / "runner", name, script.encode(), None)
+        script_path = f"{self.mount}/runner/{name}"
         argv = (
             ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_path]
-            if step.shell == "bash"
+            if shell == "bash"
             else ["sh", "-e", script_path]
         )
         cwd = f"{self.mount}/work"
         if workdir:
             cwd = workdir if workdir.startswith("/") else f"{cwd}/{workdir}"
-        self.log.line(f"[leasehold] step {n + 1}: {_shown_name(step.name)}")
-        deadline = job_deadline
-        if step.timeout_minutes is not None:
-            deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
+        return self.run_in_sandbox(label, argv, step_env, cwd, deadline)
+
+    def run_in_sandbox(
+        self,
+        label: str,
+        argv: list[str],
+        step_env: dict[str, str],
+        cwd: str,
+        deadline: float,
+        state: dict[str, str] | None = None,
+    ) -> SandboxRun:
+        """One process in a fresh sandbox over the workspace, with this step's own
+        ``$GITHUB_OUTPUT``/``$GITHUB_ENV``/``$GITHUB_PATH``/``$GITHUB_STATE`` files; ``state`` is
+        an action's saved state (``STATE_<name>``). Directories it adds to PATH take effect for
+        the processes after it."""
+        io_dir = _fresh_io_dir(self.root / "io", self.owner or JobOwner())
+        base = self._base_env()
+        env = dict(step_env)
+        env.update(base)
+        for key, value in (state or {}).items():
+            env[f"STATE_{key}"] = value
+        env["GITHUB_OUTPUT"] = f"{self.mount}/io/output"
+        env["GITHUB_ENV"] = f"{self.mount}/io/env"
+        env["GITHUB_PATH"] = f"{self.mount}/io/path"
+        env["GITHUB_STATE"] = f"{self.mount}/io/state"
+        if self.path_entries:
+            env["PATH"] = ":".join([*reversed(self.path_entries), base["PATH"]])
+        env["GITHUB_STEP"] = str(self.step_index)
         proc = self.o._sandbox.start(
             SandboxRequest(
                 argv=argv,
@@ -749,30 +830,37 @@ class _Attempt:
                 cwd=cwd,
                 network=self.job.network,
                 limits=self.o._config.limits,
-                name=f"{self.inp.run_id}-{self.job.id}-{n}",
+                name=f"{self.inp.run_id}-{self.job.id}-{self.process_seq}",
             )
         )
         stop = self._supervise(proc, deadline)
         code = proc.poll()
         for note in proc.finish():
-            self.log.line(f"[leasehold] step {n + 1}: {note}")
-        values = _read_output_file(io_dir / "output")
-        env_values = _read_output_file(io_dir / "env")
+            self.log.line(f"[leasehold] {label}: {note}")
+        run = SandboxRun(
+            outcome=StepStatus.SUCCESS,
+            exit_code=code,
+            outputs=_read_output_file(io_dir / "output"),
+            env=_read_output_file(io_dir / "env"),
+            state=_read_output_file(io_dir / "state"),
+        )
         added = _read_path_file(io_dir / "path")
         self.path_entries = [*self.path_entries, *added][-MAX_PATH_ENTRIES:]
         if stop.reason == AttemptStatus.CANCELLED:
             self.log.line("[leasehold] step cancelled")
-            return StepStatus.CANCELLED, code, values, env_values
-        if stop.reason == AttemptStatus.TIMED_OUT:
+            run.outcome = StepStatus.CANCELLED
+        elif stop.reason == AttemptStatus.TIMED_OUT:
             self.log.line(f"[leasehold] step timed out: {stop.message}")
-            return StepStatus.TIMED_OUT, code, values, env_values
-        if stop.reason == AttemptStatus.FAILURE:
+            run.outcome = StepStatus.TIMED_OUT
+        elif stop.reason == AttemptStatus.FAILURE:
             self.log.line(f"[leasehold] step stopped: {stop.message}")
-            return StepStatus.FAILURE, code, values, env_values
-        if code == 0:
-            return StepStatus.SUCCESS, 0, values, env_values
-        self.log.line(f"[leasehold] step {n + 1} failed with exit code {code}")
-        return StepStatus.FAILURE, code, values, env_values
+            run.outcome = StepStatus.FAILURE
+        elif code != 0:
+            self.log.line(f"[leasehold] {label} failed with exit code {code}")
+            run.outcome = StepStatus.FAILURE
+        else:
+            run.exit_code = 0
+        return run
 
     def _supervise(self, proc: SandboxProcess, deadline: float) -> _Stop:
         """Pump output, heartbeat, and stop the tree on cancel, timeout, shutdown or disk quota."""

@@ -10,6 +10,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.ci.actions import ActionResolver, ActionSource
 from activities.ci.definitions import CIListingDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.spec import (
@@ -36,9 +37,13 @@ EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule
 class CIListingActivities(CIListingDefinition):
     """Runs on CI workers (they hold the git mirrors), on the control queue."""
 
-    def __init__(self, mirror: GitMirror, environments: EnvironmentRules | None = None) -> None:
+    def __init__(
+        self, mirror: GitMirror, environments: EnvironmentRules | None = None, actions: ActionSource | None = None
+    ) -> None:
         self._mirror = mirror
         self._environments = environments
+        # Where `owner/repo@ref` actions come from; None: only local `./path` actions resolve.
+        self._actions = actions
 
     @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
     def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
@@ -59,6 +64,10 @@ class CIListingActivities(CIListingDefinition):
                 continue
             try:
                 spec = parse_workflow(path, content)
+                # Each file's actions on their own: a bad action fails only the file using it.
+                ActionResolver(
+                    self._actions, self._mirror, mirror, inp.commit_sha, activity.heartbeat
+                ).resolve_workflow(spec)
             except WorkflowSpecError as exc:
                 # The run is still created, and fails with this message.
                 files.append(WorkflowFile(path=path, error=exc.error))

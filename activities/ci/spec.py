@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from activities.ci.action_refs import ActionRefError, is_builtin, parse_uses
 from workflows.ci.expressions import (
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
@@ -29,7 +30,6 @@ from workflows.ci.expressions import (
 )
 from workflows.ci.types.spec import (
     ACTION_CACHE,
-    BUILTIN_ACTIONS,
     MAX_JOBS_PER_WORKFLOW,
     MAX_STEPS_PER_JOB,
     JobSpec,
@@ -263,7 +263,7 @@ def _check_keys(ctx: _Ctx, mapping: _Map, allowed: set[str], where: str) -> None
     for key in mapping:
         if key not in allowed:
             hint = {
-                "uses": "'uses:' is supported only in steps, for actions/checkout and actions/cache",
+                "uses": "'uses:' is supported only in steps (reusable workflows are not supported)",
                 "strategy": "'strategy' (matrix) is not supported",
                 "services": "'services' is not supported",
                 "container": "'container' is not supported",
@@ -452,7 +452,7 @@ def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs:
         return raw.key_lines.get(key, raw.line)
 
     if "run" not in raw:
-        raise ctx.fail(raw.line, where, "a step needs 'run:' (or 'uses:' of actions/checkout or actions/cache)")
+        raise ctx.fail(raw.line, where, "a step needs 'run:' or 'uses:'")
     run = _scalar_text(ctx, raw["run"], ln("run"), f"{where}.run")
     if not run.strip():
         raise ctx.fail(ln("run"), f"{where}.run", "must not be empty")
@@ -495,7 +495,7 @@ def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs:
 
 
 def _uses_step(ctx: _Ctx, where: str, index: int, raw: _Map, needs: list[str]) -> StepSpec:
-    """``uses:`` of a built-in action; any other action is refused with its line."""
+    """``uses:`` of an action: its reference is checked here, the action itself at listing."""
     if "run" in raw:
         raise ctx.fail(raw.key_lines.get("run"), f"{where}.run", "a step has either 'run:' or 'uses:', not both")
     _check_keys(ctx, raw, USES_STEP_KEYS, f"{where}.")
@@ -504,14 +504,13 @@ def _uses_step(ctx: _Ctx, where: str, index: int, raw: _Map, needs: list[str]) -
         return raw.key_lines.get(key, raw.line)
 
     uses = _scalar_text(ctx, raw["uses"], ln("uses"), f"{where}.uses").strip()
-    action, _, version = uses.partition("@")
-    if action.lower() not in BUILTIN_ACTIONS or not version:
-        raise ctx.fail(
-            ln("uses"),
-            f"{where}.uses",
-            f"action {uses!r} is not supported (only {', '.join(a + '@<version>' for a in BUILTIN_ACTIONS)}; "
-            "use 'run:' steps)",
-        )
+    action = uses.partition("@")[0]
+    if not is_builtin(uses):
+        # Any other action is resolved (and its action.yml checked) when the push is listed.
+        try:
+            parse_uses(uses)
+        except ActionRefError as exc:
+            raise ctx.fail(ln("uses"), f"{where}.uses", f"action {uses!r}: {exc}") from None
     inputs: dict[str, str] = {}
     if "with" in raw:
         given = raw["with"]

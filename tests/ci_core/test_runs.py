@@ -73,7 +73,7 @@ jobs:
   a:
     runs-on: linux
     steps:
-      - uses: actions/setup-node@v4
+      - uses: docker://alpine:3
 """
 
 OTHER_BRANCH = """

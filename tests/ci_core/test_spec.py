@@ -72,7 +72,7 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
     ("text", "line", "key", "words"),
     [
         (
-            wf("  a:\n    runs-on: linux\n    steps:\n      - uses: actions/setup-node@v4\n"),
+            wf("  a:\n    runs-on: linux\n    steps:\n      - uses: docker://alpine:3\n"),
             6,
             "jobs.a.steps[0].uses",
             "uses",
@@ -222,7 +222,7 @@ def test_builtin_actions_and_environment() -> None:
     [
         ("- uses: actions/cache@v4\n        with: {key: k}", "jobs.a.steps[0].with.path", "needs this input"),
         ("- uses: actions/cache@v4\n        with: {key: k, path: p, lookup-only: 1}", "lookup-only", "supported"),
-        ("- uses: actions/checkout", "jobs.a.steps[0].uses", "not supported"),
+        ("- uses: actions/checkout", "jobs.a.steps[0].uses", "owner/repo[/path]@ref"),
         ("- uses: actions/checkout@v4\n        run: echo", "jobs.a.steps[0].run", "not both"),
     ],
 )

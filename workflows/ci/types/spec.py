@@ -1,4 +1,6 @@
-"""The parsed workflow file: the supported subset of GitHub Actions syntax, and why a file was rejected."""
+"""The parsed workflow file: the supported subset of GitHub Actions syntax, and why a file was rejected.
+
+Also the actions its steps use (``ActionSpec``), resolved when the push is listed."""
 
 from __future__ import annotations
 
@@ -45,15 +47,25 @@ class StepSpec(BaseModel):
     continue_on_error: bool = False
     timeout_minutes: float | None = None
     line: int | None = None
-    # ``uses: actions/checkout@...`` or ``actions/cache@...`` (see ``BUILTIN_ACTIONS``), with
-    # its ``with:`` inputs (unevaluated text).
+    # ``uses:`` (a built-in action, ``./path``, or ``owner/repo[/path]@ref``), with its ``with:``
+    # inputs (unevaluated text).
     uses: str | None = None
     with_inputs: dict[str, str] = Field(default_factory=dict)
+    # For any action but the built-in ones: the commit ``ref`` named when the push was listed
+    # (so every attempt of the run runs the same code), and the action's definition as read
+    # then. ``None`` on a ``run:`` step, a built-in action, or a payload older than actions.
+    uses_sha: str | None = None
+    resolved: ActionSpec | None = None
 
     @property
     def action(self) -> str | None:
         """``actions/cache`` for ``actions/cache@v4`` (lower-case), ``None`` for a ``run:`` step."""
         return self.uses.split("@", 1)[0].lower() if self.uses else None
+
+    @property
+    def builtin(self) -> bool:
+        """Whether this is one of the actions the worker implements itself (``BUILTIN_ACTIONS``)."""
+        return self.uses is not None and self.action in BUILTIN_ACTIONS
 
 
 # The ``uses:`` actions leasehold implements natively (any version): checkout is a no-op (the
@@ -63,6 +75,48 @@ ACTION_CHECKOUT = "actions/checkout"
 ACTION_CACHE = "actions/cache"
 
 BUILTIN_ACTIONS = (ACTION_CHECKOUT, ACTION_CACHE)
+
+
+class ActionInput(BaseModel):
+    """One ``inputs.<name>`` of an action's ``action.yml``."""
+
+    default: str | None = None
+    required: bool = False
+
+
+class ActionSpec(BaseModel):
+    """An action's ``action.yml`` as read when the push was listed: a composite action (its own
+    steps) or a JavaScript action (``main``, ``pre``, ``post`` run with the worker's ``node``).
+
+    ``repository`` is ``owner/repo`` of a remote action (its files are the tree of ``sha``) or
+    ``None`` for a local ``./path`` one (its files are in the job's workspace at ``path``).
+    """
+
+    name: str = ""
+    using: str
+    repository: str | None = None
+    sha: str | None = None
+    # The action's directory inside its repository ("" for the root).
+    path: str = ""
+    inputs: dict[str, ActionInput] = Field(default_factory=dict)
+    # Output name -> expression (composite: ``outputs.<name>.value``); JavaScript actions
+    # declare names only (the value is what ``main`` wrote to ``$GITHUB_OUTPUT``).
+    outputs: dict[str, str] = Field(default_factory=dict)
+    steps: list[StepSpec] = Field(default_factory=list)
+    main: str | None = None
+    pre: str | None = None
+    pre_if: str | None = None
+    post: str | None = None
+    post_if: str | None = None
+
+    @property
+    def is_composite(self) -> bool:
+        return self.using == ACTION_COMPOSITE
+
+
+ACTION_COMPOSITE = "composite"
+# ``runs.using`` values of JavaScript actions this worker runs with its own ``node``.
+NODE_RUNTIMES = ("node20", "node24")
 
 
 class JobSpec(BaseModel):
@@ -119,3 +173,6 @@ class WorkflowFile(BaseModel):
 MAX_JOBS_PER_WORKFLOW = 64
 
 MAX_STEPS_PER_JOB = 100
+
+# StepSpec and ActionSpec refer to each other (a composite action's steps).
+StepSpec.model_rebuild()
