@@ -71,6 +71,8 @@ ETC_FILES = (
     "/etc/ld.so.conf.d",
     "/etc/alternatives",
     "/etc/ssl/certs",
+    # OpenSSL's public configuration: node refuses to start when it exists but is unreadable.
+    "/etc/ssl/openssl.cnf",
     "/etc/ca-certificates",
     "/etc/localtime",
     "/etc/nsswitch.conf",
@@ -404,7 +406,12 @@ class BubblewrapSandbox:
         shm = request.limits.shm_bytes if request.limits is not None else 64 << 20
         args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm), "--tmpfs", "/dev/shm"]
         args += ["--chmod", "1777", "/dev/shm", "--dir", "/etc"]
-        for path in ETC_FILES + (NETWORK_ETC_FILES if request.network else ()):
+        etc = ETC_FILES + (NETWORK_ETC_FILES if request.network else ())
+        # bubblewrap makes a bind's missing parents 0700: /etc/ssl must stay traversable for
+        # the job's uid, or neither its CA certificates nor node's OpenSSL config can be read.
+        for parent in sorted({os.path.dirname(p) for p in etc} - {"/etc"}):
+            args += ["--perms", "0755", "--dir", parent]
+        for path in etc:
             args += ["--ro-bind-try", path, path]
         runner = request.root / "runner"
         args += ["--ro-bind", str(runner / "passwd"), "/etc/passwd"]
