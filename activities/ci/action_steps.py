@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from activities.ci.git import GitError
 from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, interpolate
 from workflows.ci.types.job import StepStatus
 from workflows.ci.types.spec import ActionSpec, StepSpec
@@ -115,7 +116,13 @@ class ActionRunner:
         if depth >= MAX_ACTION_DEPTH:
             self._host.say(f"[leasehold] {label}: actions nest deeper than {MAX_ACTION_DEPTH}")
             return SandboxRun(StepStatus.FAILURE, None)
-        action_dir = self._host.action_dir(spec)
+        try:
+            action_dir = self._host.action_dir(spec)
+        except GitError as exc:
+            # A tree that cannot be extracted safely (a link leading out of it) is the action's
+            # fault: the step fails, rather than the attempt being retried to the same end.
+            self._host.say(f"[leasehold] {label}: the action's files could not be put in place: {exc}")
+            return SandboxRun(StepStatus.FAILURE, None)
         try:
             values = self._inputs(spec, inputs, step_env, job_failed)
         except ExpressionError as exc:

@@ -114,6 +114,8 @@ attempt('add-to-action', () => fs.writeFileSync(path.join(process.env.GITHUB_ACT
 attempt('write-usr', () => fs.writeFileSync('/usr/pwned', 'x'));
 attempt('write-job-root', () => fs.writeFileSync('/ci/pwned', 'x'));
 attempt('write-data-dir', () => fs.writeFileSync(path.join(dataDir, 'pwned'), 'x'));
+attempt('read-planted-link', () => fs.readFileSync(path.join(process.env.GITHUB_ACTION_PATH, 'shadow-link')));
+attempt('list-planted-link', () => fs.readdirSync(path.join(process.env.GITHUB_ACTION_PATH, 'root-link')));
 console.log('uid=' + process.getuid());
 """
 
@@ -133,6 +135,14 @@ def action_mirrors(tmp_path_factory: pytest.TempPathFactory) -> Path:
         mirrors, "acme/js", {"action.yml": JS_ACTION, "pre.js": JS_PRE, "main.js": JS_MAIN, "post.js": JS_POST}
     )
     make_action_repo(mirrors, "acme/attack", {"action.yml": ATTACK_ACTION, "attack.js": ATTACK_JS})
+    # Links in the action's own tree: extracted as links (never followed by the worker), and
+    # inside the sandbox they lead nowhere.
+    attack = mirrors / "acme/attack"
+    (attack / "shadow-link").symlink_to("/etc/shadow")
+    (attack / "root-link").symlink_to("/root")
+    git(attack, "add", "-A")
+    git(attack, "commit", "-q", "-m", "links")
+    git(attack, "tag", "-f", "v1")
     make_action_repo(mirrors, "acme/container", {"action.yml": DOCKER_ACTION})
     return mirrors
 

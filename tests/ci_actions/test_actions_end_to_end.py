@@ -145,6 +145,8 @@ async def test_an_action_cannot_reach_the_host(actions_stack: CIStack, action_mi
         "write-usr",
         "write-job-root",
         "write-data-dir",
+        "read-planted-link",
+        "list-planted-link",
     ):
         assert f"attack {name} refused: E" in text, (name, text)
     assert "uid=0" not in text and "uid=" in text
