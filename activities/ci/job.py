@@ -525,7 +525,6 @@ class _Attempt:
     def _run_steps(self) -> tuple[AttemptStatus, int | None, str | None, list[StepResult], dict[str, str]]:
         inp = self.inp
         job = self.job
-        base = self._base_env()
         env_ctx: dict[str, str] = {}
         steps_ctx: dict[str, Any] = {}
         results: list[StepResult] = []
@@ -587,7 +586,7 @@ class _Attempt:
                 run = self.actions.run(f"step {step.index + 1}", step, inputs, step_env, deadline, failed)
                 outcome, code, values, env_file = run.outcome, run.exit_code, run.outputs, run.env
             else:
-                outcome, code, values, env_file = self._run_step(step, script, workdir, base, step_env, job_deadline)
+                outcome, code, values, env_file = self._run_step(step, script, workdir, step_env, job_deadline)
             extra_env.update(env_file)
             if step.uses is None:
                 step_outputs.update(values)
@@ -767,7 +766,6 @@ class _Attempt:
         step: StepSpec,
         script: str,
         workdir: str | None,
-        base: dict[str, str],
         step_env: dict[str, str],
         job_deadline: float,
     ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
