@@ -580,6 +580,10 @@ class _Attempt:
                 outcome, code, values, env_file = self._run_action(step, inputs)
             elif step.uses is not None:
                 self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+                if step.uses_sha:
+                    self.log.line(
+                        f"[leasehold] {step.uses} is commit {step.uses_sha} (pinned when the push was listed)"
+                    )
                 deadline = job_deadline
                 if step.timeout_minutes is not None:
                     deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)

@@ -2,7 +2,9 @@
 
 Anything outside the subset is rejected with the file, 1-based line and key, so a run can fail
 with a message a user can act on. YAML follows 1.2 booleans (``on:`` is a key, not ``True``).
-Also: ``on.push`` branch/tag filters (``push_triggers``). Light: PyYAML and pydantic only.
+Also: ``on.push`` branch/tag filters (``push_triggers``). ``uses:`` is checked here as a reference
+only (``activities.ci.action_refs``); the action itself is read when the push is listed
+(``activities.ci.actions``). Light: PyYAML and pydantic only.
 """
 
 from __future__ import annotations

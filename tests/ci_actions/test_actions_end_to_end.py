@@ -71,6 +71,11 @@ jobs:
 """
 
 
+def action_mirrors_sha(stack: CIStack, name: str) -> str:
+    """The commit tag v1 of an action in the test's actions source points at."""
+    return git(Path(stack.settings.ci_actions_source) / name, "rev-parse", "v1^{commit}")
+
+
 def _order(text: str, *needles: str) -> list[int]:
     positions = [text.find(n) for n in needles]
     assert all(p >= 0 for p in positions), (needles, text)
@@ -104,6 +109,7 @@ async def test_local_composite_and_javascript_actions_run_with_outputs(actions_s
     assert "local says hi to local-user" in text
     assert "js-main ran for js-user tag=t-main state=js-user" in text
     assert "last step saw FROM_JS=js-user" in text
+    assert f"acme/js@v1 is commit {action_mirrors_sha(actions_stack, 'acme/js')}" in text
     # pre before main, main before the next step; posts after the last step, newest first.
     pre, main, last, post_js, post_nested = _order(
         text,
