@@ -111,7 +111,7 @@ jobs:
   build:
     runs-on: linux
     steps:
-      - uses: actions/setup-node@v4
+      - uses: docker://node:20
 """
 
 
