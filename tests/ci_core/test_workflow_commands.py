@@ -63,7 +63,18 @@ def ann(level: str, message: str, step: int = 0, **props: object) -> Annotation:
     [
         (
             "::error file=src/app.py,line=10,col=4,endLine=12,endColumn=9,title=Bad thing::it broke\n",
-            [ann("error", "it broke", file="src/app.py", line=10, column=4, end_line=12, end_column=9, title="Bad thing")],
+            [
+                ann(
+                    "error",
+                    "it broke",
+                    file="src/app.py",
+                    line=10,
+                    column=4,
+                    end_line=12,
+                    end_column=9,
+                    title="Bad thing",
+                )
+            ],
         ),
         ("::warning::w1\n::notice::n1\n", [ann("warning", "w1"), ann("notice", "n1")]),
         # Multi-line message through %0A; numbers that are not numbers are dropped.
