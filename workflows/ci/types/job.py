@@ -121,6 +121,9 @@ class LogSummary(LogStored):
     """
 
     prefix: str
+    # Object key of the attempt's ``$GITHUB_STEP_SUMMARY`` markdown (every step's, in order),
+    # stored beside the log; None when no step wrote one.
+    summary_key: str | None = None
 
 
 class AnnotationLevel(StrEnum):
