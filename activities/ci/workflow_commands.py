@@ -7,9 +7,10 @@ masker. Between ``::stop-commands::TOKEN`` and ``::TOKEN::`` no command is proce
 ``::add-mask::`` included (as on GitHub), but masking of every value already known goes on: the
 masker masks bytes, not commands, so stopping commands can never unmask a secret.
 
-Annotations are masked when recorded (with every value known at that line) and again when the
-step ends (with every value known then), after GitHub's escapes are decoded: ``%3A`` cannot
-smuggle a secret into an annotation in clear. They travel in the run state, so they are
+The line is masked before it is split into properties (a secret holding ',' cannot leave a
+piece of itself in one), and the decoded texts are masked again when recorded and when the
+step ends (with every value known then): GitHub's escapes (``%3A``) cannot smuggle a secret
+into an annotation in clear. They travel in the run state, so they are
 bounded: per level per step, per attempt, and in length.
 
 Groups, ``::debug::`` and unknown commands stay in the log as they are (a reader folds groups).
@@ -98,7 +99,9 @@ class WorkflowCommands:
     def line(self, raw: bytes) -> bool:
         """Handle one complete output line starting with ``::``; whether commands are on for it
         (the masker processes ``::add-mask::`` only then)."""
-        text = raw.decode(errors="replace").strip()
+        # Masked before it is split: a secret holding ',' or '=' must not leave a piece of
+        # itself in a property.
+        text = self._mask(raw.decode(errors="replace")).strip()
         if self._stop_token is not None:
             if text == f"::{self._stop_token}::":
                 self._stop_token = None
