@@ -52,7 +52,7 @@ from activities.ci.secrets import NoSecrets, SecretRequest, SecretSource, Secret
 from activities.ci.workflow_commands import WorkflowCommands
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
-from workflows.ci.event import minimal_event
+from workflows.ci.event import push_actor, push_event, push_github_context
 from workflows.ci.expressions import (
     ExpressionError,
     StatusFunctions,
@@ -542,19 +542,10 @@ class _Attempt:
         self.summary_bytes += len(data)
 
     def _actor(self) -> str:
-        push = self.inp.push
-        # A push recorded without its webhook (the reconciler's): the repository owner stands in.
-        return push.actor or push.repo_full_name.split("/", 1)[0]
+        return push_actor(self.inp.push)
 
     def _event(self) -> dict[str, Any]:
-        push = self.inp.push
-        if push.event_payload is not None:
-            return push.event_payload
-        pr = push.pull_request.model_dump() if push.pull_request is not None else None
-        event = minimal_event(push.event, push.ref, push.commit_sha, push.repo_full_name, self._actor(), pr)
-        if push.inputs:
-            event["inputs"] = dict(push.inputs)
-        return event
+        return push_event(self.inp.push)
 
     def _runner(self) -> dict[str, str]:
         m = self.mount
@@ -621,21 +612,15 @@ class _Attempt:
     def _context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
         inp = self.inp
         push = inp.push
-        github = github_context(push.commit_sha, push.ref, push.repo_full_name, inp.run_id, inp.workflow_name)
+        github = push_github_context(push, inp.run_id, inp.workflow_name)
         # What only the worker knows: where the workspace is, and which attempt this is.
         github.update(
             workspace=f"{self.mount}/work",
-            event_name=inp.push.event,
-            event=self._event(),
             event_path=f"{self.mount}/runner/event.json",
-            actor=self._actor(),
-            triggering_actor=self._actor(),
             run_number=str(inp.run_number or 1),
             run_attempt=str(self.attempt),
             job=self.job.id,
             workflow_ref=f"{push.repo_full_name}/{inp.workflow_path}@{push.ref}",
-            head_ref=push.pull_request.head_ref if push.pull_request else "",
-            base_ref=push.pull_request.base_ref if push.pull_request else "",
         )
         return {
             "github": github,

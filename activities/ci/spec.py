@@ -126,7 +126,8 @@ PENDING_FEATURES = frozenset({"matrix", "concurrency", "paths"})
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
 WORKFLOW_ENV_CONTEXTS = {"github", "secrets", "inputs"}
-JOB_IF_CONTEXTS = {"github", "needs", "env", "inputs"}
+# ``inputs`` joins once the run workflow puts it in a job's ``if:`` context.
+JOB_IF_CONTEXTS = {"github", "needs", "env"}
 JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets", "inputs", "strategy", "matrix"}
 STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets", "inputs", "strategy", "matrix"}
 OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "inputs", "strategy", "matrix"}

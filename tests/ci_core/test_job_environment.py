@@ -312,6 +312,13 @@ CASES = [
         lambda s: s.jobs[0].steps[0].run,
         "echo ${{ matrix.os }} ${{ strategy.job-index }} ${{ inputs.level }}",
     ),
+    Case(
+        "a job's if cannot read inputs yet (the run does not evaluate them there)",
+        wf(job("    if: inputs.deploy\n")),
+        line=5,
+        key="jobs.a.if",
+        words="not available",
+    ),
     # concurrency ------------------------------------------------------------------------------
     Case(
         "workflow concurrency as a string",
@@ -622,6 +629,10 @@ jobs:
       - name: a custom shell
         shell: bash -x {0}
         run: echo custom-ok
+      - name: a shell the sandbox lacks fails its step, not the worker
+        shell: no-such-shell {0}
+        continue-on-error: true
+        run: echo never
       - name: contexts
         shell: bash
         run: |
@@ -687,6 +698,8 @@ async def test_the_job_environment_end_to_end(ci_stack: CIStack) -> None:
         "sh-ok",
         "py-ok 3 work",
         "+ echo custom-ok",
+        "failed to execute no-such-shell",
+        "step 4 failed with exit code 127",
         "actor=octocat/octocat",
         "event=push ref=refs/heads/main pusher=octo",
         f"sha={sha}/{sha}",

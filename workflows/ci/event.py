@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from workflows.ci.expressions import github_context
+from workflows.ci.types.push import PushContext
+
 MAX_EVENT_BYTES = 16 * 1024
 MAX_TEXT = 1024
 MAX_ITEMS = 20
@@ -83,3 +86,35 @@ def minimal_event(
             "sender": {"login": actor},
         }
     return {"ref": ref, "after": sha, "repository": repo, "pusher": {"name": actor}, "sender": {"login": actor}}
+
+
+def push_actor(push: PushContext) -> str:
+    """``github.actor``: who pushed; the repository owner when the push came without a webhook."""
+    return push.actor or push.repo_full_name.split("/", 1)[0]
+
+
+def push_event(push: PushContext) -> dict[str, Any]:
+    """``github.event``: the bounded webhook payload, or a minimal one built from the push."""
+    if push.event_payload is not None:
+        return push.event_payload
+    pr = push.pull_request.model_dump() if push.pull_request is not None else None
+    event = minimal_event(push.event, push.ref, push.commit_sha, push.repo_full_name, push_actor(push), pr)
+    if push.inputs:
+        event["inputs"] = dict(push.inputs)
+    return event
+
+
+def push_github_context(push: PushContext, run_id: str, workflow_name: str) -> dict[str, Any]:
+    """The ``github`` context of a push's run, as far as it is known before a job runs (the job
+    adds its workspace, attempt and job id): the one source for job ``if:`` and the job itself."""
+    github = github_context(push.commit_sha, push.ref, push.repo_full_name, run_id, workflow_name)
+    actor = push_actor(push)
+    github.update(
+        event_name=push.event,
+        event=push_event(push),
+        actor=actor,
+        triggering_actor=actor,
+        head_ref=push.pull_request.head_ref if push.pull_request else "",
+        base_ref=push.pull_request.base_ref if push.pull_request else "",
+    )
+    return github
