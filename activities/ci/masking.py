@@ -232,6 +232,9 @@ class StreamMasker:
             if first == -1:
                 return len(buf) if final else 0
             start = first + 1
+        if COMMAND_START not in buf[start:]:
+            # No command anywhere (the common case): only where the complete lines end matters.
+            return len(buf) if final else max(start, buf.rfind(b"\n") + 1)
         while start < len(buf):
             end = buf.find(b"\n", start)
             if end == -1:

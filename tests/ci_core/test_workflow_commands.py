@@ -6,6 +6,8 @@ end run through the real stack where a job tries to use ``::stop-commands::`` to
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from activities.ci.masking import StreamMasker, secret_forms
@@ -23,14 +25,19 @@ from workflows.ci.types.run import RunStatus
 SECRET = "s3cr:et,value-9911"
 
 
-def run(output: bytes, secrets: tuple[str, ...] = (), pieces: int = 0) -> tuple[str, WorkflowCommands]:
-    """Feed ``output`` (in ``pieces``-byte pieces; 0: whole) through a masker with commands on."""
+def feed(pieces: list[bytes], secrets: tuple[str, ...] = ()) -> tuple[str, WorkflowCommands]:
+    """Feed ``pieces`` through a masker with commands on; what it ships, and the commands."""
     masker: StreamMasker
     commands = WorkflowCommands(lambda text: masker.mask_text(text))
     masker = StreamMasker(secrets, commands=commands)
-    step = pieces or len(output) or 1
-    out = b"".join(masker.feed(output[i : i + step]) for i in range(0, len(output), step)) + masker.flush()
+    out = b"".join(masker.feed(p) for p in pieces) + masker.flush()
     return out.decode(), commands
+
+
+def run(output: bytes, secrets: tuple[str, ...] = (), pieces: int = 0) -> tuple[str, WorkflowCommands]:
+    """Feed ``output`` (in ``pieces``-byte pieces; 0: whole) through a masker with commands on."""
+    step = pieces or len(output) or 1
+    return feed([output[i : i + step] for i in range(0, len(output), step)], secrets)
 
 
 @pytest.mark.parametrize(
@@ -246,3 +253,23 @@ async def test_annotations_groups_and_stop_commands_end_to_end(ci_stack: CIStack
     assert "runtime-secret-4711" not in text, text
     assert "::group::Compile\ninside the group\n::endgroup::" in text
     assert "value: ***" in text
+
+
+def test_any_split_of_the_stream_reads_the_same_commands() -> None:
+    """The masker's held tail and scan position must make every split read each line once."""
+    rng = random.Random(1312)
+    body = (
+        "x" * 70_000
+        + "\n::error::after a long line\nplain\n::add-mask::mask-me-5150\n::stop-commands::T\n::error::no\n"
+        + "::add-mask::not-masked-4242\n::T::\n::warning title=a%2Cb::mask-me-5150 w\n  ::notice::indented\n"
+        + "tail without newline ::error::no"
+    ).encode()
+    whole_out, whole = run(body, secrets=(SECRET,))
+    expected = whole.step_annotations(0)
+    assert [a.message for a in expected] == ["after a long line", "*** w", "indented"]
+    assert "not-masked-4242" in whole_out and "mask-me-5150" not in whole_out
+    for _ in range(30):
+        cuts = sorted(rng.sample(range(1, len(body)), 25))
+        out, commands = feed([body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)], (SECRET,))
+        assert commands.step_annotations(0) == expected
+        assert out == whole_out
