@@ -24,9 +24,16 @@ from activities.ci.job import MAX_STEP_SUMMARY_BYTES, shell_argv
 from activities.ci.spec import PENDING_FEATURES, WorkflowSpecError, parse_workflow
 from leasehold.client.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
-from workflows.ci.event import MAX_EVENT_BYTES, bounded_event, event_actor, minimal_event
+from workflows.ci.event import (
+    MAX_EVENT_BYTES,
+    bounded_event,
+    event_actor,
+    minimal_event,
+    push_event,
+    push_github_context,
+)
 from workflows.ci.matrix import MatrixError, expand_matrix
-from workflows.ci.types.push import PushStatus
+from workflows.ci.types.push import PullRequestInfo, PushContext, PushStatus
 from workflows.ci.types.run import RunStatus
 from workflows.ci.types.spec import WorkflowSpec
 
@@ -723,3 +730,37 @@ async def test_the_job_environment_end_to_end(ci_stack: CIStack) -> None:
     summary = ci_stack.store.get(attempt.log.summary_key).decode()
     assert summary == "## Results of env\nhidden: ***\nsecond step summary\n", summary
     assert MAX_STEP_SUMMARY_BYTES == 1 << 20
+
+
+def test_the_github_context_of_a_push_without_a_webhook() -> None:
+    base = {
+        "tenant_id": "t",
+        "repo_id": "r",
+        "repo_full_name": "acme/app",
+        "clone_url": "/x",
+        "commit_sha": "a" * 40,
+    }
+    push = PushContext(**base, ref="refs/heads/main")  # type: ignore[arg-type]
+    github = push_github_context(push, "run_1", "ci")
+    # A reconciled push has no sender: the repository owner stands in.
+    assert (github["actor"], github["event_name"], github["ref_name"]) == ("acme", "push", "main")
+    assert github["event"]["after"] == "a" * 40 and github["event"]["repository"]["full_name"] == "acme/app"
+
+    pr = PushContext(
+        **base,  # type: ignore[arg-type]
+        ref="refs/pull/7/head",
+        event="pull_request",
+        actor="mallory",
+        pull_request=PullRequestInfo(number=7, head_ref="feat", base_ref="main", head_repo="m/f", base_repo="acme/app"),
+        inputs={"level": "high"},
+    )
+    github = push_github_context(pr, "run_2", "ci")
+    assert (github["actor"], github["event_name"], github["head_ref"], github["base_ref"]) == (
+        "mallory",
+        "pull_request",
+        "feat",
+        "main",
+    )
+    assert github["event"]["pull_request"]["head"] == {"ref": "feat", "sha": "a" * 40, "repo": {"full_name": "m/f"}}
+    assert github["event"]["number"] == 7 and github["event"]["inputs"] == {"level": "high"}
+    assert push_event(pr.model_copy(update={"event_payload": {"given": True}})) == {"given": True}
