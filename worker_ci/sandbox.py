@@ -11,8 +11,9 @@ bubblewrap, as the worker runs it (as root, so that it can give each job a user 
   last step before the job's command.
 - **What the worker touches.** The job root (``prepare``) is a root-owned directory the job
   cannot add to, rename in or delete from; ``work/``, ``tmp/`` and ``home/`` inside it belong to
-  the job's uid, ``runner/`` (scripts) and ``io/`` (one step's ``$GITHUB_OUTPUT`` and
-  ``$GITHUB_ENV``, made anew each step) to root. So every path bubblewrap resolves on the host
+  the job's uid, ``runner/`` (scripts, the event JSON) and ``io/`` (one step's ``$GITHUB_OUTPUT``,
+  ``$GITHUB_ENV``, ``$GITHUB_PATH``, ``$GITHUB_STATE`` and ``$GITHUB_STEP_SUMMARY``, made anew
+  each step) to root. So every path bubblewrap resolves on the host
   is one the job cannot replace with a symlink, and the worker reads job-written files only
   with ``O_NOFOLLOW`` inside root-owned directories.
 - **Limits that hold for the whole step.** A cgroup per step (``worker_ci.cgroups``) with a

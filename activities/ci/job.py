@@ -12,8 +12,11 @@ gets SIGTERM, then SIGKILL after the grace period.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
+import platform
 import shutil
 import stat
 import threading
@@ -48,7 +51,10 @@ from activities.ci.sandbox import (
     hand_over,
 )
 from activities.ci.secrets import NoSecrets, SecretRequest, SecretSource, SecretsRefused
+from activities.ci.workflow_commands import WorkflowCommands
+from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
+from workflows.ci.event import push_actor, push_event, push_github_context
 from workflows.ci.expressions import (
     ExpressionError,
     StatusFunctions,
@@ -56,7 +62,7 @@ from workflows.ci.expressions import (
     github_context,
     interpolate,
 )
-from workflows.ci.ids import attempt_log_prefix, idempotency_key
+from workflows.ci.ids import attempt_log_prefix, idempotency_key, step_summary_key
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
     JOB_FATAL_ERROR,
@@ -81,6 +87,13 @@ POLL_SECONDS = 0.2
 HEARTBEAT_SECONDS = 1.0
 DISK_CHECK_SECONDS = 2.0
 MAX_OUTPUT_FILE_BYTES = 1 << 20
+# $GITHUB_STEP_SUMMARY: GitHub's cap per step (a larger one is dropped, with a warning), and
+# what one attempt may keep in memory and store.
+MAX_STEP_SUMMARY_BYTES = 1 << 20
+MAX_ATTEMPT_SUMMARY_BYTES = 4 << 20
+SUMMARY_STORE_SECONDS = 30.0
+# GitHub's runner.arch names for the worker's machine types.
+RUNNER_ARCH = {"x86_64": "X64", "amd64": "X64", "aarch64": "ARM64", "arm64": "ARM64", "i686": "X86", "armv7l": "ARM"}
 GRANT_TIMEOUT_SECONDS = 30.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -109,17 +122,33 @@ class _Stop:
         self.message: str | None = None
 
 
-def _read_job_file(path: Path) -> str:
-    """A file the job wrote, read without following symlinks: the job controls it and must not
-    make the worker read a host file through it."""
+def _read_job_bytes(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of a file the job wrote, read without following symlinks: the
+    job controls it and must not make the worker read a host file through it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return ""
+        return b""
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return ""
-        return f.read(MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+            return b""
+        return f.read(limit)
+
+
+def _read_job_file(path: Path) -> str:
+    return _read_job_bytes(path, MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+
+
+def shell_argv(shell: str, script: str) -> list[str]:
+    """The command a step's ``shell`` runs its script with, as GitHub spells each shell."""
+    if shell == "bash":
+        return ["bash", "--noprofile", "--norc", "-eo", "pipefail", script]
+    if shell == "sh":
+        return ["sh", "-e", script]
+    if shell == "python":
+        return ["python3", script]
+    # A custom 'command [options] {0}' (validated by the parser).
+    return [word.replace("{0}", script) for word in shell.split()]
 
 
 # At most this many directories a job may add to PATH through $GITHUB_PATH.
@@ -216,7 +245,7 @@ def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
         _remove_tree(io_dir)
     io_dir.mkdir(mode=0o755)
     os.chmod(io_dir, 0o755)
-    for name in ("output", "env", "path", "state"):
+    for name in ("output", "env", "path", "summary", "state"):
         _write_new(io_dir, name, b"", owner)
     return io_dir
 
@@ -332,7 +361,15 @@ class _Attempt:
         self.path_entries: list[str] = []
         # actions/cache steps whose key missed: saved after the job succeeds (the post step).
         self.cache_saves: list[tuple[str, list[str]]] = []
-        self.masker = StreamMasker()
+        # Workflow commands (annotations, groups, stop-commands) are read from the same
+        # stream the masker sees; annotations are masked with every value it knows.
+        self.commands = WorkflowCommands(lambda text: self.masker.mask_text(text))
+        self.masker = StreamMasker(commands=self.commands)
+        # Each step's $GITHUB_STEP_SUMMARY (raw; masked when stored), and their total size.
+        self.summaries: list[bytes] = []
+        self.summary_bytes = 0
+        # Whether the last byte of output ended a line (a command must start one).
+        self.output_ended_line = True
         self.actions = ActionRunner(self)
         # Where each remote action's files were put for this attempt: (repository, sha) -> dir.
         self.action_dirs: dict[tuple[str, str], str] = {}
@@ -395,8 +432,11 @@ class _Attempt:
             raise ApplicationError("CI worker shut down during the job", type="CIWorkerShutdown")
         if error is not None:
             error = self.masker.mask_text(error)
+        summary_key = self._store_summary()
         self.log.line(f"[leasehold] job {self.job.id} finished: {status.value}" + (f" ({error})" if error else ""))
         summary = self.log.close(status, exit_code)
+        if summary_key is not None:
+            summary = summary.model_copy(update={"summary_key": summary_key})
         return JobResult(
             job_id=self.job.id,
             attempt=self.attempt,
@@ -472,7 +512,75 @@ class _Attempt:
         )
         self.o._mirror.archive(mirror, inp.push.commit_sha, self.root / "work", self.heartbeat)
         hand_over(self.root / "work", self.owner)
+        # $GITHUB_EVENT_PATH: root's file in the read-only runner dir (the job reads it only).
+        _write_new(self.root / "runner", "event.json", json.dumps(self._event()).encode(), None)
         self.log.line(f"[leasehold] checked out {inp.push.repo_full_name}@{inp.push.commit_sha}")
+
+    def _store_summary(self) -> str | None:
+        """Store the steps' summaries as one markdown object beside the log (masked with every
+        value known by now); its key, or None when no step wrote one or it could not be stored."""
+        if not self.summaries:
+            return None
+        key = step_summary_key(self.prefix)
+        data = self.masker.mask_text(b"".join(self.summaries).decode(errors="replace")).encode()
+
+        def put() -> None:
+            self.o._store.put(key, data, "text/markdown")
+
+        if retry_within(put, SUMMARY_STORE_SECONDS, f"step summary {key}", log) is not None:
+            self.log.line("[leasehold] warning: the step summary could not be stored")
+            return None
+        return key
+
+    def _keep_summary(self, label: str, path: Path) -> None:
+        """Keep what a step wrote to $GITHUB_STEP_SUMMARY (GitHub's per-step cap)."""
+        data = _read_job_bytes(path, MAX_STEP_SUMMARY_BYTES + 1)
+        if not data.strip():
+            return
+        if len(data) > MAX_STEP_SUMMARY_BYTES:
+            self.log.line(
+                f"[leasehold] warning: {label}: $GITHUB_STEP_SUMMARY is over "
+                f"{MAX_STEP_SUMMARY_BYTES} bytes; it was not kept"
+            )
+            return
+        if self.summary_bytes + len(data) > MAX_ATTEMPT_SUMMARY_BYTES:
+            self.log.line(f"[leasehold] warning: step summaries over {MAX_ATTEMPT_SUMMARY_BYTES} bytes are not kept")
+            return
+        if not data.endswith(b"\n"):
+            data += b"\n"
+        self.summaries.append(data)
+        self.summary_bytes += len(data)
+
+    def _actor(self) -> str:
+        return push_actor(self.inp.push)
+
+    def _event(self) -> dict[str, Any]:
+        return push_event(self.inp.push)
+
+    def _runner(self) -> dict[str, str]:
+        m = self.mount
+        # A stable name per worker that does not reveal its host.
+        name = "leasehold-" + hashlib.sha256(self.o._config.identity.encode()).hexdigest()[:8]
+        return {
+            "os": "Linux",
+            "arch": RUNNER_ARCH.get(platform.machine().lower(), platform.machine().upper()),
+            "name": name,
+            "environment": "self-hosted",
+            "temp": f"{m}/tmp",
+            "tool_cache": f"{m}/home/tool-cache",
+            "workspace": f"{m}/work",
+        }
+
+    def _strategy(self) -> dict[str, Any]:
+        strategy = self.job.strategy
+        if not self.inp.matrix or strategy is None:
+            return {}
+        return {
+            "fail-fast": strategy.fail_fast,
+            "job-index": self.inp.job_index,
+            "job-total": self.inp.job_total,
+            "max-parallel": strategy.max_parallel or self.inp.job_total,
+        }
 
     def _base_env(self) -> dict[str, str]:
         inp = self.inp
@@ -500,26 +608,41 @@ class _Attempt:
             "GITHUB_JOB": self.job.id,
             "GITHUB_WORKFLOW": inp.workflow_name,
             "GITHUB_EVENT_NAME": inp.push.event,
-            "RUNNER_OS": "Linux",
-            "RUNNER_TEMP": f"{m}/tmp",
+            "GITHUB_EVENT_PATH": f"{m}/runner/event.json",
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_ACTOR": self._actor(),
+            "GITHUB_TRIGGERING_ACTOR": self._actor(),
+            "GITHUB_RUN_NUMBER": str(inp.run_number or 1),
+            "GITHUB_WORKFLOW_REF": f"{inp.push.repo_full_name}/{inp.workflow_path}@{inp.push.ref}",
+            "GITHUB_HEAD_REF": inp.push.pull_request.head_ref if inp.push.pull_request else "",
+            "GITHUB_BASE_REF": inp.push.pull_request.base_ref if inp.push.pull_request else "",
+            **{f"RUNNER_{k.upper()}": v for k, v in self._runner().items() if k != "workspace"},
         }
 
     def _context(self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str) -> dict[str, Any]:
         inp = self.inp
         push = inp.push
-        github = github_context(push.commit_sha, push.ref, push.repo_full_name, inp.run_id, inp.workflow_name)
+        github = push_github_context(push, inp.run_id, inp.workflow_name)
         # What only the worker knows: where the workspace is, and which attempt this is.
         github.update(
-            workspace=f"{self.mount}/work", event_name=inp.push.event, run_attempt=str(self.attempt), job=self.job.id
+            workspace=f"{self.mount}/work",
+            event_path=f"{self.mount}/runner/event.json",
+            run_number=str(inp.run_number or 1),
+            run_attempt=str(self.attempt),
+            job=self.job.id,
+            workflow_ref=f"{push.repo_full_name}/{inp.workflow_path}@{push.ref}",
         )
         return {
             "github": github,
             "env": env,
             "needs": {k: v.model_dump() for k, v in inp.needs.items()},
             "steps": steps_ctx,
-            "job": {"status": job_status},
-            "runner": {"os": "Linux", "temp": f"{self.mount}/tmp", "workspace": f"{self.mount}/work"},
+            "job": {"status": job_status, "container": {}, "services": {}},
+            "runner": self._runner(),
             "secrets": self.secrets,
+            "strategy": self._strategy(),
+            "matrix": dict(inp.matrix),
+            "inputs": dict(push.inputs),
         }
 
     def _run_steps(self) -> tuple[AttemptStatus, int | None, str | None, list[StepResult], dict[str, str]]:
@@ -545,6 +668,7 @@ class _Attempt:
         extra_env: dict[str, str] = {}
         for step in job.steps:
             self.step_index = step.index
+            self.commands.begin_step(step.index)
             self.heartbeat()
             job_status = "cancelled" if self.cancelled else "failure" if failed else "success"
             status_fns = StatusFunctions(
@@ -606,6 +730,7 @@ class _Attempt:
                     outcome=outcome,
                     started_at=step_started,
                     finished_at=datetime.now(UTC),
+                    annotations=self.commands.step_annotations(step.index),
                 )
             )
             if step.id:
@@ -788,11 +913,7 @@ class _Attempt:
         name = f"step-{self.process_seq}.sh"
         _write_new(self.root / "runner", name, script.encode(), None)
         script_path = f"{self.mount}/runner/{name}"
-        argv = (
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", script_path]
-            if shell == "bash"
-            else ["sh", "-e", script_path]
-        )
+        argv = shell_argv(shell, script_path)
         cwd = f"{self.mount}/work"
         if workdir:
             cwd = workdir if workdir.startswith("/") else f"{cwd}/{workdir}"
@@ -820,6 +941,7 @@ class _Attempt:
         env["GITHUB_OUTPUT"] = f"{self.mount}/io/output"
         env["GITHUB_ENV"] = f"{self.mount}/io/env"
         env["GITHUB_PATH"] = f"{self.mount}/io/path"
+        env["GITHUB_STEP_SUMMARY"] = f"{self.mount}/io/summary"
         env["GITHUB_STATE"] = f"{self.mount}/io/state"
         if self.path_entries:
             env["PATH"] = ":".join([*reversed(self.path_entries), base["PATH"]])
@@ -835,16 +957,24 @@ class _Attempt:
                 name=f"{self.inp.run_id}-{self.job.id}-{self.process_seq}",
             )
         )
+        self.output_ended_line = True
         stop = self._supervise(proc, deadline)
         code = proc.poll()
+        if not self.output_ended_line:
+            # The step's last line is complete now: its commands belong to this step.
+            self.log.write(b"\n")
         for note in proc.finish():
             self.log.line(f"[leasehold] {label}: {note}")
+        self._keep_summary(label, io_dir / "summary")
+        state = _read_output_file(io_dir / "state")
+        # ``::save-state`` lines printed during this process join its $GITHUB_STATE file.
+        state.update(self.commands.state.pop(self.commands.step, {}))
         run = SandboxRun(
             outcome=StepStatus.SUCCESS,
             exit_code=code,
             outputs=_read_output_file(io_dir / "output"),
             env=_read_output_file(io_dir / "env"),
-            state=_read_output_file(io_dir / "state"),
+            state=state,
         )
         added = _read_path_file(io_dir / "path")
         self.path_entries = [*self.path_entries, *added][-MAX_PATH_ENTRIES:]
@@ -906,4 +1036,5 @@ class _Attempt:
                 return
             if not data:
                 return
+            self.output_ended_line = data.endswith(b"\n")
             self.log.write(data)

@@ -12,7 +12,11 @@ JSON-escaped form. Every occurrence of any form becomes ``***``; overlapping occ
 into one.
 
 ``::add-mask::VALUE`` at the start of an output line adds VALUE at run time (GitHub's workflow
-command); the line itself is shown as ``::add-mask::***``, never in clear.
+command); the line itself is shown as ``::add-mask::***``, never in clear. Every complete line
+starting with ``::`` is seen exactly once, whole and in order (such a line is held until its
+newline), and is offered first to the other workflow commands (``LineCommands``), which say
+whether commands are on for it: after ``::stop-commands::`` they are not, and ``::add-mask::``
+does nothing either, while every value already known stays masked.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable
+from typing import Protocol
 from urllib.parse import quote, quote_plus
 
 MASK = b"***"
@@ -87,14 +92,32 @@ def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
+COMMAND_START = b"::"
+
+
+class LineCommands(Protocol):
+    """The workflow commands other than ``::add-mask::`` (``activities.ci.workflow_commands``)."""
+
+    def line(self, raw: bytes) -> bool:
+        """Handle one complete line starting with ``::``; whether commands are on for it."""
+        ...
+
+
 class StreamMasker:
     """Masks one stream (one job attempt's log). Not thread-safe: the caller serialises."""
 
-    def __init__(self, secrets: Iterable[str] = (), handle_commands: bool = True) -> None:
+    def __init__(
+        self, secrets: Iterable[str] = (), handle_commands: bool = True, commands: LineCommands | None = None
+    ) -> None:
         self._patterns: set[bytes] = set()
         self._longest = 0
         self._handle_commands = handle_commands
+        self._commands = commands
         self._tail = bytearray()
+        # How many bytes at the start of the tail were already scanned for commands, and
+        # whether the tail starts a line (a line whose start was shipped is no command).
+        self._scanned = 0
+        self._line_start = True
         # The first ``_forced`` bytes of the tail belong to a match already partly shipped.
         self._forced = 0
         # The shipped output ended with a mask: a mask continuing from there adds no second "***".
@@ -129,11 +152,10 @@ class StreamMasker:
         if not data:
             return b""
         buf = bytes(self._tail) + data
-        if self._handle_commands:
-            self._scan_commands(buf, final=False)
+        scanned = self._scan_commands(buf, final=False) if self._handle_commands else 0
         intervals = self._find(buf)
         cut = self._safe_cut(buf)
-        return self._emit(buf, intervals, cut)
+        return self._emit(buf, intervals, cut, scanned)
 
     def flush(self) -> bytes:
         """Everything still held, masked (end of the stream)."""
@@ -142,9 +164,14 @@ class StreamMasker:
             return b""
         if self._handle_commands:
             self._scan_commands(buf, final=True)
-        return self._emit(buf, self._find(buf), len(buf))
+        out = self._emit(buf, self._find(buf), len(buf), len(buf))
+        self._scanned, self._line_start = 0, True
+        return out
 
-    def _emit(self, buf: bytes, intervals: list[tuple[int, int]], cut: int) -> bytes:
+    def _emit(self, buf: bytes, intervals: list[tuple[int, int]], cut: int, scanned: int) -> bytes:
+        # What of the new tail was already scanned, and whether it starts a line.
+        self._line_start = self._line_start if cut == 0 else buf[cut - 1 : cut] == b"\n"
+        self._scanned = max(0, scanned - cut)
         if cut == 0:
             # Nothing is safe yet: hold it all, forced part and open mask included.
             self._tail = bytearray(buf)
@@ -187,33 +214,50 @@ class StreamMasker:
             line = buf[line_start:].lstrip(b" \t")
             if (
                 line
+                and (line_start > 0 or self._line_start)
                 and len(buf) - line_start < MAX_COMMAND_LINE
-                and (ADD_MASK.startswith(line) or line.startswith(ADD_MASK))
+                and (COMMAND_START.startswith(line) or line.startswith(COMMAND_START))
             ):
+                # A command line still being written is held whole until its newline.
                 cut = min(cut, line_start)
         return cut
 
-    def _scan_commands(self, buf: bytes, final: bool) -> None:
-        """Register the values of complete ``::add-mask::`` lines (masks apply to this very buffer)."""
-        if ADD_MASK not in buf:
-            return
-        start = 0
+    def _scan_commands(self, buf: bytes, final: bool) -> int:
+        """Handle each complete line of ``buf`` not handled before, in order (a mask added here
+        applies to this very buffer); returns where the handled lines end."""
+        start = self._scanned
+        if start == 0 and not self._line_start:
+            # The tail starts inside a line whose beginning was shipped: not a command.
+            first = buf.find(b"\n")
+            if first == -1:
+                return len(buf) if final else 0
+            start = first + 1
+        if COMMAND_START not in buf[start:]:
+            # No command anywhere (the common case): only where the complete lines end matters.
+            return len(buf) if final else max(start, buf.rfind(b"\n") + 1)
         while start < len(buf):
             end = buf.find(b"\n", start)
             if end == -1:
                 if not final and len(buf) - start < MAX_COMMAND_LINE:
-                    return
+                    return start
                 end = len(buf)
-            line = buf[start:end].strip(b" \t\r")
-            if line.startswith(ADD_MASK):
-                value = line[len(ADD_MASK) :].strip().decode(errors="replace")
-                if value:
-                    # Whatever its length: the user asked for it, and the command line itself
-                    # must not show it.
-                    self._patterns.add(value.encode())
-                    self._longest = max(self._longest, len(value.encode()))
-                    self.add(value)
+            self._command_line(buf[start:end].strip(b" \t\r"))
             start = end + 1
+        return len(buf)
+
+    def _command_line(self, line: bytes) -> None:
+        if not line.startswith(COMMAND_START):
+            return
+        if self._commands is not None and not self._commands.line(line):
+            return
+        if line.startswith(ADD_MASK):
+            value = line[len(ADD_MASK) :].strip().decode(errors="replace")
+            if value:
+                # Whatever its length: the user asked for it, and the command line itself
+                # must not show it.
+                self._patterns.add(value.encode())
+                self._longest = max(self._longest, len(value.encode()))
+                self.add(value)
 
     def _render(
         self, buf: bytes, intervals: list[tuple[int, int]], start: int, stop: int, continuing: bool

@@ -26,18 +26,24 @@ from workflows.ci.expressions import (
     condition_expression,
     context_paths,
     expressions_in,
+    find_interpolations,
     function_names,
     parse,
     unterminated,
 )
+from workflows.ci.matrix import MatrixError, expand_matrix
 from workflows.ci.types.spec import (
     ACTION_CACHE,
     MAX_JOBS_PER_WORKFLOW,
     MAX_STEPS_PER_JOB,
+    ConcurrencySpec,
+    DispatchInput,
+    DispatchSpec,
     JobSpec,
     PushFilter,
     SpecError,
     StepSpec,
+    StrategySpec,
     WorkflowSpec,
 )
 
@@ -55,11 +61,20 @@ MAX_TIMEOUT_MINUTES = 5 * 24 * 60
 MAX_YAML_DEPTH = 64
 # Workflow commands GitHub disabled; a step that prints them would silently do nothing.
 DISABLED_COMMANDS = re.compile(r"::(set-env|set-output|add-path)\b")
-SHELLS = ("bash", "sh")
+# Shells GitHub names that the sandbox runs (``python`` runs python3); a custom shell is a
+# ``command [args] {0}`` template. GitHub's Windows shells cannot run here.
+SHELLS = ("bash", "sh", "python")
+UNAVAILABLE_SHELLS = ("pwsh", "powershell", "cmd")
+CUSTOM_SHELL_COMMAND = re.compile(r"^[A-Za-z0-9_./+-]+$")
+MAX_SHELL_LENGTH = 1024
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
-WORKFLOW_KEYS = {"name", "on", "env", "jobs"}
+WORKFLOW_KEYS = {"name", "on", "env", "jobs", "defaults", "concurrency", "permissions"}
 JOB_KEYS = {
+    "defaults",
+    "strategy",
+    "concurrency",
+    "permissions",
     "name",
     "needs",
     "runs-on",
@@ -77,14 +92,54 @@ USES_STEP_KEYS = {"id", "name", "uses", "with", "env", "if", "continue-on-error"
 # ``with:`` inputs of actions/cache leasehold implements (key and path are required).
 CACHE_INPUTS = {"key", "path", "restore-keys"}
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore"}
+PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore", "paths", "paths-ignore"}
+DISPATCH_INPUT_KEYS = {"description", "required", "default", "type", "options", "deprecationMessage"}
+DISPATCH_INPUT_TYPES = ("string", "boolean", "choice", "number", "environment")
+# GitHub's cap on workflow_dispatch inputs.
+MAX_DISPATCH_INPUTS = 25
+INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+PERMISSION_SCOPES = {
+    "actions",
+    "attestations",
+    "checks",
+    "contents",
+    "deployments",
+    "discussions",
+    "id-token",
+    "issues",
+    "models",
+    "packages",
+    "pages",
+    "pull-requests",
+    "repository-projects",
+    "security-events",
+    "statuses",
+}
+PERMISSION_LEVELS = {"read", "write", "none"}
+# Scopes GitHub gives fewer levels: id-token is write or none, models read or none.
+PERMISSION_LIMITS = {"id-token": {"write", "none"}, "models": {"read", "none"}}
+# Most jobs one matrix may expand to (GitHub's limit).
+MAX_MATRIX_JOBS = 256
+
+# Parsed and validated, but not run yet: a file that uses one is refused (after the whole file
+# parsed, so the message is about the feature, not an earlier parse error). A later change
+# that implements one passes it in ``parse_workflow(pending_ok=...)`` or drops it here.
+PENDING_FEATURES = frozenset({"matrix", "concurrency", "paths"})
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
-WORKFLOW_ENV_CONTEXTS = {"github", "secrets"}
+WORKFLOW_ENV_CONTEXTS = {"github", "secrets", "inputs"}
+# ``inputs`` joins once the run workflow puts it in a job's ``if:`` context.
 JOB_IF_CONTEXTS = {"github", "needs", "env"}
-JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets"}
-STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets"}
-OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner"}
+JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets", "inputs", "strategy", "matrix"}
+STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets", "inputs", "strategy", "matrix"}
+OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "inputs", "strategy", "matrix"}
+# Where a strategy and a workflow's concurrency may look (no env, no secrets).
+STRATEGY_CONTEXTS = {"github", "needs", "inputs"}
+WORKFLOW_CONCURRENCY_CONTEXTS = {"github", "inputs"}
+JOB_CONCURRENCY_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
+# defaults.run.working-directory: a job's defaults may use what its env may (minus secrets).
+WORKFLOW_DEFAULTS_CONTEXTS = {"github", "inputs"}
+JOB_DEFAULTS_CONTEXTS = {"github", "needs", "env", "inputs", "strategy", "matrix"}
 
 
 class WorkflowSpecError(ValueError):
@@ -266,9 +321,10 @@ def _check_keys(ctx: _Ctx, mapping: _Map, allowed: set[str], where: str) -> None
         if key not in allowed:
             hint = {
                 "uses": "'uses:' is supported only in steps (reusable workflows are not supported)",
-                "strategy": "'strategy' (matrix) is not supported",
-                "services": "'services' is not supported",
-                "container": "'container' is not supported",
+                "services": "'services' is not supported: this deployment has no container backend "
+                "(jobs run directly in a bubblewrap sandbox)",
+                "container": "'container' is not supported: this deployment has no container backend "
+                "(jobs run directly in a bubblewrap sandbox)",
                 "with": "'with' is not supported (it belongs to 'uses:' actions)",
             }.get(str(key), f"unsupported key (supported: {', '.join(sorted(allowed))})")
             raise ctx.fail(mapping.key_lines.get(key, mapping.line), f"{where}{key}", hint)
@@ -380,18 +436,120 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
     if not isinstance(push, _Map):
         raise ctx.fail(pline, "on.push", "must be a mapping of filters or empty")
     _check_keys(ctx, push, PUSH_KEYS, "on.push.")
-    for a, b in (("branches", "branches-ignore"), ("tags", "tags-ignore")):
+    for a, b in (("branches", "branches-ignore"), ("tags", "tags-ignore"), ("paths", "paths-ignore")):
         if a in push and b in push:
             raise ctx.fail(push.key_lines[b], f"on.push.{b}", f"cannot be used together with '{a}'")
     values: dict[str, list[str] | None] = {}
     for key in PUSH_KEYS:
         values[key] = _string_list(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
+    paths_key = "paths" if "paths" in push else "paths-ignore" if "paths-ignore" in push else None
     return PushFilter(
         enabled=True,
         branches=values["branches"],
         branches_ignore=values["branches-ignore"],
         tags=values["tags"],
         tags_ignore=values["tags-ignore"],
+        paths=values["paths"],
+        paths_ignore=values["paths-ignore"],
+        paths_line=push.key_lines.get(paths_key) if paths_key else None,
+    )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite double (GitHub's numbers), or ``None`` when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _dispatch(ctx: _Ctx, on: Any) -> DispatchSpec | None:
+    """``on.workflow_dispatch`` and its inputs; ``None`` when the file cannot be run by hand."""
+    if isinstance(on, str):
+        return DispatchSpec() if on == "workflow_dispatch" else None
+    if isinstance(on, list):
+        return DispatchSpec() if "workflow_dispatch" in on else None
+    if not isinstance(on, _Map) or "workflow_dispatch" not in on:
+        return None
+    raw = on["workflow_dispatch"]
+    line = on.key_lines.get("workflow_dispatch")
+    if raw is None:
+        return DispatchSpec()
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, "on.workflow_dispatch", "must be a mapping (with 'inputs') or empty")
+    _check_keys(ctx, raw, {"inputs"}, "on.workflow_dispatch.")
+    inputs_raw = raw.get("inputs")
+    iline = raw.key_lines.get("inputs")
+    if inputs_raw is None:
+        return DispatchSpec()
+    if not isinstance(inputs_raw, _Map):
+        raise ctx.fail(iline, "on.workflow_dispatch.inputs", "must be a mapping of input names to definitions")
+    if len(inputs_raw) > MAX_DISPATCH_INPUTS:
+        raise ctx.fail(iline, "on.workflow_dispatch.inputs", f"at most {MAX_DISPATCH_INPUTS} inputs")
+    inputs: dict[str, DispatchInput] = {}
+    for k, v in inputs_raw.items():
+        kline = inputs_raw.key_lines.get(k)
+        name = _scalar_text(ctx, k, kline, "on.workflow_dispatch.inputs")
+        where = f"on.workflow_dispatch.inputs.{name}"
+        if not INPUT_NAME.match(name):
+            raise ctx.fail(kline, where, "input names start with a letter or '_' and hold letters, digits, '_', '-'")
+        if name.lower() in {n.lower() for n in inputs}:
+            raise ctx.fail(kline, where, "duplicate input name (names are case-insensitive)")
+        inputs[name] = _dispatch_input(ctx, v, kline, where)
+    return DispatchSpec(inputs=inputs)
+
+
+def _dispatch_input(ctx: _Ctx, raw: Any, line: int | None, where: str) -> DispatchInput:
+    if raw is None:
+        return DispatchInput()
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, where, "must be a mapping (description, required, default, type, options)")
+    _check_keys(ctx, raw, DISPATCH_INPUT_KEYS, f"{where}.")
+
+    def ln(key: str) -> int | None:
+        return raw.key_lines.get(key, raw.line)
+
+    kind = _scalar_text(ctx, raw["type"], ln("type"), f"{where}.type") if "type" in raw else "string"
+    if kind not in DISPATCH_INPUT_TYPES:
+        raise ctx.fail(ln("type"), f"{where}.type", f"supported types: {', '.join(DISPATCH_INPUT_TYPES)}")
+    options: list[str] = []
+    if "options" in raw:
+        if kind != "choice":
+            raise ctx.fail(ln("options"), f"{where}.options", "only a 'choice' input has options")
+        if not isinstance(raw["options"], _List):
+            raise ctx.fail(ln("options"), f"{where}.options", "must be a list of strings")
+        options = [_scalar_text(ctx, o, ln("options"), f"{where}.options") for o in raw["options"]]
+    if kind == "choice" and not options:
+        raise ctx.fail(ln("type"), f"{where}.options", "a 'choice' input needs a non-empty list of options")
+    default: str | bool | float | None = None
+    if "default" in raw and raw["default"] is not None:
+        value, dline = raw["default"], ln("default")
+        if kind == "boolean":
+            if not isinstance(value, bool):
+                raise ctx.fail(dline, f"{where}.default", "a boolean input's default must be true or false")
+            default = value
+        elif kind == "number":
+            number = _finite(value)
+            if number is None:
+                raise ctx.fail(dline, f"{where}.default", "a number input's default must be a finite number")
+            default = number
+        else:
+            if not isinstance(value, (str, int, float)):
+                raise ctx.fail(dline, f"{where}.default", "must be a string")
+            default = _scalar_text(ctx, value, dline, f"{where}.default")
+            if kind == "choice" and default not in options:
+                raise ctx.fail(dline, f"{where}.default", f"{default!r} is not one of the options")
+    return DispatchInput(
+        type=kind,
+        description=_scalar_text(ctx, raw["description"], ln("description"), f"{where}.description")
+        if "description" in raw
+        else "",
+        required=_bool(ctx, raw["required"], ln("required"), f"{where}.required") if "required" in raw else False,
+        default=default,
+        options=options,
     )
 
 
@@ -442,7 +600,9 @@ def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool
     return True
 
 
-def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs: list[str]) -> StepSpec:
+def _step(
+    ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs: list[str], defaults: _RunDefaults
+) -> StepSpec:
     where = f"jobs.{job_id}.steps[{index}]"
     if not isinstance(raw, _Map):
         raise ctx.fail(line, where, "must be a mapping")
@@ -469,10 +629,9 @@ def _step(ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs:
         )
     _check_text(ctx, run, ln("run"), f"{where}.run", STEP_CONTEXTS, needs)
     step_id = _step_id(ctx, raw, where, ln("id")) if "id" in raw else None
-    shell = _scalar_text(ctx, raw.get("shell", "bash"), ln("shell"), f"{where}.shell")
-    if shell not in SHELLS:
-        raise ctx.fail(ln("shell"), f"{where}.shell", f"unsupported shell {shell!r} (supported: bash, sh)")
-    wd = None
+    # A step's own shell and working-directory win over defaults.run (the job's, then the workflow's).
+    shell = _shell(ctx, raw["shell"], ln("shell"), f"{where}.shell") if "shell" in raw else defaults.shell or "bash"
+    wd = defaults.working_directory
     if "working-directory" in raw:
         wd = _scalar_text(ctx, raw["working-directory"], ln("working-directory"), f"{where}.working-directory")
         _check_text(ctx, wd, ln("working-directory"), f"{where}.working-directory", STEP_CONTEXTS, needs)
@@ -575,7 +734,265 @@ def _environment(ctx: _Ctx, value: Any, line: int | None, where: str) -> str | N
     return name
 
 
-def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
+# Job environment: defaults.run and shells ------------------------------------------------------
+
+
+def _shell(ctx: _Ctx, value: Any, line: int | None, key: str) -> str:
+    """A shell the sandbox can run: ``bash``, ``sh``, ``python`` or ``command [args] {0}``."""
+    text = _scalar_text(ctx, value, line, key).strip()
+    if "${{" in text:
+        raise ctx.fail(line, key, "expressions are not allowed in 'shell'")
+    if text in SHELLS:
+        return text
+    if text.lower() in UNAVAILABLE_SHELLS:
+        raise ctx.fail(line, key, f"shell {text!r} cannot run on this deployment's Linux runners")
+    words = text.split()
+    if (
+        "{0}" not in text
+        or len(text) > MAX_SHELL_LENGTH
+        or any(c in text for c in "\0\n\r")
+        or not CUSTOM_SHELL_COMMAND.match(words[0])
+    ):
+        raise ctx.fail(
+            line,
+            key,
+            f"unsupported shell {text!r} (supported: bash, sh, python, or a custom 'command [options] {{0}}')",
+        )
+    return " ".join(words)
+
+
+class _RunDefaults:
+    """``defaults.run`` in force for a job's ``run:`` steps (the job's over the workflow's)."""
+
+    def __init__(self, shell: str | None = None, working_directory: str | None = None) -> None:
+        self.shell = shell
+        self.working_directory = working_directory
+
+    def over(self, outer: _RunDefaults) -> _RunDefaults:
+        return _RunDefaults(self.shell or outer.shell, self.working_directory or outer.working_directory)
+
+
+def _defaults(
+    ctx: _Ctx, raw: Any, line: int | None, where: str, contexts: set[str], needs: list[str] | None
+) -> _RunDefaults:
+    if raw is None:
+        return _RunDefaults()
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, where, "must be a mapping with 'run'")
+    _check_keys(ctx, raw, {"run"}, f"{where}.")
+    run = raw.get("run")
+    rline = raw.key_lines.get("run", line)
+    if run is None:
+        return _RunDefaults()
+    if not isinstance(run, _Map):
+        raise ctx.fail(rline, f"{where}.run", "must be a mapping (shell, working-directory)")
+    _check_keys(ctx, run, {"shell", "working-directory"}, f"{where}.run.")
+    shell = _shell(ctx, run["shell"], run.key_lines.get("shell"), f"{where}.run.shell") if "shell" in run else None
+    wd = None
+    if "working-directory" in run:
+        wline = run.key_lines.get("working-directory")
+        wd = _scalar_text(ctx, run["working-directory"], wline, f"{where}.run.working-directory")
+        _check_text(ctx, wd, wline, f"{where}.run.working-directory", contexts, needs)
+    return _RunDefaults(shell, wd or None)
+
+
+# Parsed now, run later: strategy, concurrency, permissions ----------------------------------------
+
+
+def _plain(ctx: _Ctx, value: Any, line: int | None, key: str) -> Any:
+    """A matrix value as JSON holds it (mappings with string keys, lists, finite numbers)."""
+    if isinstance(value, dict):
+        return {_scalar_text(ctx, k, line, key): _plain(ctx, v, line, key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(ctx, v, line, key) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = _finite(value)
+        if number is None:
+            return _number_text(value)
+        return value if isinstance(value, int) and abs(value) < 2**53 else number
+    return value
+
+
+def _has_expression(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${{" in value
+    if isinstance(value, dict):
+        return any(_has_expression(k) or _has_expression(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_expression(v) for v in value)
+    return False
+
+
+def _check_values(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str]) -> None:
+    """Every ``${{ }}`` inside a matrix value is valid where a strategy is evaluated."""
+    if isinstance(value, str):
+        _check_text(ctx, value, line, key, STRATEGY_CONTEXTS, needs)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_values(ctx, v, line, key, needs)
+    elif isinstance(value, list):
+        for v in value:
+            _check_values(ctx, v, line, key, needs)
+
+
+def _whole_expression(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str], what: str) -> str:
+    """A value that must be one ``${{ }}`` expression (``fromJSON(...)``) standing for ``what``."""
+    text = value.strip() if isinstance(value, str) else ""
+    found = find_interpolations(text)
+    if len(found) != 1 or found[0][0] != 0 or found[0][1] != len(text):
+        raise ctx.fail(line, key, f"must be {what} or a single ${{{{ }}}} expression such as fromJSON(...)")
+    _check_text(ctx, text, line, key, STRATEGY_CONTEXTS, needs)
+    return text
+
+
+def _entries(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str]) -> list[dict[str, Any]] | str:
+    """``include`` or ``exclude``: a list of mappings, or one expression."""
+    if isinstance(value, str):
+        return _whole_expression(ctx, value, line, key, needs, "a list of mappings")
+    if not isinstance(value, _List) or not all(isinstance(e, _Map) for e in value):
+        raise ctx.fail(line, key, "must be a list of mappings")
+    _check_values(ctx, value, line, key, needs)
+    return [_plain(ctx, e, line, key) for e in value]
+
+
+def _strategy(ctx: _Ctx, raw: Any, line: int | None, where: str, needs: list[str]) -> StrategySpec:
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, where, "must be a mapping (matrix, fail-fast, max-parallel)")
+    _check_keys(ctx, raw, {"matrix", "fail-fast", "max-parallel"}, f"{where}.")
+    if "matrix" not in raw:
+        raise ctx.fail(line, where, "a strategy needs a 'matrix'")
+    matrix, mline, mkey = raw["matrix"], raw.key_lines.get("matrix"), f"{where}.matrix"
+    spec = StrategySpec(line=line)
+    if isinstance(matrix, str):
+        spec.matrix_expression = _whole_expression(ctx, matrix, mline, mkey, needs, "a mapping")
+    elif isinstance(matrix, _Map):
+        for k, v in matrix.items():
+            kline = matrix.key_lines.get(k, mline)
+            name = _scalar_text(ctx, k, kline, mkey)
+            if name in ("include", "exclude"):
+                setattr(spec, name, _entries(ctx, v, kline, f"{mkey}.{name}", needs))
+            elif isinstance(v, str):
+                spec.axes[name] = _whole_expression(ctx, v, kline, f"{mkey}.{name}", needs, "a list of values")
+            elif isinstance(v, _List):
+                if not v:
+                    raise ctx.fail(kline, f"{mkey}.{name}", "a matrix axis needs at least one value")
+                _check_values(ctx, v, kline, f"{mkey}.{name}", needs)
+                spec.axes[name] = _plain(ctx, v, kline, f"{mkey}.{name}")
+            else:
+                raise ctx.fail(kline, f"{mkey}.{name}", "must be a list of values or a single ${{ }} expression")
+        if not spec.axes and not spec.include:
+            raise ctx.fail(mline, mkey, "a matrix needs at least one axis or 'include'")
+    else:
+        raise ctx.fail(mline, mkey, "must be a mapping of axes or a single ${{ }} expression")
+    if "fail-fast" in raw:
+        value, fline = raw["fail-fast"], raw.key_lines.get("fail-fast")
+        spec.fail_fast = (
+            value
+            if isinstance(value, bool)
+            else _whole_expression(ctx, value, fline, f"{where}.fail-fast", needs, "true or false")
+        )
+    if "max-parallel" in raw:
+        value, pline = raw["max-parallel"], raw.key_lines.get("max-parallel")
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise ctx.fail(pline, f"{where}.max-parallel", "must be a positive integer")
+            spec.max_parallel = min(value, MAX_MATRIX_JOBS)
+        else:
+            spec.max_parallel = _whole_expression(
+                ctx, value, pline, f"{where}.max-parallel", needs, "a positive integer"
+            )
+    _expand_static(ctx, spec, mline, mkey)
+    return spec
+
+
+def _expand_static(ctx: _Ctx, spec: StrategySpec, line: int | None, key: str) -> None:
+    """Expand a matrix that holds no expression now: an empty or oversized one, or an exclude
+    naming no axis, is refused at push time rather than when the run starts."""
+    if spec.matrix_expression is not None or _has_expression(spec.model_dump(include={"axes", "include", "exclude"})):
+        return
+    assert not isinstance(spec.include, str) and not isinstance(spec.exclude, str)
+    axes = {k: v for k, v in spec.axes.items() if isinstance(v, list)}
+    for entry in spec.exclude:
+        for name in entry:
+            if name not in axes:
+                raise ctx.fail(line, f"{key}.exclude", f"exclude names {name!r}, which is not an axis of the matrix")
+    try:
+        expand_matrix(axes, spec.include, spec.exclude, MAX_MATRIX_JOBS)
+    except MatrixError as exc:
+        raise ctx.fail(line, key, str(exc)) from None
+
+
+def _concurrency(
+    ctx: _Ctx, raw: Any, line: int | None, where: str, contexts: set[str], needs: list[str] | None
+) -> ConcurrencySpec:
+    """``concurrency: group`` or ``{group, cancel-in-progress}``."""
+    cancel: bool | str = False
+    if isinstance(raw, _Map):
+        _check_keys(ctx, raw, {"group", "cancel-in-progress"}, f"{where}.")
+        if "group" not in raw:
+            raise ctx.fail(line, f"{where}.group", "a concurrency mapping needs 'group'")
+        gline = raw.key_lines.get("group")
+        group = _scalar_text(ctx, raw["group"], gline, f"{where}.group")
+        if "cancel-in-progress" in raw:
+            value, cline = raw["cancel-in-progress"], raw.key_lines.get("cancel-in-progress")
+            if isinstance(value, bool):
+                cancel = value
+            else:
+                text = _scalar_text(ctx, value, cline, f"{where}.cancel-in-progress")
+                if not text.strip().startswith("${{"):
+                    raise ctx.fail(cline, f"{where}.cancel-in-progress", "must be true, false or an expression")
+                _check_text(ctx, text, cline, f"{where}.cancel-in-progress", contexts, needs)
+                cancel = text
+    elif isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+        gline, group = line, _scalar_text(ctx, raw, line, where)
+    else:
+        raise ctx.fail(line, where, "must be a group name or a mapping (group, cancel-in-progress)")
+    if not group.strip():
+        raise ctx.fail(gline, where, "the concurrency group must not be empty")
+    _check_text(ctx, group, gline, where, contexts, needs)
+    return ConcurrencySpec(group=group, cancel_in_progress=cancel, line=line)
+
+
+def _permissions(ctx: _Ctx, raw: Any, line: int | None, where: str) -> str | dict[str, str]:
+    """``read-all``, ``write-all`` or scope -> read/write/none. Informational: no token is issued."""
+    if raw in ("read-all", "write-all"):
+        return str(raw)
+    if not isinstance(raw, _Map):
+        raise ctx.fail(line, where, "must be read-all, write-all or a mapping of scopes to read, write or none")
+    kept: dict[str, str] = {}
+    for scope, level in raw.items():
+        sline = raw.key_lines.get(scope)
+        name = _scalar_text(ctx, scope, sline, where)
+        if name not in PERMISSION_SCOPES:
+            raise ctx.fail(
+                sline, f"{where}.{name}", f"unknown permission scope (known: {', '.join(sorted(PERMISSION_SCOPES))})"
+            )
+        allowed = PERMISSION_LIMITS.get(name, PERMISSION_LEVELS)
+        if level not in allowed:
+            raise ctx.fail(sline, f"{where}.{name}", f"must be one of: {', '.join(sorted(allowed))}")
+        kept[name] = str(level)
+    return kept
+
+
+def _refuse_pending(ctx: _Ctx, spec: WorkflowSpec, pending_ok: frozenset[str]) -> None:
+    """Refuse what parsed but does not run yet (``PENDING_FEATURES``), naming its line and key."""
+    refused = PENDING_FEATURES - pending_ok
+    push = spec.on_push
+    if "paths" in refused and (push.paths is not None or push.paths_ignore is not None):
+        key = "on.push.paths" if push.paths is not None else "on.push.paths-ignore"
+        raise ctx.fail(push.paths_line, key, "path filters are not supported yet")
+    if "concurrency" in refused and spec.concurrency is not None:
+        raise ctx.fail(spec.concurrency.line, "concurrency", "concurrency groups are not supported yet")
+    for job in spec.jobs:
+        if "matrix" in refused and job.strategy is not None:
+            raise ctx.fail(job.strategy.line, f"jobs.{job.id}.strategy", "matrix runs are not supported yet")
+        if "concurrency" in refused and job.concurrency is not None:
+            raise ctx.fail(
+                job.concurrency.line, f"jobs.{job.id}.concurrency", "concurrency groups are not supported yet"
+            )
+
+
+def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefaults) -> JobSpec:
     where = f"jobs.{job_id}"
     if not JOB_ID.match(job_id):
         raise ctx.fail(line, where, "job ids start with a letter or '_' and hold letters, digits, '_', '-'")
@@ -599,7 +1016,12 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
         raise ctx.fail(ln("steps"), f"{where}.steps", "a job needs a non-empty list of steps")
     if len(steps_raw) > MAX_STEPS_PER_JOB:
         raise ctx.fail(ln("steps"), f"{where}.steps", f"at most {MAX_STEPS_PER_JOB} steps per job")
-    steps = [_step(ctx, job_id, i, s, _line_of(steps_raw, i), needs) for i, s in enumerate(steps_raw)]
+    run_defaults = (
+        _defaults(ctx, raw["defaults"], ln("defaults"), f"{where}.defaults", JOB_DEFAULTS_CONTEXTS, needs)
+        if "defaults" in raw
+        else _RunDefaults()
+    ).over(defaults)
+    steps = [_step(ctx, job_id, i, s, _line_of(steps_raw, i), needs, run_defaults) for i, s in enumerate(steps_raw)]
     seen: dict[str, str] = {}
     for step in steps:
         if step.id:
@@ -640,6 +1062,17 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None) -> JobSpec:
         environment=_environment(ctx, raw["environment"], ln("environment"), f"{where}.environment")
         if "environment" in raw
         else None,
+        strategy=_strategy(ctx, raw["strategy"], ln("strategy"), f"{where}.strategy", needs)
+        if "strategy" in raw
+        else None,
+        concurrency=_concurrency(
+            ctx, raw["concurrency"], ln("concurrency"), f"{where}.concurrency", JOB_CONCURRENCY_CONTEXTS, needs
+        )
+        if "concurrency" in raw
+        else None,
+        permissions=_permissions(ctx, raw["permissions"], ln("permissions"), f"{where}.permissions")
+        if "permissions" in raw
+        else None,
     )
 
 
@@ -676,11 +1109,15 @@ def _check_graph(ctx: _Ctx, jobs: list[JobSpec], lines: dict[str, int | None]) -
             visit(job.id)
 
 
-def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
+def parse_workflow(path: str, text: str | bytes, pending_ok: frozenset[str] = frozenset()) -> WorkflowSpec:
     """Parse and validate one workflow file; raises ``WorkflowSpecError`` and nothing else,
-    whatever the bytes: one bad file must fail its own run, never the push's listing."""
+    whatever the bytes: one bad file must fail its own run, never the push's listing.
+
+    ``pending_ok`` names ``PENDING_FEATURES`` to accept (parsed into the spec) instead of refusing."""
     try:
-        return _parse_workflow(path, text)
+        spec = _parse_workflow(path, text)
+        _refuse_pending(_Ctx(path), spec, pending_ok)
+        return spec
     except WorkflowSpecError:
         raise
     except RecursionError:
@@ -714,7 +1151,28 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         raise ctx.fail(doc.line, "on", "missing 'on'")
     on_push = _push_filter(ctx, doc["on"], doc.key_lines.get("on"))
     on_pull_request = _pull_request_filter(ctx, doc["on"])
+    on_dispatch = _dispatch(ctx, doc["on"])
     env = _env(ctx, doc.get("env"), doc.key_lines.get("env"), "env", WORKFLOW_ENV_CONTEXTS, None)
+    defaults = _defaults(
+        ctx, doc.get("defaults"), doc.key_lines.get("defaults"), "defaults", WORKFLOW_DEFAULTS_CONTEXTS, None
+    )
+    concurrency = (
+        _concurrency(
+            ctx,
+            doc["concurrency"],
+            doc.key_lines.get("concurrency"),
+            "concurrency",
+            WORKFLOW_CONCURRENCY_CONTEXTS,
+            None,
+        )
+        if "concurrency" in doc
+        else None
+    )
+    permissions = (
+        _permissions(ctx, doc["permissions"], doc.key_lines.get("permissions"), "permissions")
+        if "permissions" in doc
+        else None
+    )
     jobs_raw = doc.get("jobs")
     if not isinstance(jobs_raw, _Map) or not jobs_raw:
         raise ctx.fail(doc.key_lines.get("jobs", doc.line), "jobs", "a workflow needs a non-empty 'jobs' mapping")
@@ -735,12 +1193,25 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
                 f"duplicate job id {job_id!r} (ids are case-insensitive: {seen[job_id.lower()]!r})",
             )
         seen[job_id.lower()] = job_id
-    jobs = [_job(ctx, _scalar_text(ctx, k, None, "jobs"), v, jobs_raw.key_lines.get(k)) for k, v in jobs_raw.items()]
+    jobs = [
+        _job(ctx, _scalar_text(ctx, k, None, "jobs"), v, jobs_raw.key_lines.get(k), defaults)
+        for k, v in jobs_raw.items()
+    ]
     _check_graph(ctx, jobs, lines)
     name = _scalar_text(ctx, doc["name"], doc.key_lines.get("name"), "name") if "name" in doc else path
     for job in jobs:
         job.secrets = job_secret_names(env, job)
-    return WorkflowSpec(path=path, name=name, on_push=on_push, on_pull_request=on_pull_request, env=env, jobs=jobs)
+    return WorkflowSpec(
+        path=path,
+        name=name,
+        on_push=on_push,
+        on_pull_request=on_pull_request,
+        on_dispatch=on_dispatch,
+        env=env,
+        concurrency=concurrency,
+        permissions=permissions,
+        jobs=jobs,
+    )
 
 
 def _names_in(expr: str) -> set[str]:

@@ -104,7 +104,7 @@ def test_actions_parse() -> None:
     ("text", "line", "key", "words"),
     [
         (COMPOSITE.replace("      shell: bash\n", ""), 9, "runs.steps[0].shell", "needs 'shell'"),
-        (COMPOSITE.replace("shell: bash", "shell: python"), 10, "runs.steps[0].shell", "unsupported shell"),
+        (COMPOSITE.replace("shell: bash", "shell: pwsh"), 10, "runs.steps[0].shell", "shell"),
         (COMPOSITE.replace("composite", "docker"), 7, "runs.using", "Docker actions are not supported"),
         (COMPOSITE.replace("composite", "node12"), 7, "runs.using", "unsupported runtime"),
         (COMPOSITE.replace("inputs.who", "secrets.TOKEN"), 11, "runs.steps[0].run", "'secrets' is not available"),

@@ -111,7 +111,7 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
             "secrets",
         ),
         (
-            wf("  a:\n    runs-on: linux\n    steps:\n      - run: x\n        shell: python\n"),
+            wf("  a:\n    runs-on: linux\n    steps:\n      - run: x\n        shell: pwsh\n"),
             7,
             "jobs.a.steps[0].shell",
             "shell",
@@ -124,7 +124,7 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
         ),
         (wf("  a:\n    steps:\n      - run: x\n"), 4, "jobs.a", "runs-on"),
         ("on: push\njobs:\n  a: [\n", 4, None, "invalid YAML"),
-        ("on: push\npermissions: read-all\njobs: {}\n", 2, "permissions", "unsupported"),
+        ("on: push\npermissions: read-some\njobs: {}\n", 2, "permissions", "read-all, write-all"),
         ("on: push\njobs:\n  a:\n    runs-on: linux\n    runs-on: linux\n", 5, None, "duplicate"),
     ],
 )

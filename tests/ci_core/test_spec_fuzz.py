@@ -42,6 +42,39 @@ jobs:
       - run: echo ${{ needs.build.outputs.o }}
 """
 
+# The job environment and what parses but does not run yet (defaults, strategy, concurrency,
+# permissions, path filters, dispatch inputs).
+BASE_JOBENV = """on:
+  push:
+    paths: ['src/**']
+  workflow_dispatch:
+    inputs:
+      level: {type: choice, options: [a, b], default: a}
+      n: {type: number, default: 1}
+defaults:
+  run:
+    shell: sh
+    working-directory: sub
+concurrency: ci-${{ github.ref }}
+permissions: {contents: read}
+jobs:
+  build:
+    runs-on: linux
+    defaults: {run: {shell: 'python3 {0}'}}
+    concurrency: {group: g, cancel-in-progress: true}
+    strategy:
+      fail-fast: false
+      max-parallel: 2
+      matrix:
+        os: [a, b]
+        v: ${{ fromJSON('[1, 2]') }}
+        include: [{os: a, x: 1}]
+        exclude: [{os: b}]
+    steps:
+      - run: print(1)
+        shell: bash
+"""
+
 SCALARS = [
     "1",
     "+" + "9" * 400,
@@ -93,6 +126,21 @@ SCALARS = [
     "---",
     "...",
     "\t",
+    "defaults",
+    "concurrency",
+    "group",
+    "cancel-in-progress",
+    "permissions",
+    "contents",
+    "read-all",
+    "include",
+    "exclude",
+    "fail-fast",
+    "max-parallel",
+    "workflow_dispatch",
+    "inputs",
+    "options",
+    "paths-ignore",
     "__x",
     "MY-JOB",
 ]
@@ -126,6 +174,21 @@ KEYS = [
     "paths",
     "pull_request",
     "types",
+    "defaults",
+    "concurrency",
+    "group",
+    "cancel-in-progress",
+    "permissions",
+    "contents",
+    "read-all",
+    "include",
+    "exclude",
+    "fail-fast",
+    "max-parallel",
+    "workflow_dispatch",
+    "inputs",
+    "options",
+    "paths-ignore",
     "__x",
     "a-b",
     "'a=b'",
@@ -198,6 +261,8 @@ def test_parser_raises_only_its_own_error_on_hostile_input() -> None:
     rng = random.Random(SEED)
     for _ in range(1500):
         check(mutate(rng, BASE))
+    for _ in range(1500):
+        check(mutate(rng, BASE_JOBENV))
     for _ in range(1500):
         check(random_document(rng))
     for _ in range(300):

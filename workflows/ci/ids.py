@@ -14,6 +14,7 @@ LOG_ROOT = "ci"
 LOG_END_NAME = "end.json"
 LOG_CHUNK_SUFFIX = ".log"
 LOG_GAP_SUFFIX = ".gap"
+STEP_SUMMARY_NAME = "summary.md"
 
 
 def _digest(*parts: str, size: int = 24) -> str:
@@ -80,6 +81,11 @@ def log_gap_key(prefix: str, seq: int) -> str:
 def log_end_key(prefix: str) -> str:
     """``<attempt prefix>end.json``: a ``LogEnd``; present once the attempt's log is complete."""
     return f"{prefix}{LOG_END_NAME}"
+
+
+def step_summary_key(prefix: str) -> str:
+    """``<attempt prefix>summary.md``: the attempt's ``$GITHUB_STEP_SUMMARY`` markdown, beside its log."""
+    return f"{prefix}{STEP_SUMMARY_NAME}"
 
 
 def parse_log_key(key: str) -> tuple[int, str] | None:

@@ -116,13 +116,15 @@ async def record_push(
     ref: str,
     delivery: str | None,
     pull_request: PullRequestInfo | None = None,
+    event: dict[str, Any] | None = None,
 ) -> str:
     """Durably record a push (idempotent on repository + commit + ref); returns the push id.
-    The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it."""
+    The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it,
+    and so does the webhook payload (``event``), which jobs see as ``github.event``."""
     plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
     try:
         return await asyncio.wait_for(
-            start_push(client, push_input(settings, repo, sha, ref, delivery, pull_request, plan)),
+            start_push(client, push_input(settings, repo, sha, ref, delivery, pull_request, plan, event)),
             timeout=START_TIMEOUT_SECONDS,
         )
     except (RPCError, TimeoutError) as exc:
@@ -180,7 +182,7 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
 
     pushes = []
     for repo in verified:
-        pid = await record_push(client, settings, db, repo, after, ref, delivery)
+        pid = await record_push(client, settings, db, repo, after, ref, delivery, event=payload)
         log.info("push %s for %s %s@%s (delivery %s)", pid, repo.id, ref, after[:12], delivery)
         pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=after.lower(), ref=ref))
     answer = WebhookAnswer(event="push", status="accepted", pushes=pushes)
@@ -231,7 +233,7 @@ async def _pull_request(
             action=action,
         )
         ref = f"refs/pull/{number}/head"
-        pid = await record_push(client, settings, db, repo, sha, ref, delivery, info)
+        pid = await record_push(client, settings, db, repo, sha, ref, delivery, info, event=payload)
         log.info("pull request #%s of %s at %s (fork: %s)", number, repo.id, sha[:12], info.from_fork)
         pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=sha.lower(), ref=ref))
     answer = WebhookAnswer(event="pull_request", status="accepted", pushes=pushes)

@@ -4,10 +4,12 @@ so a commit reaches ``ci_start.start_push`` the same way (and under the same pus
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from leasehold.records.ci.plans import TenantPlan
 from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings
+from workflows.ci.event import bounded_event, event_actor
 from workflows.ci.types.push import CIPushInput, PullRequestInfo, PushContext
 
 
@@ -19,9 +21,10 @@ def push_input(
     delivery: str | None,
     pull_request: PullRequestInfo | None = None,
     plan: TenantPlan | None = None,
+    event: dict[str, Any] | None = None,
 ) -> CIPushInput:
     """The push of ``sha`` to ``ref`` with the deployment's queues and CI timeouts and the
-    tenant's plan as of now."""
+    tenant's plan as of now; ``event`` is the webhook payload (its sender is ``github.actor``)."""
     return CIPushInput(
         push=PushContext(
             tenant_id=repo.tenant_id,
@@ -39,6 +42,8 @@ def push_input(
             fairness_weight=plan.fairness_weight if plan else None,
             max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
             default_branch=repo.default_branch,
+            actor=event_actor(event) if event is not None else "",
+            event_payload=bounded_event(event) if event is not None else None,
         ),
         received_at=datetime.now(UTC),
         delivery_id=delivery,

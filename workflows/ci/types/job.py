@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -70,6 +71,14 @@ class JobActivityInput(PushScoped):
     round: int = 0
     # False for code from a fork: the job's secrets are empty and its log says why.
     secrets_allowed: bool = True
+    # One combination of the job's ``strategy.matrix`` (empty: not a matrix job), its index
+    # among the job's combinations and their count (``strategy.job-index``/``job-total``).
+    matrix: dict[str, Any] = Field(default_factory=dict)
+    job_index: int = 0
+    job_total: int = 1
+    # ``github.run_number``: the run's number among the runs of its repository and workflow
+    # file, when the run knows it (None: 1).
+    run_number: int | None = None
 
 
 class AttemptStartRequest(BaseModel):
@@ -112,6 +121,30 @@ class LogSummary(LogStored):
     """
 
     prefix: str
+    # Object key of the attempt's ``$GITHUB_STEP_SUMMARY`` markdown (every step's, in order),
+    # stored beside the log; None when no step wrote one.
+    summary_key: str | None = None
+
+
+class AnnotationLevel(StrEnum):
+    NOTICE = "notice"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class Annotation(BaseModel):
+    """A ``::error``/``::warning``/``::notice`` workflow command a step printed (masked, bounded)."""
+
+    level: AnnotationLevel
+    message: str
+    title: str | None = None
+    file: str | None = None
+    line: int | None = None
+    end_line: int | None = None
+    column: int | None = None
+    end_column: int | None = None
+    # The step that printed it (0-based, as ``StepSummary.index``).
+    step: int = 0
 
 
 class StepSummary(BaseModel):
@@ -123,6 +156,9 @@ class StepSummary(BaseModel):
     exit_code: int | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # Annotations the step printed (the job's are those of its steps; bounded per step and
+    # per attempt, because they travel in the run state).
+    annotations: list[Annotation] = Field(default_factory=list)
 
 
 class StepResult(StepSummary):

@@ -66,6 +66,14 @@ class PushContext(BaseModel):
     fair_share: bool = True
     # The repository's default branch (caches of other refs fall back to its scope).
     default_branch: str | None = None
+    # Who pushed (the webhook's sender login, else the pusher's name): ``github.actor``; empty
+    # when unknown (a reconciled push), then the repository owner stands in.
+    actor: str = ""
+    # The webhook payload as ``github.event`` and ``$GITHUB_EVENT_PATH`` show it, bounded by
+    # ``leasehold.client.ci.event`` (None: the job builds a minimal one from the fields above).
+    event_payload: dict[str, Any] | None = None
+    # ``workflow_dispatch`` inputs (``inputs`` context), by name.
+    inputs: dict[str, str | bool | float] = Field(default_factory=dict)
 
 
 _PUSH_FIELDS = frozenset(PushContext.model_fields)

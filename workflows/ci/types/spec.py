@@ -4,6 +4,8 @@ Also the actions its steps use (``ActionSpec``), resolved when the push is liste
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -30,6 +32,54 @@ class PushFilter(BaseModel):
     tags_ignore: list[str] | None = None
     # ``on.pull_request.types`` (only for pull-request filters); None means the default three.
     types: list[str] | None = None
+    # ``paths`` / ``paths-ignore`` globs over the changed files (parsed; see ``PENDING_FEATURES``).
+    paths: list[str] | None = None
+    paths_ignore: list[str] | None = None
+    # Line of the ``paths``/``paths-ignore`` key, for a refusal that names it.
+    paths_line: int | None = None
+
+
+class StrategySpec(BaseModel):
+    """``jobs.<id>.strategy``, validated. Matrix values are JSON values as written; an axis, the
+    ``include``/``exclude`` lists or the whole matrix may instead be one ``${{ }}`` expression
+    (``fromJSON(...)``), kept as text for the run to evaluate."""
+
+    # Axis name -> its values, or the expression that yields them (file order).
+    axes: dict[str, list[Any] | str] = Field(default_factory=dict)
+    include: list[dict[str, Any]] | str = Field(default_factory=list)
+    exclude: list[dict[str, Any]] | str = Field(default_factory=list)
+    # ``matrix: ${{ fromJSON(...) }}``: the whole matrix from one expression (then no axes).
+    matrix_expression: str | None = None
+    fail_fast: bool | str = True
+    # None: as many at once as the deployment allows.
+    max_parallel: int | str | None = None
+    line: int | None = None
+
+
+class ConcurrencySpec(BaseModel):
+    """``concurrency:`` of a workflow or a job (``group`` may hold expressions)."""
+
+    group: str
+    cancel_in_progress: bool | str = False
+    line: int | None = None
+
+
+class DispatchInput(BaseModel):
+    """One ``on.workflow_dispatch.inputs.<name>``."""
+
+    type: str = "string"
+    description: str = ""
+    required: bool = False
+    # As typed: text for string/choice/environment, bool for boolean, a number for number.
+    default: str | bool | float | None = None
+    # The choices of a ``choice`` input.
+    options: list[str] = Field(default_factory=list)
+
+
+class DispatchSpec(BaseModel):
+    """``on.workflow_dispatch``: the file can be run by hand, with these inputs."""
+
+    inputs: dict[str, DispatchInput] = Field(default_factory=dict)
 
 
 class StepSpec(BaseModel):
@@ -42,6 +92,7 @@ class StepSpec(BaseModel):
     run: str = ""
     env: dict[str, str] = Field(default_factory=dict)
     working_directory: str | None = None
+    # ``bash``, ``sh``, ``python`` or a ``command ... {0}`` template (defaults.run applied).
     shell: str = "bash"
     if_expr: str | None = None
     continue_on_error: bool = False
@@ -142,6 +193,11 @@ class JobSpec(BaseModel):
     secrets: list[str] = Field(default_factory=list)
     # ``environment:`` (its name): when the repository protects it, the job waits for approval.
     environment: str | None = None
+    strategy: StrategySpec | None = None
+    concurrency: ConcurrencySpec | None = None
+    # ``permissions:`` as written ("read-all", "write-all" or scope -> read/write/none).
+    # Informational: leasehold issues jobs no token.
+    permissions: str | dict[str, str] | None = None
 
 
 class WorkflowSpec(BaseModel):
@@ -153,6 +209,9 @@ class WorkflowSpec(BaseModel):
     # ``on.pull_request``: branches/branches-ignore match the base branch.
     on_pull_request: PushFilter = Field(default_factory=PushFilter)
     env: dict[str, str] = Field(default_factory=dict)
+    on_dispatch: DispatchSpec | None = None
+    concurrency: ConcurrencySpec | None = None
+    permissions: str | dict[str, str] | None = None
     # In file order; needs form a DAG (validated).
     jobs: list[JobSpec] = Field(default_factory=list)
 
