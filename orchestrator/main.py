@@ -15,6 +15,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.video.housekeeping import VideoHousekeepingActivities
+from activities.video.projection import VideoProjectionActivities
+from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
@@ -36,7 +38,11 @@ WORKFLOWS: list[type] = [
 
 def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     """The activities this worker hosts, built with their dependencies (constructor injection)."""
-    return [VideoHousekeepingActivities(open_store(settings)).delete_video_objects]
+    db = init_database(settings.resolved_database_url)
+    return [
+        VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
+        VideoProjectionActivities(db).project_video_job,
+    ]
 
 
 def build_worker(client: Client, settings: Settings) -> Worker:

@@ -52,6 +52,17 @@ VIDEO_HOUSEKEEPING_RETRY = RetryPolicy(
     maximum_attempts=20,
 )
 
+# Writing a job's snapshot to the read model (orchestration worker): one small SQL write, so a
+# short timeout; retried without limit, because the read model must converge on the outcome
+# even through a long database outage.
+VIDEO_PROJECTION_TIMEOUT = timedelta(seconds=10)
+VIDEO_PROJECTION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+)
+
 # GPU workers send heartbeats at least this often (Temporal's default is 0.8 x heartbeat
 # timeout): cancellation and lease loss arrive in heartbeat responses, and a job must stop
 # within seconds of a cancel.
