@@ -1,7 +1,9 @@
 """Every module that declares tables on ``leasehold.database.Base``, listed once.
 
-``init_database`` imports this module before ``create_all``, so a new table module is added
-here. The direction is one way: the database module imports this one, never the reverse.
+``init_database`` and the migrations' environment import this module, so a new table module is
+added here, and its tables get a revision in ``leasehold/migrations/versions`` (a test compares
+the models with the migrated schema). The direction is one way: the database module imports
+this one, never the reverse.
 """
 
 from types import ModuleType
