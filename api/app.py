@@ -20,6 +20,7 @@ from api.routers import files, health
 from api.routers.ci import environments, hooks, job_secrets, logs, repos, runs, secrets
 from api.routers.video import capacity, videos
 from api.video.capacity import start_capacity, stop_capacity
+from api.video.submit import start_submit, stop_submit
 from leasehold.data_dir import secure_data_dir
 from leasehold.database import init_database
 from leasehold.settings import Settings
@@ -79,9 +80,11 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.temporal = await connect(settings, identity="leasehold-api", lazy=True)
         await start_ci(app)
         await start_capacity(app)
+        await start_submit(app)
         try:
             yield
         finally:
+            await stop_submit(app)
             await stop_capacity(app)
 
     app = FastAPI(

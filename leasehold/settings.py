@@ -180,6 +180,17 @@ class Settings(BaseSettings):
     # How often the API re-measures queues, workers and job times per model.
     video_capacity_refresh_seconds: float = 2.0
 
+    # Video submit path (issue 13, "video-submit"). Submits in flight in one API process past
+    # this are shed with 503 + Retry-After rather than queued past the client's patience.
+    video_submit_max_in_flight: int = 256
+    # The outbox starter starts jobs whose row is committed but whose workflow was not started
+    # (Temporal down at submit, or the API died in between) once they are this old.
+    video_outbox_delay_seconds: float = 3.0
+    video_outbox_interval_seconds: float = 1.0
+    video_outbox_concurrency: int = 8
+    # The capacity leader's lease: one replica measures, the others read its snapshot.
+    video_capacity_lease_seconds: float = 10.0
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

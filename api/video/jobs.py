@@ -18,9 +18,9 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 
+from fastapi import Request
 from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
@@ -32,33 +32,24 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
 )
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.errors import ApiError, from_temporal, invalid, is_not_found, not_found
 from api.schemas.video import VideoCreateRequest
-from api.video.admission import admit
 from api.video.capacity import CapacityTracker
 from api.video.memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
+from api.video.submit import SubmitGate, VideoSubmission
 from api.video.views import JobView, job_status, pending_generation, recorded_status
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import deleted_by, is_deleted, record_deletion
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
 from workflows import search_attributes as sa
-from workflows.queues import orchestration_queue, video_queue
 from workflows.video import models as video_models
 from workflows.video.ids import derived_job_id, is_job_id, job_id_of, new_job_id, workflow_id
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.models import VideoModelSpec
 from workflows.video.types import (
-    VideoJobInput,
     VideoJobState,
     VideoRequest,
     VideoStatus,
@@ -167,118 +158,23 @@ class VideoJobs:
 
     # Submit -----------------------------------------------------------------------------
 
-    async def submit(self, body: VideoCreateRequest, idempotency_key: str | None) -> JobView:
-        """Start a job (or find the one this idempotency key already started)."""
+    async def submit(
+        self, body: VideoCreateRequest, idempotency_key: str | None, request: Request | None = None
+    ) -> JobView:
+        """Accept a job (or answer the one this idempotency key already made): ``api.video.submit``."""
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
             raise ApiError(400, "invalid_request", "Idempotency-Key must be 1-255 characters", "Idempotency-Key")
         job_id = job_id_for(self.principal, idempotency_key)
-        request = resolve_request(body, self.settings, job_id)
-        if idempotency_key is not None and await asyncio.to_thread(is_deleted, self.db, job_id):
-            raise ApiError(
-                409,
-                "idempotency_key_reused",
-                "the video created with this Idempotency-Key was deleted; use a new key",
-                "Idempotency-Key",
-            )
-        digest = request_hash(request)
-        async with AsyncExitStack() as admission_scope:
-            fairness: tuple[str, float] | None = None
-            if not (idempotency_key is not None and await self._exists(job_id)):
-                # A replay of an existing job is not a new job: no cap, no admission.
-                await self.capacity.ready()
-                await admission_scope.enter_async_context(
-                    self.capacity.user_lock(self.principal.tenant_id, self.principal.user_id)
-                )
-                admission = admit(self.capacity, self.settings, self.principal, request.model)
-                fairness = (admission.fairness_key, admission.fairness_weight)
-            return await self._start(job_id, request, digest, idempotency_key, fairness)
-
-    async def _exists(self, job_id: str) -> bool:
-        try:
-            await self._handle(job_id).describe(rpc_timeout=RPC_TIMEOUT)
-        except RPCError as exc:
-            if is_not_found(exc):
-                return False
-            raise from_temporal(exc, UNAVAILABLE) from exc
-        return True
-
-    async def _start(
-        self,
-        job_id: str,
-        request: VideoRequest,
-        digest: str,
-        idempotency_key: str | None,
-        fairness: tuple[str, float] | None,
-    ) -> JobView:
-        now = datetime.now(UTC)
-        job_input = VideoJobInput(
-            job_id=job_id,
-            tenant_id=self.principal.tenant_id,
-            user_id=self.principal.user_id,
-            tier=self.principal.tier,
-            request=request,
-            request_hash=digest,
-            created_at=now,
-            generate_queue=video_queue(request.model, self.settings.queue_prefix),
-            housekeeping_queue=orchestration_queue(self.settings.queue_prefix),
-            heartbeat_timeout_seconds=self.settings.video_heartbeat_timeout_seconds,
-            checkpoint_interval_seconds=self.settings.checkpoint_interval_seconds,
-            fairness_key=fairness[0] if fairness else None,
-            fairness_weight=fairness[1] if fairness else None,
+        resolved = resolve_request(body, self.settings, job_id)
+        gate = request.app.state.video_submit_gate if request is not None else SubmitGate(1)
+        submission = VideoSubmission(self.client, self.settings, self.db, self.principal, self.capacity, gate)
+        return await submission.submit(
+            job_id,
+            resolved,
+            request_hash(resolved),
+            keyed=idempotency_key is not None,
+            disconnected=request.is_disconnected if request is not None else None,
         )
-        memo = JobMemo(
-            **request.model_dump(),
-            request_hash=digest,
-            created_at=now.timestamp(),
-            expires_after_seconds=job_input.expires_after_seconds,
-            fairness_key=job_input.fairness_key,
-            fairness_weight=job_input.fairness_weight,
-        )
-        try:
-            await self.client.start_workflow(
-                VideoJobWorkflow.run,
-                job_input,
-                id=workflow_id(job_id),
-                task_queue=orchestration_queue(self.settings.queue_prefix),
-                # Same key while the job runs -> the running job; after it closed -> an error we
-                # turn into the closed job. Either way never a second job for one key.
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                memo={MEMO_KEY: memo.model_dump(mode="json")},
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(sa.TENANT_ID, self.principal.tenant_id),
-                        SearchAttributePair(sa.USER_ID, self.principal.user_id),
-                        SearchAttributePair(sa.MODEL_VERSION, request.model),
-                        SearchAttributePair(sa.TIER, self.principal.tier),
-                        SearchAttributePair(sa.JOB_STATE, VideoStatus.QUEUED.value),
-                    ]
-                ),
-                rpc_timeout=RPC_TIMEOUT,
-            )
-        except WorkflowAlreadyStartedError:
-            pass  # a closed job with this key: compared below like a running one
-        except RPCError as exc:
-            raise from_temporal(exc, UNAVAILABLE) from exc
-        fresh = JobView(job_id=job_id, memo=memo, owner=self.principal, status=VideoStatus.QUEUED)
-        if fairness is not None:
-            self.capacity.record_submit(fresh)
-        # Estimated once recorded, so the plan places it behind this process's earlier submits.
-        fresh.estimate = self.capacity.estimate(fresh)
-        if idempotency_key is None:
-            return fresh
-        existing = await self.get(job_id, with_query=False)
-        if existing.memo.request_hash != digest:
-            raise ApiError(
-                409,
-                "idempotency_key_reused",
-                "this Idempotency-Key was already used with a different request body; "
-                "use a new key for a different video",
-                "Idempotency-Key",
-            )
-        if existing.memo.created_at == memo.created_at:
-            return fresh
-        return await self.get(job_id)
 
     # Read -------------------------------------------------------------------------------
 

@@ -104,7 +104,8 @@ async def create_video(
         raise RequestValidationError(
             [{**err, "loc": ("body", *err.get("loc", ()))} for err in exc.errors(include_url=False)]
         ) from None
-    view = await jobs.submit(body, idempotency_key)
+    # The request, so a client that went away starts nothing (api.video.submit).
+    view = await jobs.submit(body, idempotency_key, request)
     return view.to_video()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Index, Integer, String
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from leasehold.database import Base, utcnow
@@ -44,6 +44,10 @@ class VideoJobRecord(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # The whole ``VideoJobState`` as JSON (``model_dump(mode="json")``): what the API renders.
     state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # How the API dispatched the generation task (Temporal fairness): written once at submit,
+    # never by the workflow's snapshots, read by the capacity tracker's fairness replay.
+    fairness_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    fairness_weight: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_video_jobs_owner", "tenant_id", "user_id", "created_at"),
