@@ -14,6 +14,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.ci.projection import CIProjectionActivities
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.projection import VideoProjectionActivities
 from leasehold.database import init_database
@@ -42,6 +43,8 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     return [
         VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
         VideoProjectionActivities(db).project_video_job,
+        CIProjectionActivities(db).project_ci_run,
+        CIProjectionActivities(db).project_ci_push,
     ]
 
 

@@ -105,3 +105,14 @@ CI_RECONCILE_MAX_ATTEMPTS = 3
 CI_RECONCILE_PARALLEL_REPOS = 4
 # Repositories per workflow run; the rest continue as new (bounds the history).
 CI_RECONCILE_REPOS_PER_RUN = 200
+
+# CI read model (the push and run workflows' snapshots, written on the orchestration queue):
+# a write is a small SQL transaction; a database that is down is waited out with backoff,
+# but a run's close is held up at most this long by its last write.
+CI_PROJECTION_TIMEOUT = timedelta(seconds=30)
+CI_PROJECTION_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
+CI_PROJECTION_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+)

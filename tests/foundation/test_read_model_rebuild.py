@@ -1,0 +1,96 @@
+"""``leasehold readmodel rebuild`` against a real dev server, on SQLite and Postgres: an open video
+job whose row was lost gets it back from the engine, and a newer row is never overwritten."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import sessionmaker
+from temporalio.client import Client
+
+from leasehold.database import init_database
+from leasehold.records.video.jobs import VideoJobRecord
+from leasehold.settings import Settings
+from leasehold.testing.harness import REPO_ROOT, process_env
+from tests.conftest import sqlite_url
+from tests.video_core.jobs import request, start_job, start_orchestration
+from workflows.video.job import VideoJobWorkflow
+from workflows.video.types import VideoStatus
+
+LIFECYCLE_VERSION = 2**62
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def deployment(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Settings:
+    """The test's settings on one database, without lifecycle schedules (not under test here)."""
+    url = sqlite_url(tmp_path) if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+    return settings.model_copy(update={"database_url": url, "lifecycle_schedules": False})
+
+
+def rebuild(settings: Settings) -> dict[str, dict[str, int]]:
+    """Run the command as an operator would; its one line of output is the report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "readmodel", "rebuild"],
+        cwd=REPO_ROOT,
+        env=process_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def job_row(factory: sessionmaker, job_id: str) -> VideoJobRecord | None:
+    with factory() as session:
+        return session.scalars(select(VideoJobRecord).where(VideoJobRecord.job_id == job_id)).one_or_none()
+
+
+async def test_rebuild_restores_a_lost_row_of_an_open_job(
+    temporal_client: Client, deployment: Settings, logs_dir: Path
+) -> None:
+    factory = init_database(deployment.resolved_database_url)
+    orchestration = start_orchestration(deployment, logs_dir)
+    try:
+        # No GPU worker polls the model's queue: the job stays queued, its execution open.
+        handle = await start_job(temporal_client, deployment, request())
+        job_id = (await handle.query(VideoJobWorkflow.state)).job_id
+        deadline = time.monotonic() + 60
+        while job_row(factory, job_id) is None:
+            assert time.monotonic() < deadline, f"the workflow never wrote its row:\n{orchestration.log_tail()}"
+            await asyncio.sleep(0.2)
+        # The row is lost (a restored backup, a write that never landed).
+        with factory.begin() as session:
+            session.execute(delete(VideoJobRecord).where(VideoJobRecord.job_id == job_id))
+        assert job_row(factory, job_id) is None
+
+        report = await asyncio.to_thread(rebuild, deployment)
+        assert report["VideoJobWorkflow"] == {"seen": 1, "written": 1, "unchanged": 0, "failed": 0}
+        row = job_row(factory, job_id)
+        assert row is not None
+        assert (row.tenant_id, row.user_id, row.model, row.status) == ("tenant-a", "user-a", "procedural-v1", "queued")
+        assert row.state["status"] == VideoStatus.QUEUED.value and row.state["job_id"] == job_id
+        history_length = (await handle.describe()).history_length
+        assert 0 < row.version <= history_length
+
+        # A row newer than anything the engine can say (the lifecycle's) is left alone.
+        with factory.begin() as session:
+            session.execute(
+                update(VideoJobRecord)
+                .where(VideoJobRecord.job_id == job_id)
+                .values(version=LIFECYCLE_VERSION, status="expired")
+            )
+        report = await asyncio.to_thread(rebuild, deployment)
+        assert report["VideoJobWorkflow"] == {"seen": 1, "written": 0, "unchanged": 1, "failed": 0}
+        row = job_row(factory, job_id)
+        assert row is not None and (row.version, row.status) == (LIFECYCLE_VERSION, "expired")
+        await handle.cancel()
+    finally:
+        orchestration.stop()
