@@ -116,3 +116,16 @@ CI_PROJECTION_RETRY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
 )
+
+
+# Lifecycle schedules (expiry, orphan sweeps, CI log compaction and retention) ---------------
+
+# One batch of a lifecycle job: bounded rows, each one idempotent; a batch that dies is simply
+# done again (by a retry, or by the next tick of the schedule).
+LIFECYCLE_BATCH_TIMEOUT = timedelta(minutes=10)
+LIFECYCLE_BATCH_HEARTBEAT = timedelta(seconds=60)
+LIFECYCLE_BATCH_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=5,
+)

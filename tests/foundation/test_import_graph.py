@@ -42,6 +42,7 @@ ACTIVITY_DEFINITIONS = frozenset(
         "activities.video.housekeeping",
         "activities.video.definitions",
         "activities.ci.definitions",
+        "activities.lifecycle_definitions",
     }
 )
 # What workflows import besides themselves and the standard library.
