@@ -24,7 +24,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from leasehold.storage import ObjectNotFound, ObjectStore
 from workflows.ci.ids import log_chunk_key
@@ -38,6 +38,14 @@ FRAME_BYTES = 256 << 10
 def compacted_key(log_prefix: str) -> str:
     """``<attempt prefix>compacted.log.gz``: where an attempt's compacted log lives."""
     return f"{log_prefix}{COMPACTED_NAME}"
+
+
+class ObjectReader(Protocol):
+    """What reading a compacted log needs of the store."""
+
+    def get(self, key: str) -> bytes: ...
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes: ...
 
 
 @dataclass
@@ -102,7 +110,7 @@ def read_chunks(store: ObjectStore, log_prefix: str, next_seq: int, gaps: list[i
 
 
 def read_compacted(
-    store: ObjectStore, object_key: str, log_index: dict[str, Any], from_seq: int = 0
+    store: ObjectReader, object_key: str, log_index: dict[str, Any], from_seq: int = 0
 ) -> list[tuple[int, bytes]]:
     """``(seq, chunk bytes)`` for every stored seq >= ``from_seq``, in order.
 
