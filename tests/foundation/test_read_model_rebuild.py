@@ -1,5 +1,6 @@
 """``leasehold readmodel rebuild`` against a real dev server, on SQLite and Postgres: an open video
-job whose row was lost gets it back from the engine, and a newer row is never overwritten."""
+job and an open CI push whose rows were lost get them back from the engine, and a newer row is
+never overwritten."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,12 +18,16 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 
+from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
+from leasehold.records.ci.runs import CIPushRecord
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from leasehold.testing.harness import REPO_ROOT, process_env
 from tests.conftest import sqlite_url
 from tests.video_core.jobs import request, start_job, start_orchestration
+from workflows.ci.ids import push_workflow_id
+from workflows.ci.types.push import CIPushInput, PushContext, PushStatus
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.types import VideoStatus
 
@@ -92,5 +99,52 @@ async def test_rebuild_restores_a_lost_row_of_an_open_job(
         row = job_row(factory, job_id)
         assert row is not None and (row.version, row.status) == (LIFECYCLE_VERSION, "expired")
         await handle.cancel()
+    finally:
+        orchestration.stop()
+
+
+def push_row(factory: sessionmaker, push_id: str) -> CIPushRecord | None:
+    with factory() as session:
+        return session.scalars(select(CIPushRecord).where(CIPushRecord.push_id == push_id)).one_or_none()
+
+
+async def test_rebuild_restores_a_lost_row_of_an_open_push(
+    temporal_client: Client, deployment: Settings, logs_dir: Path
+) -> None:
+    factory = init_database(deployment.resolved_database_url)
+    orchestration = start_orchestration(deployment, logs_dir)
+    try:
+        # No CI worker serves the control queue: the push stays "listing", its execution open.
+        sha = uuid.uuid4().hex + "00c0ffee"  # a commit of its own: push ids are not per deployment
+        context = PushContext(
+            tenant_id="tenant-r",
+            repo_id="repo-rebuild",
+            repo_full_name="acme/rebuild",
+            clone_url="https://git.example.com/acme/rebuild.git",
+            commit_sha=sha,
+            ref="refs/heads/main",
+            queue_prefix=deployment.queue_prefix,
+        )
+        push = CIPushInput(push=context, received_at=datetime.now(UTC))
+        push_id = await ci_start.start_push(temporal_client, push)
+        deadline = time.monotonic() + 60
+        while push_row(factory, push_id) is None:
+            assert time.monotonic() < deadline, f"the push never wrote its row:\n{orchestration.log_tail()}"
+            await asyncio.sleep(0.2)
+        with factory.begin() as session:
+            session.execute(delete(CIPushRecord).where(CIPushRecord.push_id == push_id))
+
+        report = await asyncio.to_thread(rebuild, deployment)
+        assert report["CIPushWorkflow"] == {"seen": 1, "written": 1, "unchanged": 0, "failed": 0}
+        row = push_row(factory, push_id)
+        assert row is not None
+        # Tenant, repository and commit come from the push's start input, not its state.
+        assert (row.tenant_id, row.repo_id, row.commit_sha, row.ref) == ("tenant-r", "repo-rebuild", sha, context.ref)
+        assert row.status == PushStatus.LISTING.value and row.state["push_id"] == push_id
+        assert 0 < row.version
+
+        report = await asyncio.to_thread(rebuild, deployment)  # again: the row is already at this version
+        assert report["CIPushWorkflow"] == {"seen": 1, "written": 0, "unchanged": 1, "failed": 0}
+        await temporal_client.get_workflow_handle(push_workflow_id(push_id)).terminate("test over")
     finally:
         orchestration.stop()
