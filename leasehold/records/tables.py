@@ -9,7 +9,17 @@ this one, never the reverse.
 from types import ModuleType
 
 from leasehold.records.ci import environments, heads, plans, repos, runs, secrets
-from leasehold.records.video import deletions, jobs
+from leasehold.records.video import capacity, deletions, jobs
 
 # Named so the imports are used: importing a module declares its tables on Base.
-TABLE_MODULES: tuple[ModuleType, ...] = (environments, heads, plans, repos, runs, secrets, deletions, jobs)
+TABLE_MODULES: tuple[ModuleType, ...] = (
+    environments,
+    heads,
+    plans,
+    repos,
+    runs,
+    secrets,
+    capacity,
+    deletions,
+    jobs,
+)
