@@ -21,9 +21,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.schemas.ci.runs import RunOut
 from leasehold.client.ci.start import run_handle
+from leasehold.database import init_database
+from leasehold.records.ci.runs import get_run as get_run_record
 from tests.ci_api.conftest import CIStack, running_ci_stack
 from tests.ci_api.flows import get_run, job, push_workflow, sse_events, wait_run
 from workflows.ci.ids import push_workflow_id, run_workflow_id
+from workflows.ci.types.projection import snapshot_version
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +124,13 @@ async def test_a_deleted_run_is_still_served_with_its_jobs_listing_and_logs(
     # The engine's own last word on the run, to hold the read model to.
     final = RunOut.from_state(await run_handle(engine, rid).result()).model_dump(mode="json")
     logs_before = {j["id"]: await asyncio.to_thread(full_log, client, rid, j["id"]) for j in run["jobs"]}
+    # The row's version carries the execution's start as the engine describes it (what a rebuild
+    # of the read model from the engine uses), and the final history length is past it.
+    described = await engine.get_workflow_handle(run_workflow_id(rid)).describe()
+    record = get_run_record(init_database(stack.settings.resolved_database_url), client.tenant_id, rid)  # type: ignore[attr-defined]
+    assert record is not None
+    assert snapshot_version(described.start_time, 0) <= record.version
+    assert record.version < snapshot_version(described.start_time, described.history_length or 0)
 
     await delete_execution(engine, run_workflow_id(rid))
     await delete_execution(engine, push_workflow_id(pushed.push_id))

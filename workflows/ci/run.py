@@ -56,9 +56,15 @@ older round's attempt is told not to proceed), logs are attempt-scoped, and the 
 at the attempt whose result was recorded. ``CI_IDEMPOTENCY_KEY = <run id>/<job id>`` is stable
 across attempts for external side effects.
 
+Read model: the state the ``state`` query answers is also written to SQL (``ci_runs``,
+``ci_jobs``, ``ci_attempts``) by a background ``SnapshotWriter``: one write in flight, the
+newest state each time, a final write before the workflow returns, so the API serves the run
+after the engine forgets it. No job ever waits on it.
+
 History bound: at most ``MAX_JOBS_PER_WORKFLOW`` jobs and ``CI_MAX_RETRIES_PER_RUN`` retries,
-each job round costing about ten events, keeps a run far below Temporal's limits, so the
-workflow does not continue-as-new.
+each job round costing about ten events (and at most about 18 more for its read-model writes,
+fewer when transitions coalesce), keeps a run below Temporal's limits, so the workflow does
+not continue-as-new.
 """
 
 from __future__ import annotations
