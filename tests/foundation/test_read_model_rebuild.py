@@ -1,5 +1,5 @@
 """``leasehold readmodel rebuild`` against a real dev server, on SQLite and Postgres: an open video
-job and an open CI push whose rows were lost get them back from the engine, and a newer row is
+job, CI push and CI run whose rows were lost get them back from the engine, and a newer row is
 never overwritten."""
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ import pytest
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
-from leasehold.records.ci.runs import CIPushRecord
+from leasehold.records.ci.runs import CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from leasehold.testing.harness import REPO_ROOT, process_env
+from tests.ci_core.conftest import engine_stack
 from tests.conftest import sqlite_url
 from tests.video_core.jobs import request, start_job, start_orchestration
 from workflows.ci.ids import push_workflow_id
@@ -35,10 +37,14 @@ LIFECYCLE_VERSION = 2**62
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def deployment(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Settings:
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return sqlite_url(tmp_path) if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def deployment(settings: Settings, db_url: str) -> Settings:
     """The test's settings on one database, without lifecycle schedules (not under test here)."""
-    url = sqlite_url(tmp_path) if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
-    return settings.model_copy(update={"database_url": url, "lifecycle_schedules": False})
+    return settings.model_copy(update={"database_url": db_url, "lifecycle_schedules": False})
 
 
 def rebuild(settings: Settings) -> dict[str, dict[str, int]]:
@@ -148,3 +154,54 @@ async def test_rebuild_restores_a_lost_row_of_an_open_push(
         await temporal_client.get_workflow_handle(push_workflow_id(push_id)).terminate("test over")
     finally:
         orchestration.stop()
+
+
+WAITS_FOREVER = """
+on: push
+jobs:
+  build:
+    runs-on: nobody-serves-this-label
+    steps:
+      - run: echo never
+"""
+
+
+async def test_rebuild_restores_a_lost_run_with_its_jobs(
+    temporal_env: WorkflowEnvironment, db_url: str, tmp_path: Path
+) -> None:
+    # A CI worker lists the push; the run's job asks for a label no worker serves, so it stays open.
+    with engine_stack(temporal_env, tmp_path, database_url=db_url, lifecycle_schedules=False) as stack:
+        factory = init_database(db_url)
+        repo = stack.repo("rebuild")
+        sha = repo.commit({".github/workflows/wait.yml": WAITS_FOREVER, "README.md": "x"})
+        pushed = await stack.push(repo, sha)
+        [ref] = pushed.runs
+        run = await stack.wait_run(ref.run_id, until=lambda state: state.jobs and state.jobs[0].status == "queued")
+        deadline = time.monotonic() + 60
+        while (found := get_run_row(factory, ref.run_id)) is None or found.status != run.status.value:
+            assert time.monotonic() < deadline, "the run never wrote its row"
+            await asyncio.sleep(0.2)
+        with factory.begin() as session:
+            for table in (CIAttemptRecord, CIJobRecord, CIRunRecord):
+                session.execute(delete(table).where(table.run_id == ref.run_id))
+
+        report = await asyncio.to_thread(rebuild, stack.settings)
+        assert report["CIRunWorkflow"]["written"] == 1 and report["CIRunWorkflow"]["failed"] == 0
+        row = get_run_row(factory, ref.run_id)
+        assert row is not None
+        assert (row.tenant_id, row.repo_id, row.commit_sha, row.workflow_path) == (
+            "tenant-a",
+            repo.repo_id,
+            sha,
+            ".github/workflows/wait.yml",
+        )
+        assert row.status == run.status.value and row.state["run_id"] == ref.run_id
+        with factory() as session:
+            jobs = session.scalars(select(CIJobRecord).where(CIJobRecord.run_id == ref.run_id)).all()
+        assert [(j.name, j.status, j.tenant_id) for j in jobs] == [("build", "queued", "tenant-a")]
+        await stack.client.get_workflow_handle(ref.workflow_id).terminate("test over")
+
+
+def get_run_row(factory: sessionmaker, run_id: str) -> CIRunRecord | None:
+    with factory() as session:
+        return session.scalars(select(CIRunRecord).where(CIRunRecord.run_id == run_id)).one_or_none()
