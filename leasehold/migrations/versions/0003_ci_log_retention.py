@@ -1,8 +1,9 @@
-"""CI log retention per tenant: ``ci_log_retention`` (issue 13, lifecycle).
+"""Lifecycle (issue 13): CI log retention per tenant, and the orphan sweep's index.
 
 A tenant's finished runs and their logs are kept this many days (1 to 3650); a tenant without
 a row gets ``Settings.ci_log_retention_days``. A table of its own, like network grants, so it
-needs no plan row.
+needs no plan row. ``ix_video_jobs_closed`` lets the video orphan sweep page through jobs
+closed in a time window without scanning the table.
 
 Revision ID: 0003
 Revises: 0002
@@ -32,7 +33,11 @@ def upgrade() -> None:
             sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
             sa.PrimaryKeyConstraint("tenant_id"),
         )
+    indexes = {index["name"] for index in sa.inspect(op.get_bind()).get_indexes("video_jobs")}
+    if "ix_video_jobs_closed" not in indexes:
+        op.create_index("ix_video_jobs_closed", "video_jobs", ["status", "completed_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_video_jobs_closed", table_name="video_jobs")
     op.drop_table("ci_log_retention")

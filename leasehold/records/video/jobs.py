@@ -54,5 +54,7 @@ class VideoJobRecord(Base):
         Index("ix_video_jobs_owner_status", "tenant_id", "user_id", "status"),
         Index("ix_video_jobs_model_status", "model", "status", "created_at"),
         Index("ix_video_jobs_expiry", "status", "expires_at"),
+        # The orphan sweep pages through jobs closed in a time window.
+        Index("ix_video_jobs_closed", "status", "completed_at"),
         Index("ix_video_jobs_outbox", "engine_started", "created_at"),
     )
