@@ -33,6 +33,8 @@ LIVE_TTL_SECONDS = 1.0
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
 # Entries older than the TTL are dropped once the cache holds more than this many jobs.
 MAX_ENTRIES = 10_000
+# Describes in flight at once from this process (a listing page of running jobs asks for many).
+MAX_CONCURRENT_DESCRIBES = 16
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,7 @@ class LiveProgress:
         self._client = client
         self._ttl = ttl
         self._entries: dict[str, _Entry] = {}
-        # Describes this cache made (the Prometheus counter sums every cache of the process).
-        self.describes = 0
+        self._gate = asyncio.Semaphore(MAX_CONCURRENT_DESCRIBES)
 
     async def of(self, job_id: str) -> LiveJob | None:
         """The engine's view of ``job_id`` at most ``ttl`` old; ``None`` when it could not be asked."""
@@ -74,10 +75,11 @@ class LiveProgress:
         return await asyncio.shield(entry.answer)
 
     async def _describe(self, job_id: str) -> LiveJob | None:
-        self.describes += 1
-        DESCRIBES.inc()
         try:
-            desc = await self._client.get_workflow_handle(workflow_id(job_id)).describe(rpc_timeout=DESCRIBE_TIMEOUT)
+            async with self._gate:
+                DESCRIBES.inc()
+                handle = self._client.get_workflow_handle(workflow_id(job_id))
+                desc = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
         except RPCError as exc:
             if is_not_found(exc):
                 return LiveJob(status=None, generation=None)
