@@ -12,7 +12,7 @@ is compacted, ``log_object_key`` names the one object that holds its whole log a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Table, and_, delete, insert, or_, select
@@ -141,13 +141,47 @@ def write_run(
     session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id))
     if jobs:
         session.execute(insert(CIJobRecord), [{**job, "run_id": run_id} for job in jobs])
-    table: Table = CIAttemptRecord.__table__  # type: ignore[assignment]
-    for attempt in attempts:
-        row = {**attempt, "run_id": run_id}
-        statement = _upsert(session, table).values(**row)
-        changed = {k: statement.excluded[k] for k in row if k not in _COMPACTION_COLUMNS}
-        session.execute(statement.on_conflict_do_update(index_elements=["run_id", "job_id", "attempt"], set_=changed))
+    # Most snapshots change one attempt or none: only rows that differ are written (a run of
+    # 64 jobs would otherwise upsert 64+ rows at every transition).
+    stored = {
+        (row.job_id, row.attempt): _attempt_fingerprint(row._asdict())
+        for row in session.execute(
+            select(
+                CIAttemptRecord.job_id,
+                CIAttemptRecord.attempt,
+                CIAttemptRecord.tenant_id,
+                CIAttemptRecord.status,
+                CIAttemptRecord.started_at,
+                CIAttemptRecord.finished_at,
+                CIAttemptRecord.log_prefix,
+            ).where(CIAttemptRecord.run_id == run_id)
+        )
+    }
+    changed = [
+        {**attempt, "run_id": run_id}
+        for attempt in attempts
+        if stored.get((attempt["job_id"], attempt["attempt"])) != _attempt_fingerprint(attempt)
+    ]
+    if changed:
+        table: Table = CIAttemptRecord.__table__  # type: ignore[assignment]
+        statement = _upsert(session, table)
+        columns = {k: statement.excluded[k] for k in changed[0] if k not in _COMPACTION_COLUMNS}
+        session.execute(
+            statement.on_conflict_do_update(index_elements=["run_id", "job_id", "attempt"], set_=columns), changed
+        )
     return True
+
+
+def _instant(value: Any) -> Any:
+    # SQLite hands back naive UTC times and Postgres aware ones; compare them as naive UTC.
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _attempt_fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a snapshot says of an attempt row (the columns compaction owns left out)."""
+    return tuple(_instant(row[k]) for k in ("tenant_id", "status", "started_at", "finished_at", "log_prefix"))
 
 
 def write_push(session: Session, push: dict[str, Any], version: int) -> bool:
