@@ -33,12 +33,12 @@ MAX_FORM_FIELDS = 16
 SSE_MAX_SECONDS = 3600.0
 
 
-def get_live(request: Request) -> LiveProgress:
+async def get_live(request: Request) -> LiveProgress:
     """The process's cache of running jobs' live progress (created in the app's lifespan)."""
     return request.app.state.video_live
 
 
-def get_jobs(
+async def get_jobs(
     client: ClientDep,
     settings: SettingsDep,
     store: StoreDep,
