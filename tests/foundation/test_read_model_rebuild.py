@@ -137,6 +137,8 @@ async def test_rebuild_restores_a_lost_row_of_an_open_push(
         while push_row(factory, push_id) is None:
             assert time.monotonic() < deadline, f"the push never wrote its row:\n{orchestration.log_tail()}"
             await asyncio.sleep(0.2)
+        written = push_row(factory, push_id)
+        assert written is not None
         with factory.begin() as session:
             session.execute(delete(CIPushRecord).where(CIPushRecord.push_id == push_id))
 
@@ -147,7 +149,9 @@ async def test_rebuild_restores_a_lost_row_of_an_open_push(
         # Tenant, repository and commit come from the push's start input, not its state.
         assert (row.tenant_id, row.repo_id, row.commit_sha, row.ref) == ("tenant-r", "repo-rebuild", sha, context.ref)
         assert row.status == PushStatus.LISTING.value and row.state["push_id"] == push_id
-        assert 0 < row.version
+        # The rebuilt version orders with the workflow's own: the same execution start in the high
+        # bits (describe's start time is the workflow's), a history at least as long below.
+        assert row.version >> 20 == written.version >> 20 and row.version >= written.version
 
         report = await asyncio.to_thread(rebuild, deployment)  # again: the row is already at this version
         assert report["CIPushWorkflow"] == {"seen": 1, "written": 0, "unchanged": 1, "failed": 0}
