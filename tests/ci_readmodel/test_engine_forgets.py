@@ -145,6 +145,10 @@ async def test_a_deleted_run_is_still_served_with_its_jobs_listing_and_logs(
     listed = client.get("/v1/runs", params={"repo": pushed.repo_id}).json()["data"]
     assert [(r["id"], r["status"], r["commit_sha"]) for r in listed] == [(rid, "success", pushed.sha)]
     assert rid in [r["id"] for r in client.get("/v1/runs", params={"status": "success"}).json()["data"]]
+    page = client.get("/v1/runs", params={"limit": 1}).json()
+    assert [r["id"] for r in page["data"]] == [rid] and not page["has_more"] and page["next_cursor"] is None
+    bad = client.get("/v1/runs", params={"after": "not-a-cursor"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "after", bad.text
 
     # The push that made it.
     push = client.get(f"/v1/pushes/{pushed.push_id}")
