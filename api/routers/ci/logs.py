@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.ci.log_compaction import read_compacted
 from api.ci.runs import check_job_id, load_run
 from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
 from api.errors import ApiError, not_found
@@ -38,21 +39,6 @@ from leasehold.storage import ObjectNotFound, ObjectStore
 from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, parse_log_key
 from workflows.ci.types.job import AttemptStatus, LogEnd
 from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobAttemptState
-
-CompactedReader = Callable[[ObjectStore, str, dict[str, Any], int], list[tuple[int, bytes]]]
-
-
-def _compacted_reader() -> CompactedReader | None:
-    """Log compaction's reader; ``None`` where this build has no compaction (then every
-    attempt is read from its chunks)."""
-    try:
-        from activities.ci.log_compaction import read_compacted as reader
-    except ImportError:
-        return None
-    return reader
-
-
-read_compacted = _compacted_reader()
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
@@ -141,7 +127,6 @@ def read_compacted_log(
 ) -> LogRead:
     """Chunks and gaps of a compacted attempt from ``from_seq``: one object read. The attempt
     is final, so every seq below the index's ``next_seq`` is either a chunk or a gap."""
-    assert read_compacted is not None
     stored = dict(read_compacted(store, object_key, log_index, from_seq))
     limit = int(log_index.get("next_seq", max(stored, default=from_seq - 1) + 1))
     result = LogRead()
@@ -161,11 +146,11 @@ def read_compacted_log(
     return result
 
 
-def _read(
+def read_log(
     store: ObjectStore, record: CIAttemptRecord | None, state: CIRunState, job: str, chosen: JobAttemptState, seq: int
 ) -> LogRead:
     """One read of the chosen attempt's log: the compacted object when there is one, else its chunks."""
-    if record is not None and record.log_object_key and record.log_index is not None and read_compacted is not None:
+    if record is not None and record.log_object_key and record.log_index is not None:
         try:
             return read_compacted_log(store, record.log_object_key, record.log_index, seq)
         except ObjectNotFound:
@@ -241,7 +226,7 @@ async def get_logs(
             status=job_state.status.value,
         )
     record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
-    read = await asyncio.to_thread(_read, store, record, state, job, chosen, from_seq)
+    read = await asyncio.to_thread(read_log, store, record, state, job, chosen, from_seq)
     ended = not read.has_more and (read.end is not None or _attempt_final(chosen))
     return LogPage(
         run_id=run,
@@ -307,7 +292,7 @@ async def _follow(
             continue
         final = _attempt_final(chosen)
         record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
-        read = await asyncio.to_thread(_read, store, record, state, job, chosen, seq)
+        read = await asyncio.to_thread(read_log, store, record, state, job, chosen, seq)
         for item_seq, text in read.items:
             if text is None:
                 yield _event("gap", {"seq": item_seq, "attempt": chosen.attempt}, item_seq)
