@@ -179,11 +179,11 @@ class VideoJobs:
 
     async def _view(self, record: VideoJobRecord) -> JobView:
         """The view of a row; a running job's live progress is added from the engine (cached)."""
-        view = row_view(record, self.principal)
-        if view.status is VideoStatus.IN_PROGRESS:
-            live = await self.live.of(record.job_id)
-            if live is not None and live.status is not None:
-                view = row_view(record, self.principal, live.status, live.generation, live.closed_at)
+        live = await self.live.of(record.job_id) if record.status == VideoStatus.IN_PROGRESS.value else None
+        if live is not None and live.status is not None:
+            view = row_view(record, self.principal, live.status, live.generation, live.closed_at)
+        else:
+            view = row_view(record, self.principal)
         view.estimate = self.capacity.estimate(view)
         return view
 
