@@ -20,6 +20,8 @@ from api.routers import files, health
 from api.routers.ci import environments, hooks, job_secrets, logs, repos, runs, secrets
 from api.routers.video import capacity, videos
 from api.video.capacity import start_capacity, stop_capacity
+from api.video.live import LiveProgress
+from api.video.submit import start_submit, stop_submit
 from leasehold.data_dir import secure_data_dir
 from leasehold.database import init_database
 from leasehold.settings import Settings
@@ -77,11 +79,15 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.store = open_store(settings)
         # Lazy: the API must start (and /healthz answer 503) even while Temporal is down.
         app.state.temporal = await connect(settings, identity="leasehold-api", lazy=True)
+        # Running videos' live progress: one describe per job per second for all readers.
+        app.state.video_live = LiveProgress(app.state.temporal)
         await start_ci(app)
         await start_capacity(app)
+        await start_submit(app)
         try:
             yield
         finally:
+            await stop_submit(app)
             await stop_capacity(app)
 
     app = FastAPI(

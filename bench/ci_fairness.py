@@ -37,8 +37,10 @@ from temporalio.worker import Worker
 
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
+from activities.ci.projection import CIProjectionActivities
 from activities.ci.run_records import TrustedRun
 from leasehold.clone_urls import ClonePolicy
+from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from leasehold.testing.temporal import start_local_environment
@@ -170,10 +172,14 @@ async def one_round(
         asyncio.get_running_loop(),
         BenchRunRecords(),
     )
+    # Runs write their state to the read model, as in production (SQLite beside the work dir).
+    projection = CIProjectionActivities(init_database(f"sqlite:///{work.parent / f'{work.name}.db'}"))
     orchestration = Worker(
         client,
         task_queue=orchestration_queue(prefix),
         workflows=[CIRunWorkflow, CITenantSemaphoreWorkflow],
+        activities=[projection.project_ci_run, projection.project_ci_push],
+        activity_executor=ThreadPoolExecutor(max_workers=8),
         max_concurrent_workflow_tasks=8,
     )
     jobs = Worker(

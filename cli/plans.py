@@ -1,4 +1,5 @@
-"""``leasehold plans set|show``: a CI tenant's fairness weight and concurrency cap."""
+"""``leasehold plans set|show|network|retention``: a CI tenant's fairness weight, concurrency cap,
+network grant and how long its finished runs and logs are kept."""
 
 from __future__ import annotations
 
@@ -28,12 +29,13 @@ def cmd_plans_set(args: argparse.Namespace) -> int:
 
 def cmd_plans_show(args: argparse.Namespace) -> int:
     from leasehold.database import init_database
-    from leasehold.records.ci.plans import get_plan, network_allowed
+    from leasehold.records.ci.plans import get_plan, log_retention_days, network_allowed
 
     settings = command_settings(args)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = init_database(settings.resolved_database_url)
     shown = dict(get_plan(db, settings, args.tenant).__dict__, network=network_allowed(db, args.tenant))
+    shown["log_retention_days"] = log_retention_days(db, args.tenant) or settings.ci_log_retention_days
     print(json.dumps(shown))
     return 0
 
@@ -52,6 +54,25 @@ def cmd_plans_network(args: argparse.Namespace) -> int:
     allowed = args.state == "on"
     set_network(init_database(settings.resolved_database_url), args.tenant, allowed)
     print(json.dumps({"tenant_id": args.tenant, "network": allowed}))
+    return 0
+
+
+def cmd_plans_retention(args: argparse.Namespace) -> int:
+    from leasehold.database import init_database
+    from leasehold.records.api_keys import validate_name
+    from leasehold.records.ci.plans import set_log_retention
+
+    settings = command_settings(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if (args.days is None) == (not args.default):
+        raise UsageError("give either --days N or --default")
+    try:
+        validate_name("tenant", args.tenant)
+        set_log_retention(init_database(settings.resolved_database_url), args.tenant, args.days)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    days = args.days if args.days is not None else settings.ci_log_retention_days
+    print(json.dumps({"tenant_id": args.tenant, "log_retention_days": days, "default": args.days is None}))
     return 0
 
 
@@ -75,3 +96,11 @@ def add_commands(sub: Any) -> None:
     )
     net.add_argument("state", choices=["on", "off"])
     net.set_defaults(func=cmd_plans_network)
+    keep = plans_sub.add_parser(
+        "retention",
+        parents=[common],
+        help="days a tenant's finished CI runs and logs are kept (1-3650; --default: the deployment's)",
+    )
+    keep.add_argument("--days", type=int, default=None, help="days after a run finished (1 to 3650)")
+    keep.add_argument("--default", action="store_true", help="use the deployment's default again")
+    keep.set_defaults(func=cmd_plans_retention)

@@ -1,7 +1,9 @@
 """The small relational state beside Temporal, through SQLAlchemy.
 
-SQLite in the data dir by default; Postgres in compose and production. Tables are created
-on start-up (``create_all`` is idempotent); every model is declared on ``Base``.
+SQLite in the data dir by default; Postgres in compose and production. Every model is declared
+on ``Base``; the schema itself is made by the Alembic migrations in ``leasehold.migrations``,
+which every process runs on start-up (``init_database``), so a database changes shape only
+through a recorded revision.
 """
 
 from __future__ import annotations
@@ -71,13 +73,19 @@ def make_engine(url: str) -> Engine:
 
 
 def init_database(url: str) -> sessionmaker:
-    """Create the tables if needed and return a session factory."""
+    """Migrate the database to the newest revision and return a session factory.
+
+    Safe to call from several processes at once (they queue on a lock) and on a database made
+    by the old ``create_all`` (it is adopted at the baseline, then upgraded).
+    """
     # The table modules declare themselves on Base, which they import from here, so they are
-    # imported when the tables are created rather than when this module loads.
+    # imported when the database is opened rather than when this module loads; the migrations
+    # import alembic, which processes that never open a database need not load.
     import leasehold.records.tables  # noqa: F401
+    from leasehold.migrations.runner import upgrade_to_head
 
     engine = make_engine(url)
-    Base.metadata.create_all(engine)
+    upgrade_to_head(engine)
     return sessionmaker(engine, expire_on_commit=False)
 
 

@@ -184,6 +184,36 @@ class Settings(BaseSettings):
     # How often the API re-measures queues, workers and job times per model.
     video_capacity_refresh_seconds: float = 2.0
 
+    # Video submit path (issue 13, "video-submit"). Submits in flight in one API process past
+    # this are shed with 503 + Retry-After rather than queued past the client's patience.
+    video_submit_max_in_flight: int = 256
+    # The outbox starter starts jobs whose row is committed but whose workflow was not started
+    # (Temporal down at submit, or the API died in between) once they are this old.
+    video_outbox_delay_seconds: float = 3.0
+    video_outbox_interval_seconds: float = 1.0
+    video_outbox_concurrency: int = 8
+    # The capacity leader's lease: one replica measures, the others read its snapshot.
+    video_capacity_lease_seconds: float = 10.0
+
+    # Lifecycle (issue 13, part D): Temporal Schedules the orchestration worker creates (ids
+    # take queue_prefix). Each tick is one workflow that works in batches of
+    # lifecycle_batch_size rows, at most lifecycle_max_batches a tick (the next tick resumes).
+    lifecycle_schedules: bool = True
+    lifecycle_batch_size: int = Field(default=100, ge=1, le=10_000)
+    lifecycle_max_batches: int = Field(default=50, ge=1, le=1000)
+    video_expiry_interval_seconds: float = Field(default=300.0, gt=0)
+    video_orphan_sweep_interval_seconds: float = Field(default=3600.0, gt=0)
+    # Orphans are swept only for jobs closed at least this long ago (a stale attempt may still
+    # be uploading for a heartbeat timeout or two), and at most grace + window ago (older jobs
+    # were swept by earlier ticks; expiry removes everything of a completed job anyway).
+    video_orphan_grace_seconds: float = Field(default=3600.0, ge=0)
+    video_orphan_window_seconds: float = Field(default=2 * 24 * 3600.0, gt=0)
+    ci_log_compaction_interval_seconds: float = Field(default=300.0, gt=0)
+    ci_retention_interval_seconds: float = Field(default=6 * 3600.0, gt=0)
+    # CI runs, their logs and annotations are deleted this many days after they finished
+    # (per tenant: ``leasehold plans retention``), never before ci_retry_window_seconds passed.
+    ci_log_retention_days: int = Field(default=90, ge=1, le=3650)
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:

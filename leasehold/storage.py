@@ -46,6 +46,11 @@ def check_key(key: str) -> str:
     return key
 
 
+def _check_range(offset: int, length: int) -> None:
+    if offset < 0 or length < 0:
+        raise ValueError(f"invalid byte range: offset {offset}, length {length}")
+
+
 class ObjectStore(Protocol):
     """What the rest of leasehold needs from blob storage."""
 
@@ -60,6 +65,13 @@ class ObjectStore(Protocol):
 
     def get(self, key: str) -> bytes:
         """The whole object; raises ``ObjectNotFound``."""
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of the object from ``offset`` (fewer at its end); raises ``ObjectNotFound``.
+
+        One request however the object is laid out: a compacted CI log is read from the frame
+        that holds a sequence number, not from its start.
+        """
 
     def open_stream(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
         """The object in chunks (for streaming downloads); raises ``ObjectNotFound``."""
@@ -141,6 +153,15 @@ class LocalObjectStore:
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        _check_range(offset, length)
+        try:
+            with self._path(key).open("rb") as f:
+                f.seek(offset)
+                return f.read(length)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(key) from None
 
@@ -299,6 +320,26 @@ class S3ObjectStore:
         except ClientError as exc:
             if self._is_missing(exc):
                 raise ObjectNotFound(key) from None
+            raise
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        from botocore.exceptions import ClientError
+
+        _check_range(offset, length)
+        if length == 0:
+            self.size(key)  # a missing object is missing whatever the length
+            return b""
+        try:
+            response = self._client.get_object(
+                Bucket=self.bucket, Key=check_key(key), Range=f"bytes={offset}-{offset + length - 1}"
+            )
+            return bytes(response["Body"].read())
+        except ClientError as exc:
+            if self._is_missing(exc):
+                raise ObjectNotFound(key) from None
+            # A range that starts at or past the end: S3 answers 416, the local store b"".
+            if exc.response.get("Error", {}).get("Code", "") == "InvalidRange":
+                return b""
             raise
 
     def open_stream(self, key: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:

@@ -24,11 +24,13 @@ async def run_worker(
     name: str,
     build: Callable[[Client], Worker],
     on_sigterm: Callable[[], Awaitable[None] | None] | None = None,
+    on_connect: Callable[[Client], Awaitable[None]] | None = None,
 ) -> None:
     """Run the worker ``build`` makes until SIGINT/SIGTERM, then shut it down gracefully.
 
     ``on_sigterm`` runs first on SIGTERM (the GPU worker turns it into a preemption
-    checkpoint). ``/healthz`` answers 200 once the worker is polling.
+    checkpoint). ``on_connect`` runs once connected, before the worker polls (the orchestration
+    worker creates its schedules there). ``/healthz`` answers 200 once the worker is polling.
     """
     state = {"ready": False}
     server = serve_health(settings.metrics_host, settings.metrics_port or 0, lambda: state["ready"])
@@ -36,6 +38,8 @@ async def run_worker(
 
     # One identity per process: the API counts the workers serving a model by identity.
     client = await connect(settings, identity=f"leasehold-{name}-{os.getpid()}@{socket.gethostname()}")
+    if on_connect is not None:
+        await on_connect(client)
     worker = build(client)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

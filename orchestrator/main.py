@@ -7,6 +7,7 @@ both are listed here, where the process is composed.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,16 +15,28 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.ci.lifecycle import CILifecycleActivities
+from activities.ci.projection import CIProjectionActivities
 from activities.video.housekeeping import VideoHousekeepingActivities
+from activities.video.lifecycle import VideoLifecycleActivities
+from activities.video.projection import VideoProjectionActivities
+from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
+from orchestrator.lifecycle_schedules import ensure_lifecycle_schedules
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow
+from workflows.lifecycle.ci_compaction import CILogCompactionWorkflow
+from workflows.lifecycle.ci_retention import CIRetentionWorkflow
+from workflows.lifecycle.video_expiry import VideoExpiryWorkflow
+from workflows.lifecycle.video_orphans import VideoOrphanSweepWorkflow
 from workflows.queues import orchestration_queue
 from workflows.video.job import VideoJobWorkflow
+
+log = logging.getLogger(__name__)
 
 WORKFLOWS: list[type] = [
     VideoJobWorkflow,
@@ -31,12 +44,28 @@ WORKFLOWS: list[type] = [
     CIRunWorkflow,
     CITenantSemaphoreWorkflow,
     CIReconcileWorkflow,
+    VideoExpiryWorkflow,
+    VideoOrphanSweepWorkflow,
+    CILogCompactionWorkflow,
+    CIRetentionWorkflow,
 ]
 
 
 def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     """The activities this worker hosts, built with their dependencies (constructor injection)."""
-    return [VideoHousekeepingActivities(open_store(settings)).delete_video_objects]
+    db = init_database(settings.resolved_database_url)
+    video_lifecycle = VideoLifecycleActivities(open_store(settings), db)
+    ci_lifecycle = CILifecycleActivities(open_store(settings), db)
+    return [
+        VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
+        VideoProjectionActivities(db).project_video_job,
+        CIProjectionActivities(db).project_ci_run,
+        CIProjectionActivities(db).project_ci_push,
+        video_lifecycle.expire_videos,
+        video_lifecycle.sweep_video_orphans,
+        ci_lifecycle.compact_ci_logs,
+        ci_lifecycle.apply_ci_retention,
+    ]
 
 
 def build_worker(client: Client, settings: Settings) -> Worker:
@@ -49,5 +78,23 @@ def build_worker(client: Client, settings: Settings) -> Worker:
     )
 
 
+async def start_schedules(client: Client, settings: Settings) -> None:
+    """The lifecycle schedules, created or updated before the worker polls (unless turned off)."""
+    if not settings.lifecycle_schedules:
+        return
+    try:
+        await ensure_lifecycle_schedules(client, settings)
+    except Exception:
+        # Housekeeping must not keep jobs from running: the next start tries again.
+        log.exception("could not create or update the lifecycle schedules")
+
+
 def main(settings: Settings) -> None:
-    asyncio.run(run_worker(settings, "orchestration", lambda c: build_worker(c, settings)))
+    asyncio.run(
+        run_worker(
+            settings,
+            "orchestration",
+            lambda c: build_worker(c, settings),
+            on_connect=lambda c: start_schedules(c, settings),
+        )
+    )

@@ -52,6 +52,17 @@ VIDEO_HOUSEKEEPING_RETRY = RetryPolicy(
     maximum_attempts=20,
 )
 
+# Writing a job's snapshot to the read model (orchestration worker): one small SQL write, so a
+# short timeout; retried without limit, because the read model must converge on the outcome
+# even through a long database outage.
+VIDEO_PROJECTION_TIMEOUT = timedelta(seconds=10)
+VIDEO_PROJECTION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+)
+
 # GPU workers send heartbeats at least this often (Temporal's default is 0.8 x heartbeat
 # timeout): cancellation and lease loss arrive in heartbeat responses, and a job must stop
 # within seconds of a cancel.
@@ -94,3 +105,27 @@ CI_RECONCILE_MAX_ATTEMPTS = 3
 CI_RECONCILE_PARALLEL_REPOS = 4
 # Repositories per workflow run; the rest continue as new (bounds the history).
 CI_RECONCILE_REPOS_PER_RUN = 200
+
+# CI read model (the push and run workflows' snapshots, written on the orchestration queue):
+# a write is a small SQL transaction; a database that is down is waited out with backoff,
+# but a run's close is held up at most this long by its last write.
+CI_PROJECTION_TIMEOUT = timedelta(seconds=30)
+CI_PROJECTION_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
+CI_PROJECTION_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+)
+
+
+# Lifecycle schedules (expiry, orphan sweeps, CI log compaction and retention) ---------------
+
+# One batch of a lifecycle job: bounded rows, each one idempotent; a batch that dies is simply
+# done again (by a retry, or by the next tick of the schedule).
+LIFECYCLE_BATCH_TIMEOUT = timedelta(minutes=10)
+LIFECYCLE_BATCH_HEARTBEAT = timedelta(seconds=60)
+LIFECYCLE_BATCH_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=5,
+)

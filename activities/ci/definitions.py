@@ -13,6 +13,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from workflows.ci.types.job import ACTIVITY_RUN_JOB, JobActivityInput, JobResult
+from workflows.ci.types.projection import ACTIVITY_PROJECT_PUSH, ACTIVITY_PROJECT_RUN, CIPushSnapshot, CIRunSnapshot
 from workflows.ci.types.push import ACTIVITY_LIST_WORKFLOWS, ListWorkflowsInput, ListWorkflowsResult
 from workflows.ci.types.reconcile import (
     ACTIVITY_RECONCILE_LIST,
@@ -53,4 +54,18 @@ class CIReconcileDefinition:
     @activity.defn(name=ACTIVITY_RECONCILE_REPO)
     def reconcile_repo(self, inp: ReconcileRepoInput) -> ReconcileRepoResult:
         """Push every changed head of a watched branch of one repository."""
+        raise NotImplementedError
+
+
+class CIProjectionDefinition:
+    """Implemented by ``activities.ci.projection.CIProjectionActivities`` (orchestration worker)."""
+
+    @activity.defn(name=ACTIVITY_PROJECT_RUN)
+    def project_ci_run(self, inp: CIRunSnapshot) -> bool:
+        """Write a run's snapshot, its jobs and attempts to the read model; ``True`` if it applied."""
+        raise NotImplementedError
+
+    @activity.defn(name=ACTIVITY_PROJECT_PUSH)
+    def project_ci_push(self, inp: CIPushSnapshot) -> bool:
+        """Write a push's snapshot to the read model; ``True`` if it applied."""
         raise NotImplementedError

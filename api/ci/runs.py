@@ -1,19 +1,27 @@
 """Reading the caller's CI run, shared by the runs and logs routers.
 
-Another tenant's run answers 404 exactly like a missing one.
+The run comes from the read model (``ci_runs.state``, written by the run workflow at each
+transition), so it is served after the engine has forgotten the execution. Only a run the read
+model does not hold yet (its workflow started a moment ago and has not written its first
+snapshot, or it started before the read model existed) is asked of the engine, which is
+authoritative for open executions. Another tenant's run answers 404 exactly like a missing one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
+from datetime import UTC, datetime
 
+from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from api.errors import from_temporal, not_found
+from api.errors import from_temporal, invalid, not_found
 from leasehold.client.ci.start import run_state
 from leasehold.records.api_keys import Principal
+from leasehold.records.ci.runs import RunCursor, get_run
 from workflows.ci.types.run import CIRunState
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{8,64}$")
@@ -23,10 +31,24 @@ QUERY_TIMEOUT_SECONDS = 10.0
 RUN_UNAVAILABLE = "the run could not be read now; try again"
 
 
-async def load_run(client: Client, principal: Principal, run: str) -> CIRunState:
-    """The caller's run; 404 when it does not exist or belongs to another tenant."""
+def check_run_id(run: str) -> None:
+    """404 for a string no run id could be (before anything is read)."""
     if not _RUN_ID.match(run):
         raise not_found("run")
+
+
+async def stored_run(db: sessionmaker, principal: Principal, run: str) -> CIRunState | None:
+    """The caller's run as the read model holds it, or ``None``."""
+    record = await asyncio.to_thread(get_run, db, principal.tenant_id, run)
+    return CIRunState.model_validate(record.state) if record is not None else None
+
+
+async def load_run(db: sessionmaker, client: Client, principal: Principal, run: str) -> CIRunState:
+    """The caller's run; 404 when it does not exist or belongs to another tenant."""
+    check_run_id(run)
+    state = await stored_run(db, principal, run)
+    if state is not None:
+        return state
     try:
         state = await asyncio.wait_for(run_state(client, run), timeout=QUERY_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError) as exc:
@@ -40,3 +62,23 @@ def check_job_id(job: str) -> None:
     """404 for a job name no workflow file could declare (before any query is sent)."""
     if not _JOB_ID.match(job):
         raise not_found("job")
+
+
+def encode_cursor(cursor: RunCursor) -> str:
+    """An opaque ``next_cursor`` for the run listing."""
+    raw = f"{cursor.created_at.isoformat()}|{cursor.run_id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(value: str) -> RunCursor:
+    """The position a ``next_cursor`` names; 400 naming ``after`` for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        created, run = raw.split("|", 1)
+        created_at = datetime.fromisoformat(created)
+    except (ValueError, UnicodeDecodeError):
+        raise invalid("after", "after must be a next_cursor from an earlier page") from None
+    if not _RUN_ID.match(run):
+        raise invalid("after", "after must be a next_cursor from an earlier page")
+    # SQLite hands back naive UTC times; the database compares them as UTC either way.
+    return RunCursor(created_at=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC), run_id=run)

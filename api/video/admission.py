@@ -13,12 +13,10 @@ generation task carries
   of a tier changes, that tier's share drifts until the tasks enqueued under the old count
   are dispatched (at most the per-user cap per user).
 
-The per-user cap counts the user's jobs that wait for a worker (not those generating). A
-user's submits are serialised in this process, and jobs this process accepted count until a
-refresh has seen them, so concurrent submits to one API process cannot pass the cap. With
-several API replicas a user racing them can exceed the cap by the replicas that raced within
-one refresh interval; the cap is a fairness guard, not a billing limit, and the next submit
-after a refresh is refused again.
+The per-user cap counts the user's jobs that wait for a worker (not those generating): their
+``video_jobs`` rows in ``queued``, counted in the transaction that inserts the new job's row,
+under a per-user lock every API replica takes (``api.video.submit``). So it holds exactly,
+however many replicas a user's concurrent submits reach.
 """
 
 from __future__ import annotations
@@ -62,14 +60,8 @@ def queued_limit(settings: Settings, tier: str) -> int:
     return settings.video_paid_max_queued if tier == "paid" else settings.video_free_max_queued
 
 
-def admit(tracker: CapacityTracker, settings: Settings, principal: Principal, model: str) -> Admission:
-    """Decide on a new job of ``principal`` for ``model``; raise ``ApiError`` to refuse it.
-
-    Call with the user's lock held (``tracker.user_lock``) and record the submit before
-    releasing it.
-    """
-    limit = queued_limit(settings, principal.tier)
-    queued = tracker.queued_count(principal.tenant_id, principal.user_id)
+def check_queued_cap(queued: int, limit: int) -> None:
+    """Refuse a new job of a user with ``queued`` jobs waiting already (429)."""
     if queued >= limit:
         raise ApiError(
             429,
@@ -77,6 +69,12 @@ def admit(tracker: CapacityTracker, settings: Settings, principal: Principal, mo
             f"you have {queued} videos waiting for a GPU (the limit is {limit}); submit more once some have started",
             extra={"queued": queued, "limit": limit},
         )
+
+
+def admit(tracker: CapacityTracker, settings: Settings, principal: Principal, model: str) -> Admission:
+    """Decide on a new job of ``principal`` for ``model`` from the measured capacity; raise
+    ``ApiError`` to refuse it. The per-user cap is checked apart, under the user's lock
+    (``check_queued_cap``)."""
     users = tracker.active_users(model, principal.tier)
     users.add((principal.tenant_id, principal.user_id))
     weight = tracker.tier_weight(principal.tier) / len(users)

@@ -1,15 +1,18 @@
-"""Capacity of each video model version, measured from Temporal by the API process, and the
-ETA of each job (``CapacityTracker.estimate``) that follows from it.
+"""Capacity of each video model version, measured once per deployment, and the ETA of each
+job (``CapacityTracker.estimate``) that follows from it.
 
-One tracker per API process, created in the app's lifespan (``start_capacity``) and handed to
-requests as a dependency (``api.deps.CapacityDep``). Its background task refreshes, per model version,
-every ``video_capacity_refresh_seconds``:
+Every API process has a tracker, created in the app's lifespan (``start_capacity``) and handed
+to requests as a dependency (``api.deps.CapacityDep``); one of them measures. The replica
+holding the deployment's lease (a row in ``video_capacity_snapshots``, renewed each refresh,
+taken over once it lapses) refreshes every ``video_capacity_refresh_seconds`` and publishes
+what it measured there; the others load each publication and plan from it. Per model version:
 
 * ``DescribeTaskQueue(report_stats=True)`` on the model's activity queue: backlog count and
   age, add and dispatch rates, and the pollers with their last access time;
-* the deployment's open jobs of that model from visibility (memo: cost shape, fairness key),
-  and each one's pending generation activity (DescribeWorkflowExecution): queued or started,
-  on which worker, its last heartbeat (``GenerateProgress``: step, total, send time);
+* the deployment's open jobs of that model from the read model (``api.video.open_jobs``: one
+  indexed query, every job however many), and for each generating one its pending generation
+  activity (DescribeWorkflowExecution): on which worker, its last heartbeat
+  (``GenerateProgress``: step, total, send time). Waiting jobs are not described;
 * completions over the last five minutes (visibility count).
 
 Workers serving a model are the union of workers generating with live heartbeats and workers
@@ -19,8 +22,8 @@ nor heartbeats, so it drops out within seconds instead of the server's poller TT
 Per-step times come from consecutive heartbeats of running jobs; per-job overhead (decode,
 encode, upload, hand-over, clean-up until the job closes) from completed jobs. Both feed
 ``JobCosts``. Every job seen for the first time feeds its fairness key's arrival rate
-(``ArrivalLog``), and jobs this process accepted since the last refresh join the plan at once,
-so each job of a burst is placed behind the burst's earlier submits.
+(``ArrivalLog``), and jobs this process accepted since the last snapshot join the plan at
+once, so each job of a burst is placed behind the burst's earlier submits.
 """
 
 from __future__ import annotations
@@ -29,18 +32,21 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import secrets
+import socket
 import time
-import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import Gauge
+from sqlalchemy.orm import sessionmaker
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.video.generation import GENERATE_VIDEO
@@ -57,15 +63,19 @@ from api.video.eta import (
     QueuePlan,
     RunningJob,
     default_shape,
+    place,
     plan,
     shape_of,
+    snapshot_from_json,
+    snapshot_to_json,
 )
-from api.video.memo import MEMO_KEY, WORKFLOW_TYPE, JobMemo
+from api.video.memo import WORKFLOW_TYPE, JobMemo
+from api.video.open_jobs import OpenJob, open_jobs
 from api.video.views import Estimate, JobView, pending_generation
+from leasehold.records.video.capacity import publish, published, try_lead
 from leasehold.settings import Settings
-from workflows import search_attributes as sa
 from workflows.queues import orchestration_queue, video_queue
-from workflows.video.ids import job_id_of, workflow_id
+from workflows.video.ids import workflow_id
 from workflows.video.models import VideoModelSpec, get_model
 from workflows.video.types import VideoJobState, VideoStatus
 
@@ -74,9 +84,10 @@ log = logging.getLogger(__name__)
 RPC_TIMEOUT = timedelta(seconds=5)
 # An idle worker long-polls for up to a minute between polls the server records.
 POLLER_FRESH_SECONDS = 75.0
-# Jobs described concurrently per refresh, and at most this many open jobs per model.
+# Generating jobs described concurrently per refresh, and at most this many per model (past
+# it, a generating job is planned at the step last seen: a fleet that large has samples enough).
 DESCRIBE_CONCURRENCY = 8
-MAX_TRACKED_JOBS = 500
+MAX_DESCRIBED_RUNNING = 256
 # Completion rate window.
 COMPLETION_WINDOW_SECONDS = 300.0
 # A submit this process accepted counts (against its user's cap, and as a waiting user of its
@@ -142,9 +153,10 @@ def queued_job(spec: VideoModelSpec, job_id: str, tenant_id: str, user_id: str, 
 class CapacityTracker:
     """Measured queues, workers and job costs of every model version this API serves."""
 
-    def __init__(self, client: Client, settings: Settings) -> None:
+    def __init__(self, client: Client, settings: Settings, db: sessionmaker) -> None:
         self.client = client
         self.settings = settings
+        self.db = db
         self.specs: dict[str, VideoModelSpec] = {
             name: spec for name in settings.models if (spec := get_model(name)) is not None
         }
@@ -162,20 +174,78 @@ class CapacityTracker:
         # its last job and says nothing about whether it is still there.
         self._last_busy: dict[str, float] = {}
         self._recent: dict[str, _Recent] = {}
-        self._plans: dict[str, tuple[tuple[float, frozenset[str]], QueuePlan | None]] = {}
-        self._user_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+        self._plans: dict[str, tuple[float, QueuePlan | None]] = {}
         self._refreshed = asyncio.Event()
+        # Who this replica is to the lease, and when the publication it plans from was made.
+        self.identity = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._published_at: datetime | None = None
 
     # Lifecycle ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Refresh forever (until cancelled)."""
+        """Lead or follow, forever (until cancelled): the replica holding the deployment's lease
+        measures and publishes; the others load what it published."""
+        deployment = orchestration_queue(self.settings.queue_prefix)
+        leading = False
         while True:
             try:
-                await self.refresh()
+                lead = await asyncio.to_thread(
+                    try_lead, self.db, deployment, self.identity, self.settings.video_capacity_lease_seconds
+                )
+                if lead and not leading:
+                    # Take over where the last leader stopped (its costs, arrivals, passes).
+                    log.info("capacity: %s leads the measurement of %s", self.identity, deployment)
+                    await self.follow(deployment)
+                leading = lead
+                if lead:
+                    await self.refresh()
+                    await asyncio.to_thread(publish, self.db, deployment, self.identity, self.to_json())
+                else:
+                    await self.follow(deployment)
             except Exception:
                 log.exception("capacity refresh failed")
             await asyncio.sleep(self.settings.video_capacity_refresh_seconds)
+
+    async def follow(self, deployment: str) -> bool:
+        """Load the leader's latest publication if it is newer than what this replica has."""
+        latest = await asyncio.to_thread(published, self.db, deployment)
+        if latest is None:
+            return False
+        at, data = latest
+        if self._published_at is not None and at <= self._published_at:
+            return False
+        self.load_json(data)
+        self._published_at = at
+        self._refreshed.set()
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything a plan needs of every model, as the leader publishes it."""
+        return {
+            model: {
+                "snapshot": snapshot_to_json(self.snapshots[model]),
+                "costs": self.costs[model].to_json(),
+                "arrivals": self.arrivals[model].to_json(),
+                "shadow": self.shadows[model].to_json(),
+            }
+            for model in self.specs
+        }
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        """Plan from a publication of ``to_json`` (models this replica does not serve are skipped)."""
+        for model, published_model in data.items():
+            if model not in self.specs:
+                continue
+            snapshot = snapshot_from_json(published_model["snapshot"])
+            self.costs[model].load_json(published_model["costs"])
+            self.arrivals[model].load_json(published_model["arrivals"])
+            self.shadows[model].load_json(published_model["shadow"])
+            self.snapshots[model] = snapshot
+            self._plans.pop(model, None)
+            open_ids = {j.job_id for j in snapshot.queued} | {j.job_id for j in snapshot.running}
+            self._prune_recent(model, snapshot.taken_at, open_ids)
+            if snapshot.measured:
+                self._export(self.figures(model))
 
     async def ready(self) -> None:
         """Wait (briefly) for the first measurement of a freshly started process."""
@@ -199,24 +269,26 @@ class CapacityTracker:
         now = time.time()
         tq_task = asyncio.create_task(self._describe_queue(model))
         count_task = asyncio.create_task(self._completions(model, now))
-        executions = await self._open_jobs(model)
+        spec = self.specs[model]
+        rows = await asyncio.to_thread(open_jobs, self.db, spec)
+        open_ids = {row.job.job_id for row in rows}
+        # Only generating jobs are described (their progress, worker and heartbeat are in the
+        # engine alone): as many as there are workers, not as many as wait.
+        generating = [row for row in rows if row.generating][:MAX_DESCRIBED_RUNNING]
         gate = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
 
-        async def describe(execution: WorkflowExecution) -> tuple[WorkflowExecution, Any]:
+        async def describe(row: OpenJob) -> tuple[str, Any]:
             async with gate:
                 try:
-                    return execution, await self.client.get_workflow_handle(execution.id).describe(
-                        rpc_timeout=RPC_TIMEOUT
-                    )
+                    handle = self.client.get_workflow_handle(workflow_id(row.job.job_id))
+                    return row.job.job_id, await handle.describe(rpc_timeout=RPC_TIMEOUT)
                 except RPCError:
-                    return execution, None
+                    return row.job.job_id, None
 
-        described = await asyncio.gather(*(describe(e) for e in executions))
-        open_ids = {job_id_of(e.id) for e in executions}
+        described = dict(await asyncio.gather(*(describe(row) for row in generating)))
         queue_desc = await tq_task
         completions = await count_task
 
-        spec = self.specs[model]
         costs = self.costs[model]
         observed = self._observed[model]
         seen: dict[str, _Observed] = {}
@@ -230,26 +302,40 @@ class CapacityTracker:
         heartbeat_fresh = self.settings.video_heartbeat_timeout_seconds + max(
             HEARTBEAT_GRACE_SECONDS, self.settings.video_capacity_refresh_seconds
         )
-        for execution, desc in described:
-            memo = await _memo(execution)
-            if memo is None:
-                continue
-            attrs = execution.typed_search_attributes
-            job = queued_job(
-                spec,
-                job_id_of(execution.id),
-                attrs.get(sa.TENANT_ID) or "",
-                attrs.get(sa.USER_ID) or "",
-                attrs.get(sa.TIER) or "paid",
-                memo,
-            )
+        for row in rows:
+            job = row.job
             job_id, tier, shape = job.job_id, job.tier, job.shape
             self.arrivals[model].observe(
                 job_id, job.created_at, job.fairness_key, job.fairness_weight, tier, shape, now
             )
             arrived.append((job_id, job.created_at, job.fairness_key, job.fairness_weight))
-            pending = await pending_generation(self.client.data_converter, desc) if desc is not None else None
-            if desc is not None and pending is None and _has_other_activity(desc):
+            if not row.generating:
+                queued.append(job)
+                continue
+            desc = described.get(job_id)
+            if desc is None:
+                # Not described (past the budget, or the describe failed): generating, as its
+                # row says, at the step last seen.
+                previous = observed.get(job_id)
+                starts.append((job_id, row.started_at or now))
+                running.append(
+                    RunningJob(
+                        job_id=job_id,
+                        tenant_id=job.tenant_id,
+                        user_id=job.user_id,
+                        tier=tier,
+                        shape=shape,
+                        step=previous.step if previous is not None else 0,
+                        worker="",
+                        alive=True,
+                        attempt=previous.attempt if previous is not None else max(1, row.attempts_started),
+                    )
+                )
+                if previous is not None:
+                    seen[job_id] = previous
+                continue
+            pending = await pending_generation(self.client.data_converter, desc)
+            if pending is None and _has_other_activity(desc):
                 starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
                 continue  # generation ended; the workflow is cleaning up
             if pending is not None and pending.started:
@@ -291,6 +377,7 @@ class CapacityTracker:
                 else:
                     seen[job_id] = _Observed(pending.attempt, step, sent_at, started_at, shape)
                 continue
+            # An attempt failed and the next one waits for a worker: queued again.
             queued.append(job)
         # Jobs that were running at the last refresh and are gone now have ended.
         ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
@@ -363,10 +450,6 @@ class CapacityTracker:
             f'AND ModelVersion = "{model}"'
         )
 
-    async def _open_jobs(self, model: str) -> list[WorkflowExecution]:
-        query = self._deployment_query(model) + ' AND ExecutionStatus = "Running"'
-        return [e async for e in self.client.list_workflows(query, limit=MAX_TRACKED_JOBS, rpc_timeout=RPC_TIMEOUT)]
-
     async def _completions(self, model: str, now: float) -> float:
         since = datetime.fromtimestamp(now - COMPLETION_WINDOW_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         query = self._deployment_query(model) + f' AND ExecutionStatus = "Completed" AND CloseTime > "{since}"'
@@ -402,15 +485,6 @@ class CapacityTracker:
             self.costs[model].observe_job(ended_at - observed.started_at, result.gpu_seconds)
 
     # Per-user counts and submissions -----------------------------------------------------
-
-    def user_lock(self, tenant_id: str, user_id: str) -> asyncio.Lock:
-        """Serialises one user's submits in this process (cap check + start as one step)."""
-        key = (tenant_id, user_id)
-        lock = self._user_locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._user_locks[key] = lock
-        return lock
 
     def record_submit(self, view: JobView) -> None:
         """A job this process just accepted: count it and plan with it until a refresh sees it."""
@@ -448,24 +522,6 @@ class CapacityTracker:
         running = {j.job_id for s in self.snapshots.values() for j in s.running}
         return queued, running
 
-    def queued_count(self, tenant_id: str, user_id: str) -> int:
-        """Jobs of this user waiting for a worker, in any model (conservative: see module doc)."""
-        now = time.time()
-        queued, running = self._known()
-        count = sum(
-            1 for s in self.snapshots.values() for j in s.queued if j.tenant_id == tenant_id and j.user_id == user_id
-        )
-        for recent in self._recent.values():
-            if (
-                recent.job.tenant_id == tenant_id
-                and recent.job.user_id == user_id
-                and now - recent.at <= RECENT_SUBMIT_TTL_SECONDS
-                and recent.job.job_id not in queued
-                and recent.job.job_id not in running
-            ):
-                count += 1
-        return count
-
     def active_users(self, model: str, tier: str) -> set[tuple[str, str]]:
         """Users with jobs waiting for ``model`` in ``tier`` (their fairness keys share the tier's weight)."""
         snapshot = self.snapshots.get(model)
@@ -485,29 +541,29 @@ class CapacityTracker:
     # Estimates ---------------------------------------------------------------------------
 
     def plan(self, model: str) -> QueuePlan | None:
-        """The queue plan of the current snapshot and the submits it has not seen (computed once for both)."""
+        """The queue plan of the current snapshot: simulated once per snapshot, not per submit."""
         snapshot = self.snapshots[model]
-        unseen = self._unseen(model)
-        key = (snapshot.taken_at, frozenset(j.job_id for j in unseen))
         cached = self._plans.get(model)
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == snapshot.taken_at:
             return cached[1]
-        computed = plan(
-            snapshot, self.costs[model], extra=unseen, arrivals=self._streams(model), shadow=self.shadows[model]
-        )
-        self._plans[model] = (key, computed)
+        computed = plan(snapshot, self.costs[model], arrivals=self._streams(model), shadow=self.shadows[model])
+        self._plans[model] = (snapshot.taken_at, computed)
         return computed
 
-    def plan_with(self, model: str, job: QueuedJob) -> QueuePlan | None:
-        """The plan if ``job`` (not yet in the snapshot) joined the queue now."""
-        unseen = [j for j in self._unseen(model) if j.job_id != job.job_id]
-        return plan(
-            self.snapshots[model],
-            self.costs[model],
-            extra=[*unseen, job],
-            arrivals=self._streams(model),
-            shadow=self.shadows[model],
+    def placement(self, model: str, job: QueuedJob) -> tuple[int, float] | None:
+        """Position and expected start of ``job`` (``None`` with no worker serving): from the
+        snapshot's plan, updated for the submits it has not seen yet (``api.video.eta.place``)."""
+        planned = self.plan(model)
+        if planned is None:
+            return None
+        if job.job_id in planned.starts:
+            return planned.starts[job.job_id]
+        order = (job.created_at, job.job_id)
+        earlier = sorted(
+            (j for j in self._unseen(model) if j.job_id != job.job_id and (j.created_at, j.job_id) < order),
+            key=lambda j: (j.created_at, j.job_id),
         )
+        return place(planned, job, earlier, self.costs[model])
 
     def _streams(self, model: str) -> list[ArrivalStream]:
         caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
@@ -527,10 +583,8 @@ class CapacityTracker:
             fairness_key=f"{tier}/~probe",
             fairness_weight=weight,
         )
-        planned = self.plan_with(model, probe)
-        if planned is None:
-            return None
-        return planned.starts[probe.job_id][1]
+        placed = self.placement(model, probe)
+        return placed[1] if placed is not None else None
 
     def estimate(self, job: JobView) -> Estimate | None:
         """The ETA of ``job`` and, while it waits, where it stands and why; ``None`` once it
@@ -563,12 +617,11 @@ class CapacityTracker:
             run = JobCosts(spec).run_seconds(queued.shape)
             return Estimate(eta_seconds=round(run, 1), reason="queue wait not measured")
         planned = self.plan(spec.name)
-        if planned is not None and job.job_id not in planned.starts:
-            # Submitted after the last refresh: place it as the server will, behind what waits now.
-            planned = self.plan_with(spec.name, queued)
+        # Submitted after the last snapshot: placed as the server will, behind what waits now.
+        placed = self.placement(spec.name, queued)
         snapshot = self.snapshots[spec.name]
         rate = round(snapshot.completions_per_minute, 2)
-        if planned is None:
+        if planned is None or placed is None:
             reason = f"no worker is serving {spec.name} right now; the job waits until one starts"
             return Estimate(
                 eta_seconds=None,
@@ -581,7 +634,7 @@ class CapacityTracker:
                     reason=reason,
                 ),
             )
-        position, wait = planned.starts[job.job_id]
+        position, wait = placed
         run = self.costs[spec.name].run_seconds(queued.shape)
         ahead = position - 1
         busy = sum(1 for r in snapshot.running if r.alive)
@@ -670,7 +723,7 @@ async def start_capacity(app: FastAPI) -> CapacityTracker:
     """
     tracker: CapacityTracker | None = getattr(app.state, "video_capacity", None)
     if tracker is None:
-        tracker = CapacityTracker(app.state.temporal, app.state.settings)
+        tracker = CapacityTracker(app.state.temporal, app.state.settings, app.state.db)
         app.state.video_capacity = tracker
         app.state.video_capacity_task = asyncio.create_task(tracker.run(), name="video-capacity")
     return tracker
@@ -685,14 +738,6 @@ async def stop_capacity(app: FastAPI) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-async def _memo(execution: WorkflowExecution) -> JobMemo | None:
-    try:
-        memo: JobMemo | None = await execution.memo_value(MEMO_KEY, None, type_hint=JobMemo)
-    except Exception:
-        return None
-    return memo
 
 
 def _has_other_activity(desc: Any) -> bool:

@@ -28,8 +28,10 @@ Pure computation over a measured snapshot (``api/video/capacity.py`` takes the s
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from workflows.video.models import VideoModelSpec, parse_size
 from workflows.video.types import VideoRequest
@@ -52,6 +54,8 @@ ARRIVAL_WINDOW_SECONDS = 300.0
 MIN_ARRIVAL_SPAN_SECONDS = 15.0
 # Bound on the simulated dispatches of one plan.
 MAX_SIMULATED_DISPATCHES = 5000
+# Expected arrivals simulated past the last job waiting now (plus two per worker).
+PLACE_BEYOND_DISPATCHES = 16
 # Fairness keys (users) whose last pass the replay remembers.
 MAX_FAIRNESS_KEYS = 10_000
 # A job whose generation started this soon after its submit found a worker polling: the server
@@ -127,6 +131,19 @@ class ModelSnapshot:
     measured: bool = False
 
 
+def snapshot_to_json(snapshot: ModelSnapshot) -> dict[str, Any]:
+    """A snapshot as JSON (what the capacity leader publishes)."""
+    return asdict(snapshot)
+
+
+def snapshot_from_json(data: dict[str, Any]) -> ModelSnapshot:
+    """The snapshot ``snapshot_to_json`` made."""
+    fields = dict(data)
+    fields["queued"] = [QueuedJob(**{**j, "shape": JobShape(**j["shape"])}) for j in data["queued"]]
+    fields["running"] = [RunningJob(**{**j, "shape": JobShape(**j["shape"])}) for j in data["running"]]
+    return ModelSnapshot(**fields)
+
+
 class JobCosts:
     """Measured run times of one model version: per-step time by shape, and per-job overhead."""
 
@@ -162,6 +179,24 @@ class JobCosts:
             return
         self._overhead = self._blend(self._overhead, max(0.0, run_seconds - step_seconds_total))
         self._job_seconds = self._blend(self._job_seconds, run_seconds)
+
+    def to_json(self) -> dict[str, Any]:
+        """What was measured, for the replicas that do not measure (``load_json``)."""
+        return {
+            "step_seconds": [[k, v] for k, v in self._step_seconds.items()],
+            "per_unit": self._per_unit,
+            "overhead": self._overhead,
+            "job_seconds": self._job_seconds,
+            "samples": self.samples,
+        }
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        """Replace what was measured here by what ``to_json`` published."""
+        self._step_seconds = {float(k): float(v) for k, v in data["step_seconds"]}
+        self._per_unit = data["per_unit"]
+        self._overhead = data["overhead"]
+        self._job_seconds = data["job_seconds"]
+        self.samples = int(data["samples"])
 
     @property
     def mean_job_seconds(self) -> float | None:
@@ -231,6 +266,22 @@ class ArrivalLog:
         if job_id not in self._arrivals and now - at <= self.window:
             self._arrivals[job_id] = (at, key, weight, tier, shape)
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self._since,
+            "arrivals": [
+                [job_id, at, key, weight, tier, asdict(shape)]
+                for job_id, (at, key, weight, tier, shape) in self._arrivals.items()
+            ],
+        }
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        self._since = data["since"]
+        self._arrivals = {
+            job_id: (at, key, weight, tier, JobShape(**shape))
+            for job_id, at, key, weight, tier, shape in data["arrivals"]
+        }
+
     def streams(self, costs: JobCosts, caps: dict[str, int], now: float) -> list[ArrivalStream]:
         """Each key's expected arrivals from now on (``caps``: the per-user limit by tier)."""
         for job_id, arrival in list(self._arrivals.items()):
@@ -282,6 +333,22 @@ class FairnessShadow:
         self.passes: dict[str, float] = {}
         self._arrived: set[str] = set()
         self._started: set[str] = set()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ack": self.ack,
+            "counters": self.counters,
+            "passes": self.passes,
+            "arrived": sorted(self._arrived),
+            "started": sorted(self._started),
+        }
+
+    def load_json(self, data: dict[str, Any]) -> None:
+        self.ack = data["ack"]
+        self.counters = dict(data["counters"])
+        self.passes = dict(data["passes"])
+        self._arrived = set(data["arrived"])
+        self._started = set(data["started"])
 
     def update(
         self,
@@ -338,6 +405,19 @@ def next_pass(last: float, ack: float, weight: float) -> float:
 
 
 @dataclass(frozen=True)
+class Dispatch:
+    """One simulated hand-out of a waiting task: its pass, when, whose, and which job ("" for an
+    expected arrival)."""
+
+    pass_: float
+    start: float
+    key: str
+    job_id: str
+    # Not a hand-out: a worker fell idle here (nothing waiting); a new job would start then.
+    idle: bool = False
+
+
+@dataclass(frozen=True)
 class QueuePlan:
     """Where each queued job stands: its place in dispatch order and its expected start."""
 
@@ -346,6 +426,82 @@ class QueuePlan:
     # job id -> expected seconds of work left for running jobs (alive or stalled)
     remaining: dict[str, float]
     workers: int
+    # What ``place`` needs to put a job submitted since into this plan without re-simulating:
+    # the hand-outs of waiting tasks in order, the workers still idle once the jobs waiting now
+    # were matched, the positions taken before the first hand-out, the keys' last passes once
+    # every job waiting now has its pass, the ack level then, and when the simulation stopped.
+    dispatches: list[Dispatch] = field(default_factory=list)
+    idle: int = 0
+    positioned: int = 0
+    counters: dict[str, float] = field(default_factory=dict)
+    ack: float = 0.0
+    horizon: float = 0.0
+
+
+def place(plan: QueuePlan, job: QueuedJob, earlier: Sequence[QueuedJob], costs: JobCosts) -> tuple[int, float]:
+    """Position and expected start of ``job``, submitted since ``plan`` was made after the jobs
+    ``earlier`` (also unseen by it, in arrival order): the plan updated for it, not re-made.
+
+    Each new job takes the pass the server gives it. A job of a key the plan expected to
+    arrive takes the first such expected arrival left (the plan already made room for it);
+    any other waits for the first hand-out of a later pass (or a worker falling idle). Each
+    earlier new job ahead of it that took no expected arrival's place pushes it one hand-out on.
+    Exact while new jobs arrive as their keys' measured rates say; the next snapshot re-plans.
+    """
+    counters = dict(plan.counters)
+
+    def pass_of(queued: QueuedJob) -> float:
+        pass_ = next_pass(counters.get(queued.fairness_key, 0.0), plan.ack, queued.fairness_weight)
+        counters[queued.fairness_key] = pass_
+        return pass_
+
+    expected_by_key: dict[str, int] = {}
+    for dispatch in plan.dispatches:
+        if not dispatch.job_id and not dispatch.idle:
+            expected_by_key[dispatch.key] = expected_by_key.get(dispatch.key, 0) + 1
+    # Earlier new jobs: their passes, and whether each took an expected arrival's place.
+    seen_by_key: dict[str, int] = {}
+    before: list[tuple[float, float, bool]] = []
+    for queued in earlier:
+        index = seen_by_key.get(queued.fairness_key, 0)
+        seen_by_key[queued.fairness_key] = index + 1
+        absorbed = index < expected_by_key.get(queued.fairness_key, 0)
+        before.append((pass_of(queued), costs.run_seconds(queued.shape), absorbed))
+    pass_ = pass_of(job)
+    # Earlier new jobs ahead of it that took no expected arrival's place: each takes the next
+    # idle worker, or else delays it by its run time shared among the workers.
+    pending = [run for p, run, absorbed in before if p <= pass_ and not absorbed]
+    ahead_new = sum(1 for p, _run, _absorbed in before if p <= pass_)
+    idle_now = [Dispatch(math.inf, 0.0, "", "", idle=True)] * plan.idle
+    own_before = seen_by_key.get(job.fairness_key, 0)
+    own_seen = 0
+    ahead = 0
+    events = [*idle_now, *plan.dispatches]
+    slot: int | None = None
+    for index, dispatch in enumerate(events):
+        if dispatch.idle:
+            if pending:
+                pending.pop(0)
+                continue
+            slot = index
+            break
+        if not dispatch.job_id and dispatch.key == job.fairness_key:
+            if own_seen == own_before:
+                slot = index
+                break
+            own_seen += 1
+            continue
+        if dispatch.pass_ > pass_:
+            slot = index
+            break
+        if dispatch.job_id:
+            ahead += 1
+    position = plan.positioned + ahead + ahead_new + 1
+    # Each earlier new job still ahead takes the hand-out it finds, pushing this one a hand-out on.
+    if slot is not None and slot + len(pending) < len(events):
+        return position, events[slot + len(pending)].start
+    overflow = len(pending) - (len(events) - slot if slot is not None else 0)
+    return position, plan.horizon + max(0, overflow) * costs.run_seconds(job.shape) / max(1, plan.workers)
 
 
 def plan(
@@ -399,6 +555,8 @@ def plan(
         position += 1
         starts[job.job_id] = (position, 0.0)
         direct += 1
+    idle = sum(1 for at in free if at <= 0.0)
+    positioned = position
     known = shadow.passes if shadow is not None else {}
     passes: dict[str, float] = dict(shadow.counters) if shadow is not None else {}
     base = shadow.ack if shadow is not None else 0.0
@@ -424,15 +582,23 @@ def plan(
             )
         )
     heapq.heapify(backlog)
+    counters = dict(passes)
+    ack = base
+    dispatches: list[Dispatch] = []
     # Expected arrivals: evenly spaced at each key's rate, the first one interval from now.
     streams = [s for s in arrivals if s.per_second > 0]
     upcoming = [(1.0 / s.per_second, i) for i, s in enumerate(streams)]
     heapq.heapify(upcoming)
     targets = len(queue)
     tie = len(queue)
+    # Past the last job waiting now, a few more expected arrivals are handed out, so that a job
+    # submitted later finds its place among them (``place``).
+    beyond = 2 * workers + PLACE_BEYOND_DISPATCHES
     for _ in range(MAX_SIMULATED_DISPATCHES):
         if len(starts) == targets:
-            break
+            if beyond <= 0 or not upcoming:
+                break
+            beyond -= 1
         now = free[0]
         while upcoming and upcoming[0][0] <= now:
             at, i = heapq.heappop(upcoming)
@@ -449,12 +615,15 @@ def plan(
             if not upcoming:
                 break
             # Idle until the next expected arrival.
+            if now > 0.0:  # workers idle from the start are counted in ``idle``
+                dispatches.append(Dispatch(math.inf, now, "", "", idle=True))
             heapq.heapreplace(free, upcoming[0][0])
             continue
         pass_, _at, _tie, job_id, key, run = heapq.heappop(backlog)
         base = max(base, pass_)
         waiting_by_key[key] -= 1
         start = heapq.heapreplace(free, now + run)
+        dispatches.append(Dispatch(pass_, start, key, job_id))
         if job_id:
             position += 1
             starts[job_id] = (position, start)
@@ -465,7 +634,17 @@ def plan(
             if job.job_id not in starts:
                 position += 1
                 starts[job.job_id] = (position, free[0])
-    return QueuePlan(starts=starts, remaining=remaining, workers=workers)
+    return QueuePlan(
+        starts=starts,
+        remaining=remaining,
+        workers=workers,
+        dispatches=dispatches,
+        idle=idle,
+        positioned=positioned,
+        counters=counters,
+        ack=ack,
+        horizon=free[0],
+    )
 
 
 def _weight(weight: float) -> float:

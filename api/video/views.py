@@ -2,24 +2,25 @@
 
 Status
 ------
-Four things speak about a job's status; ``job_status`` is the only function that weighs
-them, and every reader (``GET /v1/videos/{id}``, the listing, the SSE stream, cancel and
-delete) goes through it:
+The read model's row (``video_jobs``) is the record of a job; the engine adds what only it
+knows while the job runs. ``job_status`` is the only function that weighs them, and every
+reader (``GET /v1/videos/{id}``, the listing, the SSE stream, cancel and delete) goes through
+it, by way of ``row_view``:
 
-1. **The outcome the workflow recorded** wins once there is one: ``completed``, ``failed``
-   or ``cancelled`` in its ``state`` query, or, when the query is not asked or not answered,
-   in the ``JobState`` search attribute it writes at the same moment.
-2. **The execution's close status** decides a closed execution that recorded no outcome: it
-   was cancelled, terminated, timed out or failed before the workflow could say so
-   (``Canceled`` -> ``cancelled``; ``Failed``/``Terminated``/``TimedOut`` -> ``failed``;
-   ``Completed`` -> ``completed``).
-3. **The pending generation activity** decides an open job whenever the execution was
-   described: ``in_progress`` while an attempt runs on a worker, ``queued`` otherwise, which
-   includes a preempted job waiting for its next attempt and the moments before the first.
-   The workflow's own ``in_progress`` (from the worker's ``generation_started`` signal) only
-   says that an attempt started at some point, so it does not decide this.
-4. **The workflow's ``queued``/``in_progress``** (query, else search attribute) answers for an
-   open job only when the execution could not be described (a listing whose describe failed).
+1. **The outcome in the row** wins once there is one: ``completed``, ``failed`` or
+   ``cancelled``, which the workflow writes before it closes, or ``expired``, which the
+   lifecycle writes once the content was deleted.
+2. **The execution's close status** decides a row still open whose execution closed without
+   writing its outcome (terminated, timed out, or started before the read model existed):
+   ``Canceled`` -> ``cancelled``; ``Failed``/``Terminated``/``TimedOut`` -> ``failed``;
+   ``Completed`` -> ``completed``.
+3. **The pending generation activity** decides an ``in_progress`` row whose execution was
+   described (``api.video.live``, at most once a second per job): ``in_progress`` while an
+   attempt runs on a worker, ``queued`` otherwise, which includes a preempted job waiting for
+   its next attempt. The row's ``in_progress`` (from the worker's ``generation_started``
+   signal) only says that an attempt started at some point.
+4. **The row's ``queued``/``in_progress``** answers otherwise: a queued job (nothing runs yet,
+   so it is not described), a describe that failed, or an execution the engine no longer has.
 
 Progress and attempt come from the same pending activity (its heartbeat details and
 attempt number); ``pending_generation`` is the one reader of that proto.
@@ -28,7 +29,7 @@ attempt number); ``pending_generation`` is the one reader of that proto.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import PendingActivityState
@@ -39,8 +40,9 @@ from activities.video.generation import GENERATE_VIDEO
 from api.schemas.video import Video, VideoError, VideoQueue
 from api.video.memo import JobMemo
 from leasehold.records.api_keys import Principal
+from leasehold.records.video.jobs import VideoJobRecord
 from workflows.video.models import format_size
-from workflows.video.types import TERMINAL_STATUSES, GenerateProgress, VideoJobState, VideoStatus
+from workflows.video.types import TERMINAL_STATUSES, GenerateProgress, VideoJobInput, VideoJobState, VideoStatus
 
 _VIDEO_STATUSES = {status.value: status for status in VideoStatus}
 _CLOSED_STATUSES = {
@@ -56,11 +58,6 @@ _STARTED_STATES = (
 )
 
 
-def recorded_status(value: str | None) -> VideoStatus | None:
-    """A status the workflow wrote (its ``JobState`` search attribute), if it is one."""
-    return _VIDEO_STATUSES.get(value or "")
-
-
 def job_status(
     execution_status: WorkflowExecutionStatus | None,
     recorded: VideoStatus | None,
@@ -68,9 +65,9 @@ def job_status(
 ) -> VideoStatus:
     """The job's status, by the rules in this module's docstring.
 
-    ``recorded``: the workflow's status (its query, else its ``JobState`` search attribute);
-    ``generating``: whether a generation attempt runs now, ``None`` when the execution was not
-    described.
+    ``recorded``: the status in the job's row; ``execution_status``: the execution's, ``None``
+    when it was not described or the engine no longer has it; ``generating``: whether a
+    generation attempt runs now, ``None`` when the execution was not described.
     """
     if recorded in TERMINAL_STATUSES:
         return recorded
@@ -157,8 +154,8 @@ class JobView:
     attempt: int = 0
     completed_at: datetime | None = None
     expires_at: datetime | None = None
-    # The workflow's answer to its ``state`` query, when it was asked and answered: the
-    # outcome's details (error, result keys) are read from it, not copied.
+    # The job's state as its row holds it: the outcome's details (error, result keys) are
+    # read from it, not copied.
     state: VideoJobState | None = None
     # When the attempt generating now started (epoch seconds).
     attempt_started_at: float | None = None
@@ -205,6 +202,66 @@ class JobView:
             attempt=self.attempt,
             **_estimate_fields(self),
         )
+
+
+# A row does not say how long until expiry was asked for; jobs are started with this.
+DEFAULT_EXPIRES_AFTER_SECONDS: int = VideoJobInput.model_fields["expires_after_seconds"].default
+
+
+def memo_of_row(record: VideoJobRecord, state: VideoJobState) -> JobMemo:
+    """What the job *is*, from its row: the request, its hash, when and how it was dispatched."""
+    return JobMemo(
+        **state.request.model_dump(),
+        request_hash=record.request_hash,
+        created_at=state.created_at.timestamp(),
+        expires_after_seconds=DEFAULT_EXPIRES_AFTER_SECONDS,
+        fairness_key=record.fairness_key,
+        fairness_weight=record.fairness_weight,
+    )
+
+
+def row_view(
+    record: VideoJobRecord,
+    owner: Principal,
+    execution_status: WorkflowExecutionStatus | None = None,
+    generation: PendingGeneration | None = None,
+    closed_at: datetime | None = None,
+) -> JobView:
+    """The job as its row says, with what a describe of its execution added (status rules 2-3).
+
+    ``owner`` is the caller, who the row was read for (every read checks it in its query).
+    """
+    state = VideoJobState.model_validate(record.state)
+    recorded = _VIDEO_STATUSES.get(record.status, state.status)
+    generating = None
+    if execution_status == WorkflowExecutionStatus.RUNNING:
+        generating = generation is not None and generation.started
+    view = JobView(
+        job_id=record.job_id,
+        memo=memo_of_row(record, state),
+        owner=owner,
+        status=job_status(execution_status, recorded, generating),
+        attempt=state.attempts_started,
+        completed_at=state.completed_at or closed_at,
+        expires_at=state.expires_at,
+        state=state,
+        start_time=state.created_at,
+    )
+    if state.result is not None:
+        view.attempt = max(view.attempt, state.result.attempt)
+    if generation is not None and not view.terminal:
+        view.attempt = max(view.attempt, generation.attempts_started)
+        view.attempt_started_at = generation.started_at
+        progress = generation.progress
+        if progress is not None and progress.total_steps > 0:
+            step = progress.step if generation.started else progress.checkpoint_step
+            # 100 means done; a job at its last step is still encoding.
+            view.progress = min(99, int(100 * step / progress.total_steps))
+    if view.status in (VideoStatus.COMPLETED, VideoStatus.EXPIRED):
+        view.progress = 100
+        if view.expires_at is None and view.completed_at is not None:
+            view.expires_at = view.completed_at + timedelta(seconds=DEFAULT_EXPIRES_AFTER_SECONDS)
+    return view
 
 
 # Pollers wait a tenth of the ETA, within these bounds; without an ETA, the upper one.

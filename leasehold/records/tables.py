@@ -1,13 +1,25 @@
 """Every module that declares tables on ``leasehold.database.Base``, listed once.
 
-``init_database`` imports this module before ``create_all``, so a new table module is added
-here. The direction is one way: the database module imports this one, never the reverse.
+``init_database`` and the migrations' environment import this module, so a new table module is
+added here, and its tables get a revision in ``leasehold/migrations/versions`` (a test compares
+the models with the migrated schema). The direction is one way: the database module imports
+this one, never the reverse.
 """
 
 from types import ModuleType
 
 from leasehold.records.ci import environments, heads, plans, repos, runs, secrets
-from leasehold.records.video import deletions, jobs
+from leasehold.records.video import capacity, deletions, jobs
 
 # Named so the imports are used: importing a module declares its tables on Base.
-TABLE_MODULES: tuple[ModuleType, ...] = (environments, heads, plans, repos, runs, secrets, deletions, jobs)
+TABLE_MODULES: tuple[ModuleType, ...] = (
+    environments,
+    heads,
+    plans,
+    repos,
+    runs,
+    secrets,
+    capacity,
+    deletions,
+    jobs,
+)

@@ -15,6 +15,10 @@ from sqlalchemy import Table, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+# The version of lifecycle writes (a video job marked ``expired``): above any history length,
+# so no snapshot of the engine, however late it arrives, can bring expired content back.
+LIFECYCLE_VERSION = 2**62
+
 
 def _insert(session: Session, table: Table) -> Any:
     if session.get_bind().dialect.name == "postgresql":

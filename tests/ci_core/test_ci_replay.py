@@ -19,6 +19,7 @@ from temporalio.worker import Replayer
 
 from activities.ci.job import CIJobActivities
 from activities.ci.listing import CIListingActivities
+from activities.ci.projection import CIProjectionActivities
 from activities.ci.reconcile import CIReconcileActivities
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
@@ -35,6 +36,8 @@ ACTIVITIES: dict[str, Callable[..., Any]] = {
     "ci_list_workflows": CIListingActivities.list_workflows,
     "ci_reconcile_list_repos": CIReconcileActivities.list_repos,
     "ci_reconcile_repo": CIReconcileActivities.reconcile_repo,
+    "ci_project_run": CIProjectionActivities.project_ci_run,
+    "ci_project_push": CIProjectionActivities.project_ci_push,
 }
 
 

@@ -37,7 +37,13 @@ WORKFLOW_DEFINITIONS = frozenset(
 # The activity modules a workflow may import (inside ``imports_passed_through``): activity
 # definitions, for typed calls, and nothing that runs side effects at import.
 ACTIVITY_DEFINITIONS = frozenset(
-    {"activities.video.generation", "activities.video.housekeeping", "activities.ci.definitions"}
+    {
+        "activities.video.generation",
+        "activities.video.housekeeping",
+        "activities.video.definitions",
+        "activities.ci.definitions",
+        "activities.lifecycle_definitions",
+    }
 )
 # What workflows import besides themselves and the standard library.
 WORKFLOW_THIRD_PARTY = frozenset({"pydantic", "temporalio"})

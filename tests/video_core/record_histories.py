@@ -20,6 +20,8 @@ from temporalio.worker import Worker
 
 from activities.video.generation import VideoGenerationActivities
 from activities.video.housekeeping import VideoHousekeepingActivities
+from activities.video.projection import VideoProjectionActivities
+from leasehold.database import init_database
 from leasehold.devserver import find_temporal_binary
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
@@ -41,12 +43,13 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
     announcer.bind(client, asyncio.get_running_loop())
     generation = VideoGenerationActivities(model, H264Encoder(), store, announce_started=announcer)
     housekeeping = VideoHousekeepingActivities(store)
+    projection = VideoProjectionActivities(init_database(f"sqlite:///{settings.data_dir / 'record.db'}"))
     pool = ThreadPoolExecutor(max_workers=4)
     orchestration = Worker(
         client,
         task_queue=orchestration_queue(settings.queue_prefix),
         workflows=[VideoJobWorkflow],
-        activities=[housekeeping.delete_video_objects],
+        activities=[housekeeping.delete_video_objects, projection.project_video_job],
         activity_executor=pool,
     )
     gpu = Worker(
@@ -68,11 +71,12 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
         # Since generation_started: a completed job whose worker signalled the start.
         signalled = await start_job(client, settings, request(steps=4, seconds=1))
         await signalled.result()
+        # Since the read model (patch ``video-read-model``): every outcome writes its row. The
+        # histories of earlier versions keep their names; these are new files beside them.
         recorded = (
-            ("completed", completed),
-            ("failed", failed),
-            ("cancelled", cancelled),
-            ("completed_signalled", signalled),
+            ("completed_read_model", signalled),
+            ("failed_read_model", failed),
+            ("cancelled_read_model", cancelled),
         )
         for name, handle in recorded:
             path = HISTORIES / f"{name}.json"

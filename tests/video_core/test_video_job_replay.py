@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,19 @@ from workflows.video.job import VideoJobWorkflow
 HISTORIES = Path(__file__).parent / "histories"
 
 
-@pytest.mark.parametrize("name", ["completed", "failed", "cancelled", "completed_signalled"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "completed",
+        "failed",
+        "cancelled",
+        "completed_signalled",
+        # Since the read model (patch ``video-read-model``).
+        "completed_read_model",
+        "failed_read_model",
+        "cancelled_read_model",
+    ],
+)
 async def test_recorded_history_replays(name: str) -> None:
     history = WorkflowHistory.from_json(f"video-{name}", (HISTORIES / f"{name}.json").read_text())
     replayer = Replayer(workflows=[VideoJobWorkflow], data_converter=pydantic_data_converter)
@@ -25,3 +38,16 @@ async def test_recorded_history_replays(name: str) -> None:
 def test_signalled_history_holds_the_start_signal() -> None:
     history = (HISTORIES / "completed_signalled.json").read_text()
     assert "generation_started" in history
+
+
+@pytest.mark.parametrize("name", ["completed_read_model", "failed_read_model", "cancelled_read_model"])
+def test_read_model_histories_write_the_outcome_last(name: str) -> None:
+    """The last activity of every outcome is the read model's write (the flush before closing)."""
+    events = json.loads((HISTORIES / f"{name}.json").read_text())["events"]
+    scheduled = [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in events
+        if "activityTaskScheduledEventAttributes" in e
+    ]
+    assert scheduled[-1] == "project_video_job", scheduled
+    assert scheduled.count("project_video_job") >= 2, scheduled

@@ -15,10 +15,12 @@ from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttri
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ci.definitions import CIListingDefinition
+    from activities.ci.definitions import CIListingDefinition, CIProjectionDefinition
     from workflows import search_attributes as sa
     from workflows.ci.ids import push_id, run_id, run_workflow_id
     from workflows.ci.run import CIRunWorkflow
+    from workflows.ci.snapshots import SnapshotWriter
+    from workflows.ci.types.projection import CIPushSnapshot
     from workflows.ci.types.push import (
         PUSH_GIT_FAILED,
         CIPushInput,
@@ -32,9 +34,16 @@ with workflow.unsafe.imports_passed_through():
         CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS,
         CI_LIST_WORKFLOWS_MAX_ATTEMPTS,
         CI_LIST_WORKFLOWS_TIMEOUT_SECONDS,
+        CI_PROJECTION_RETRY,
+        CI_PROJECTION_SCHEDULE_TO_CLOSE,
+        CI_PROJECTION_TIMEOUT,
         ci_control_queue,
         orchestration_queue,
     )
+
+# Pushes started after this change write their state to the read model (``ci_pushes``) when
+# they start and when they end; older histories replay without those activities.
+PATCH_READ_MODEL = "ci-read-model"
 
 
 @workflow.defn
@@ -43,7 +52,10 @@ class CIPushWorkflow:
 
     @workflow.init
     def __init__(self, inp: CIPushInput) -> None:
+        self._inp = inp
         self._state = CIPushState(push_id=push_id(inp.push.repo_id, inp.push.commit_sha, inp.push.ref))
+        self._snapshots = SnapshotWriter(self._write_snapshot, f"push {self._state.push_id}")
+        self._projecting = False
 
     @workflow.query
     def state(self) -> CIPushState:
@@ -51,6 +63,10 @@ class CIPushWorkflow:
 
     @workflow.run
     async def run(self, inp: CIPushInput) -> CIPushState:
+        self._projecting = workflow.patched(PATCH_READ_MODEL)
+        if self._projecting:
+            # "listing" at once: a redelivery after a failed listing must not read "failed" for long.
+            self._snapshots.start()
         try:
             listing = await workflow.execute_activity_method(
                 CIListingDefinition.list_workflows,
@@ -76,6 +92,7 @@ class CIPushWorkflow:
         except ActivityError as err:
             self._state.status = PushStatus.FAILED
             self._state.error = str(err.cause or err)
+            await self._close_snapshots()
             # Failing the workflow lets a redelivery of the same push try again.
             raise ApplicationError(self._state.error, type=PUSH_GIT_FAILED) from err
 
@@ -116,4 +133,30 @@ class CIPushWorkflow:
                 created = False
             self._state.runs.append(RunRef(run_id=rid, workflow_id=wid, workflow_path=file.path, created=created))
         self._state.status = PushStatus.DONE
+        await self._close_snapshots()
         return self._state
+
+    async def _write_snapshot(self, version: int) -> None:
+        push = self._inp.push
+        await workflow.execute_activity_method(
+            CIProjectionDefinition.project_ci_push,
+            CIPushSnapshot(
+                state=self._state.model_copy(deep=True),
+                version=version,
+                tenant_id=push.tenant_id,
+                repo_id=push.repo_id,
+                commit_sha=push.commit_sha,
+                ref=push.ref,
+                received_at=self._inp.received_at,
+            ),
+            task_queue=orchestration_queue(push.queue_prefix),
+            start_to_close_timeout=CI_PROJECTION_TIMEOUT,
+            schedule_to_close_timeout=CI_PROJECTION_SCHEDULE_TO_CLOSE,
+            retry_policy=CI_PROJECTION_RETRY,
+        )
+
+    async def _close_snapshots(self) -> None:
+        """Both ways out (runs started, or listing failed) leave the final state in the read model."""
+        if self._projecting:
+            self._snapshots.changed()
+            await self._snapshots.flush()

@@ -56,9 +56,15 @@ older round's attempt is told not to proceed), logs are attempt-scoped, and the 
 at the attempt whose result was recorded. ``CI_IDEMPOTENCY_KEY = <run id>/<job id>`` is stable
 across attempts for external side effects.
 
+Read model: the state the ``state`` query answers is also written to SQL (``ci_runs``,
+``ci_jobs``, ``ci_attempts``) by a background ``SnapshotWriter``: one write in flight, the
+newest state each time, a final write before the workflow returns, so the API serves the run
+after the engine forgets it. No job ever waits on it.
+
 History bound: at most ``MAX_JOBS_PER_WORKFLOW`` jobs and ``CI_MAX_RETRIES_PER_RUN`` retries,
-each job round costing about ten events, keeps a run far below Temporal's limits, so the
-workflow does not continue-as-new.
+each job round costing about ten events (and at most about 18 more for its read-model writes,
+fewer when transitions coalesce), keeps a run below Temporal's limits, so the workflow does
+not continue-as-new.
 """
 
 from __future__ import annotations
@@ -79,7 +85,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ci.definitions import CIJobDefinition
+    from activities.ci.definitions import CIJobDefinition, CIProjectionDefinition
     from workflows import search_attributes as sa
     from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, github_context
     from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
@@ -90,6 +96,7 @@ with workflow.unsafe.imports_passed_through():
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
     )
+    from workflows.ci.snapshots import SnapshotWriter
     from workflows.ci.types.job import (
         JOB_FATAL_ERROR,
         UPDATE_ATTEMPT_STARTED,
@@ -100,6 +107,7 @@ with workflow.unsafe.imports_passed_through():
         JobResult,
         NeedResult,
     )
+    from workflows.ci.types.projection import CIRunSnapshot
     from workflows.ci.types.push import EnvironmentRule
     from workflows.ci.types.run import (
         JOB_FINAL_STATUSES,
@@ -123,12 +131,18 @@ with workflow.unsafe.imports_passed_through():
         CI_JOB_SCHEDULE_TO_START_SECONDS,
         CI_JOB_TIMEOUT_MARGIN_SECONDS,
         CI_MAX_RETRIES_PER_RUN,
+        CI_PROJECTION_RETRY,
+        CI_PROJECTION_SCHEDULE_TO_CLOSE,
+        CI_PROJECTION_TIMEOUT,
         ci_queue,
         orchestration_queue,
     )
 
 # Attempts granted after this change carry a secrets token (older histories replay without).
 PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
+# Runs started after this change write their state to the read model (``ci_runs``, ``ci_jobs``,
+# ``ci_attempts``) at each transition; older histories replay without those activities.
+PATCH_READ_MODEL = "ci-read-model"
 
 
 @workflow.defn
@@ -184,6 +198,10 @@ class CIRunWorkflow:
         # Jobs told to stop waiting for a slot (the run was cancelled meanwhile).
         self._abort_wait: set[str] = set()
         self._releases: list[asyncio.Task[None]] = []
+        # The read model's copy of ``self._state``: written in the background, never awaited by
+        # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
+        self._snapshots = SnapshotWriter(self._write_snapshot, f"run {inp.run_id}")
+        self._projecting = False
 
     # Queries and updates ----------------------------------------------------------------
 
@@ -229,6 +247,7 @@ class CIRunWorkflow:
         if self._state.started_at is None:
             self._state.started_at = now
         self._set_status(RunStatus.IN_PROGRESS)
+        self._snapshots.changed()
         return AttemptGrant(proceed=True, attempt=n, secrets_token=token)
 
     @workflow.update
@@ -252,6 +271,7 @@ class CIRunWorkflow:
         self._set_status(RunStatus.IN_PROGRESS)
         self._retry_pending = True
         self._dirty = True
+        self._snapshots.changed()
         target = self._state.job(req.job_id)
         assert target is not None
         return RetryJobResponse(run_id=self._inp.run_id, job_id=req.job_id, round=target.round, reset_jobs=reset)
@@ -301,6 +321,7 @@ class CIRunWorkflow:
             reason = f"rejected by {req.user_id}" + (f": {req.comment}" if req.comment else "")
             self._finish_job(job, JobStatus.FAILURE, error=reason)
         self._dirty = True
+        self._snapshots.changed()
         return job
 
     @decide.validator
@@ -334,6 +355,9 @@ class CIRunWorkflow:
 
     @workflow.run
     async def run(self, inp: CIRunInput) -> CIRunState:
+        self._projecting = workflow.patched(PATCH_READ_MODEL)
+        if self._projecting:
+            self._snapshots.start()
         workflow.upsert_search_attributes(
             [
                 sa.TENANT_ID.value_set(inp.push.tenant_id),
@@ -346,6 +370,7 @@ class CIRunWorkflow:
             self._state.error = inp.spec_error.render() if inp.spec_error else "workflow file could not be read"
             self._state.finished_at = workflow.now()
             self._set_status(RunStatus.FAILURE)
+            await self._close_snapshots()
             return self._state
         while True:
             self._retry_pending = False
@@ -361,7 +386,24 @@ class CIRunWorkflow:
         # Every slot's release is delivered before the run closes.
         await asyncio.gather(*self._releases)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._close_snapshots()
         return self._state
+
+    async def _write_snapshot(self, version: int) -> None:
+        await workflow.execute_activity_method(
+            CIProjectionDefinition.project_ci_run,
+            # A copy: the state moves on while the activity is scheduled.
+            CIRunSnapshot(state=self._state.model_copy(deep=True), version=version),
+            task_queue=orchestration_queue(self._inp.push.queue_prefix),
+            start_to_close_timeout=CI_PROJECTION_TIMEOUT,
+            schedule_to_close_timeout=CI_PROJECTION_SCHEDULE_TO_CLOSE,
+            retry_policy=CI_PROJECTION_RETRY,
+        )
+
+    async def _close_snapshots(self) -> None:
+        """Every way out of the run passes here: the read model gets the final state."""
+        if self._projecting:
+            await self._snapshots.flush()
 
     async def _execute(self) -> None:
         """Start ready jobs until every job is final and no activity runs."""
@@ -393,6 +435,7 @@ class CIRunWorkflow:
             if job.status == JobStatus.AWAITING_APPROVAL:
                 self._finish_job(job, JobStatus.CANCELLED, error="cancelled while awaiting approval")
         self._dirty = True
+        self._snapshots.changed()
 
     def _schedule_ready(self) -> None:
         progressed = True
@@ -420,6 +463,7 @@ class CIRunWorkflow:
                     d.approved and d.round == job.round for d in job.approvals
                 ):
                     job.status = JobStatus.AWAITING_APPROVAL
+                    self._snapshots.changed()
                     continue
                 self._start_job(job, spec)
 
@@ -428,6 +472,7 @@ class CIRunWorkflow:
         assert inp.spec is not None
         job.status = JobStatus.QUEUED
         job.queued_at = workflow.now()
+        self._snapshots.changed()
         self._cancelling.discard(job.job_id)
         self._abort_wait.discard(job.job_id)
         act = JobActivityInput(
@@ -590,6 +635,7 @@ class CIRunWorkflow:
         spec = self._jobs.get(job.job_id)
         job.allowed_failure = status == JobStatus.FAILURE and spec is not None and spec.continue_on_error
         self._dirty = True
+        self._snapshots.changed()
 
     def _finish(self) -> None:
         state = self._state
@@ -601,11 +647,13 @@ class CIRunWorkflow:
             status = RunStatus.SUCCESS
         state.finished_at = workflow.now()
         self._set_status(status)
+        self._snapshots.changed()
 
     def _set_status(self, status: RunStatus) -> None:
         if self._state.status != status:
             self._state.status = status
             workflow.upsert_search_attributes([sa.RUN_STATE.value_set(status.value)])
+            self._snapshots.changed()
 
     # Expression contexts ------------------------------------------------------------------
 

@@ -21,6 +21,11 @@ Contract with the API (``api/``):
 * Cancel: ``handle.cancel()``. A queued job is cancelled at once; a running generation
   learns it from its next heartbeat response and stops; the workflow waits for that, deletes
   the job's objects and ends with ``status == cancelled`` (execution status Canceled).
+* Read model: the state is written to its ``video_jobs`` row (``project_video_job`` on the
+  housekeeping queue) at every transition, versioned by the history length when the write is
+  scheduled. Writes are coalesced (one in flight; a burst of transitions costs one write), and
+  the last snapshot is written before the workflow closes on every path, so the row holds the
+  outcome once the execution is closed, and still after Temporal forgets it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.video.definitions import VideoProjectionDefinition
     from activities.video.generation import VideoGenerationActivities
     from activities.video.housekeeping import VideoHousekeepingActivities
     from workflows import search_attributes as sa
@@ -41,12 +47,15 @@ with workflow.unsafe.imports_passed_through():
         VIDEO_GENERATE_SCHEDULE_TO_CLOSE,
         VIDEO_HOUSEKEEPING_RETRY,
         VIDEO_HOUSEKEEPING_TIMEOUT,
+        VIDEO_PROJECTION_RETRY,
+        VIDEO_PROJECTION_TIMEOUT,
     )
     from workflows.video.types import (
         CleanupInput,
         GenerateInput,
         GenerateResult,
         GenerationStarted,
+        ProjectVideoJobInput,
         VideoErrorType,
         VideoJobFacts,
         VideoJobInput,
@@ -54,6 +63,9 @@ with workflow.unsafe.imports_passed_through():
         VideoStatus,
         job_object_prefix,
     )
+
+# Executions started before the read model existed replay without its commands.
+READ_MODEL_PATCH = "video-read-model"
 
 
 @workflow.defn
@@ -65,6 +77,13 @@ class VideoJobWorkflow:
         # The job's facts are the input's own (one model, not a field-by-field copy).
         facts = {name: getattr(input, name) for name in VideoJobFacts.model_fields}
         self._state = VideoJobState(**facts, status=VideoStatus.QUEUED, created_at=input.created_at)
+        # The read model's writer: on (patched), a newer snapshot waits (dirty), one is being
+        # written (writing), the final one was written (closed).
+        self._project = False
+        self._dirty = False
+        self._writing = False
+        self._closed = False
+        self._writer: asyncio.Task[None] | None = None
 
     @workflow.query
     def state(self) -> VideoJobState:
@@ -78,13 +97,64 @@ class VideoJobWorkflow:
         Best effort and informational: a late signal from a stale attempt, or one after the
         outcome, changes no outcome. The API still reads live progress from the pending activity.
         """
-        self._state.attempts_started = max(self._state.attempts_started, event.attempt)
+        if event.attempt > self._state.attempts_started:
+            self._state.attempts_started = event.attempt
+            self._changed()
         if self._state.status is VideoStatus.QUEUED:
             self._set_status(VideoStatus.IN_PROGRESS)
 
     def _set_status(self, status: VideoStatus) -> None:
         self._state.status = status
         workflow.upsert_search_attributes([sa.JOB_STATE.value_set(status.value)])
+        self._changed()
+
+    def _changed(self) -> None:
+        """The state changed: the read model gets a snapshot (coalesced with other changes)."""
+        if not self._closed:
+            self._dirty = True
+
+    async def _write_snapshots(self, input: VideoJobInput) -> None:
+        """The read model's one writer: whenever the state changed, write its newest snapshot.
+
+        One write at a time, so the versions it sends only grow and a burst of transitions
+        while a write is in flight costs one more write, not one per transition.
+        """
+        while True:
+            await workflow.wait_condition(lambda: self._dirty and not self._closed)
+            self._dirty = False
+            self._writing = True
+            snapshot = ProjectVideoJobInput(
+                state=self._state.model_copy(deep=True),
+                version=workflow.info().get_current_history_length(),
+            )
+            try:
+                await workflow.execute_activity_method(
+                    VideoProjectionDefinition.project_video_job,
+                    snapshot,
+                    task_queue=input.housekeeping_queue,
+                    start_to_close_timeout=VIDEO_PROJECTION_TIMEOUT,
+                    retry_policy=VIDEO_PROJECTION_RETRY,
+                )
+            except ActivityError as err:
+                # Retried without limit, so only a non-retryable error lands here; the job's
+                # outcome must not wait on its mirror, and the next transition writes again.
+                workflow.logger.warning("read model write of %s failed: %s", input.job_id, err.cause or err)
+            finally:
+                self._writing = False
+
+    async def _flush(self) -> None:
+        """Write the last snapshot before the workflow closes; nothing is written after it.
+
+        Shielded like ``_cleanup``: a cancel that lands now must not leave the row behind the outcome.
+        """
+        if not self._project:
+            return
+        flushed = asyncio.ensure_future(workflow.wait_condition(lambda: not self._dirty and not self._writing))
+        try:
+            await asyncio.shield(flushed)
+        except asyncio.CancelledError:
+            await flushed
+        self._closed = True
 
     @workflow.run
     async def run(self, input: VideoJobInput) -> VideoJobState:
@@ -98,6 +168,10 @@ class VideoJobWorkflow:
             ]
         )
         self._state.started_at = workflow.now()
+        if workflow.patched(READ_MODEL_PATCH):
+            self._project = True
+            self._changed()  # accepted: the first snapshot (queued, engine started)
+            self._writer = asyncio.create_task(self._write_snapshots(input))
         prefix = job_object_prefix(input.job_id)
         try:
             result = await workflow.execute_activity_method(
@@ -124,6 +198,7 @@ class VideoJobWorkflow:
             await self._cleanup(input, keep=[])
             self._state.completed_at = workflow.now()
             self._set_status(VideoStatus.CANCELLED)
+            await self._flush()
             raise
         except ActivityError as err:
             # The server delivers a cancel to the activity only when this workflow asked for
@@ -132,6 +207,7 @@ class VideoJobWorkflow:
                 await self._cleanup(input, keep=[])
                 self._state.completed_at = workflow.now()
                 self._set_status(VideoStatus.CANCELLED)
+                await self._flush()
                 raise CancelledError("job cancelled") from err
             code, message = _failure_reason(err)
             self._state.error_code = code
@@ -139,10 +215,12 @@ class VideoJobWorkflow:
             await self._cleanup(input, keep=[])
             self._state.completed_at = workflow.now()
             self._set_status(VideoStatus.FAILED)
+            await self._flush()
             return self._state
         self._record(input, result)
         await self._cleanup(input, keep=[result.video_key, result.thumbnail_key])
         self._set_status(VideoStatus.COMPLETED)
+        await self._flush()
         return self._state
 
     def _record(self, input: VideoJobInput, result: GenerateResult) -> None:

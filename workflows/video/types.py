@@ -20,9 +20,12 @@ class VideoStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Not the workflow's: the lifecycle sets it in the read model once a completed job's
+    # content was deleted at ``expires_at`` (the job still reads; its content answers 410).
+    EXPIRED = "expired"
 
 
-TERMINAL_STATUSES = frozenset({VideoStatus.COMPLETED, VideoStatus.FAILED, VideoStatus.CANCELLED})
+TERMINAL_STATUSES = frozenset({VideoStatus.COMPLETED, VideoStatus.FAILED, VideoStatus.CANCELLED, VideoStatus.EXPIRED})
 
 
 class VideoRequest(BaseModel):
@@ -136,6 +139,23 @@ class VideoJobState(VideoJobFacts):
     error_message: str | None = None
     result: GenerateResult | None = None
     deleted: bool = False
+
+
+class ProjectVideoJobInput(BaseModel):
+    """A snapshot of a job for the read model (``video_jobs``), and the version it was taken at.
+
+    ``version`` is the workflow's history length when it scheduled the write: it grows with
+    every transition, so a retried or late snapshot never overwrites a newer one.
+    """
+
+    state: VideoJobState
+    version: int
+
+
+class ProjectionResult(BaseModel):
+    """Whether the snapshot was applied (``False``: the row already held a newer one)."""
+
+    applied: bool
 
 
 class CleanupResult(BaseModel):

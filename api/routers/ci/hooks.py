@@ -19,10 +19,12 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.ci.projection import push_row
 from api.ci.signatures import signature_of
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError, from_temporal, is_not_found, not_found
@@ -31,10 +33,13 @@ from leasehold.client.ci.push_input import push_input
 from leasehold.client.ci.start import push_state, start_push
 from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import RepoRecord, WebhookCandidate, get_repo, webhook_candidates
+from leasehold.records.ci.runs import get_push as get_push_record
+from leasehold.records.ci.runs import write_push
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci.ids import push_workflow_id
-from workflows.ci.types.push import PullRequestInfo
+from workflows.ci.types.projection import CIPushSnapshot
+from workflows.ci.types.push import CIPushInput, CIPushState, PullRequestInfo
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
@@ -122,14 +127,36 @@ async def record_push(
     The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it,
     and so does the webhook payload (``event``), which jobs see as ``github.event``."""
     plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
+    inp = push_input(settings, repo, sha, ref, delivery, pull_request, plan, event)
     try:
-        return await asyncio.wait_for(
-            start_push(client, push_input(settings, repo, sha, ref, delivery, pull_request, plan, event)),
-            timeout=START_TIMEOUT_SECONDS,
-        )
+        pid = await asyncio.wait_for(start_push(client, inp), timeout=START_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError) as exc:
         call = f"recording a push of {repo.id} {ref}@{sha[:12]}"
         raise from_temporal(exc, "could not record the push; deliver it again", call=call) from None
+    await asyncio.to_thread(_write_accepted, db, inp, pid)
+    return pid
+
+
+def _write_accepted(db: sessionmaker, inp: CIPushInput, pid: str) -> None:
+    """The push's row at version 0, so it is in its tenant's reads as soon as it is accepted;
+    the push workflow's own snapshots (newer versions) replace it, and a redelivery of a push
+    already there changes nothing."""
+    push = inp.push
+    snapshot = CIPushSnapshot(
+        state=CIPushState(push_id=pid),
+        version=0,
+        tenant_id=push.tenant_id,
+        repo_id=push.repo_id,
+        commit_sha=push.commit_sha,
+        ref=push.ref,
+        received_at=inp.received_at,
+    )
+    try:
+        with db.begin() as session:
+            write_push(session, push_row(snapshot), snapshot.version)
+    except SQLAlchemyError:
+        # The push is durable in the engine, and its workflow writes the row at its start.
+        log.warning("could not write the accepted push %s to the read model", pid, exc_info=True)
 
 
 @router.post(GITHUB_WEBHOOK_PATH, responses={202: {}})
@@ -253,8 +280,12 @@ async def generic_push(
 
 
 @router.get("/v1/pushes/{push}")
-async def get_push(push: str, principal: PrincipalDep, client: ClientDep) -> PushOut:
-    """A push and the runs it created so far (another tenant's push answers 404)."""
+async def get_push(push: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> PushOut:
+    """A push and the runs it created so far (another tenant's push answers 404), from the
+    read model; a push it does not hold (accepted before it existed) is asked of the engine."""
+    record = await asyncio.to_thread(get_push_record, db, principal.tenant_id, push)
+    if record is not None:
+        return PushOut.from_state(CIPushState.model_validate(record.state), record.repo_id)
     try:
         description = await client.get_workflow_handle(push_workflow_id(push)).describe()
         if description.typed_search_attributes.get(sa.TENANT_ID) != principal.tenant_id:

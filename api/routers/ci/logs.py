@@ -5,6 +5,11 @@ without holes; a chunk that could not be stored leaves a ``.gap`` marker (and is
 attempt's ``end.json``), so readers show lost output as a gap instead of silently skipping it.
 ``end.json`` marks the end of the attempt's log. An attempt whose worker was lost never writes
 ``end.json``; the run state (attempt no longer running) ends its stream instead.
+
+The run state (which attempts exist, their prefixes, statuses and gaps) comes from the read
+model, so logs are served after the engine forgets the run. Once a finished attempt is
+compacted (its ``ci_attempts`` row names one object and an index of byte ranges), a page of
+its log is one object read instead of one read per chunk.
 """
 
 from __future__ import annotations
@@ -15,17 +20,21 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.ci.log_compaction import read_compacted
 from api.ci.runs import check_job_id, load_run
-from api.deps import ClientDep, PrincipalDep, StoreDep
+from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
 from api.errors import ApiError, not_found
 from api.schemas.ci.runs import LogChunkOut, LogPage
 from leasehold.records.api_keys import Principal
+from leasehold.records.ci.runs import CIAttemptRecord, get_attempt
 from leasehold.storage import ObjectNotFound, ObjectStore
 from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, parse_log_key
 from workflows.ci.types.job import AttemptStatus, LogEnd
@@ -108,6 +117,56 @@ def read_attempt_log(
     return result
 
 
+def read_compacted_log(
+    store: ObjectStore,
+    object_key: str,
+    log_index: dict[str, Any],
+    from_seq: int,
+    max_chunks: int = MAX_CHUNKS_PER_PAGE,
+    max_bytes: int = MAX_BYTES_PER_PAGE,
+) -> LogRead:
+    """Chunks and gaps of a compacted attempt from ``from_seq``: one object read. The attempt
+    is final, so every seq below the index's ``next_seq`` is either a chunk or a gap."""
+    stored = dict(read_compacted(store, object_key, log_index, from_seq))
+    limit = int(log_index.get("next_seq", max(stored, default=from_seq - 1) + 1))
+    result = LogRead()
+    seq, size = from_seq, 0
+    while seq < limit:
+        if len(result.items) >= max_chunks or size >= max_bytes:
+            result.has_more = True
+            break
+        data = stored.get(seq)
+        if data is None:
+            result.items.append((seq, None))
+        else:
+            size += len(data)
+            result.items.append((seq, data.decode("utf-8", errors="replace")))
+        seq += 1
+    result.next_seq = seq
+    return result
+
+
+def read_log(
+    store: ObjectStore, record: CIAttemptRecord | None, state: CIRunState, job: str, chosen: JobAttemptState, seq: int
+) -> LogRead:
+    """One read of the chosen attempt's log: the compacted object when there is one, else its chunks."""
+    if record is not None and record.log_object_key and record.log_index is not None:
+        try:
+            return read_compacted_log(store, record.log_object_key, record.log_index, seq)
+        except ObjectNotFound:
+            log.warning("compacted log %s is gone; reading chunks", record.log_object_key)
+    return read_attempt_log(store, _prefix(state, job, chosen), seq, _known_gaps(chosen), _attempt_final(chosen))
+
+
+def _attempt_record(
+    db: sessionmaker, principal: Principal, state: CIRunState, job: str, chosen: JobAttemptState
+) -> CIAttemptRecord | None:
+    """The attempt's row (where compaction put its log); only a finished attempt can have one."""
+    if not _attempt_final(chosen):
+        return None
+    return get_attempt(db, principal.tenant_id, state.run_id, job, chosen.attempt)
+
+
 def _attempt(state: CIRunState, job_id: str, attempt: int | None) -> JobAttemptState | None:
     job = state.job(job_id)
     if job is None:
@@ -142,13 +201,14 @@ async def get_logs(
     job: str,
     principal: PrincipalDep,
     client: ClientDep,
+    db: DbDep,
     store: StoreDep,
     attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
     from_seq: int = Query(0, ge=0),
 ) -> LogPage:
     """Stored chunks of one attempt from ``from_seq``; gaps are listed, never hidden."""
     check_job_id(job)
-    state = await load_run(client, principal, run)
+    state = await load_run(db, client, principal, run)
     chosen = _attempt(state, job, attempt)
     job_state = state.job(job)
     assert job_state is not None
@@ -165,9 +225,8 @@ async def get_logs(
             ended=False,
             status=job_state.status.value,
         )
-    read = await asyncio.to_thread(
-        read_attempt_log, store, _prefix(state, job, chosen), from_seq, _known_gaps(chosen), _attempt_final(chosen)
-    )
+    record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
+    read = await asyncio.to_thread(read_log, store, record, state, job, chosen, from_seq)
     ended = not read.has_more and (read.end is not None or _attempt_final(chosen))
     return LogPage(
         run_id=run,
@@ -196,6 +255,7 @@ def _event(kind: str, data: dict, event_id: int | None = None) -> bytes:
 async def _follow(
     request: Request,
     client: Client,
+    db: sessionmaker,
     principal: Principal,
     store: ObjectStore,
     state: CIRunState,
@@ -215,7 +275,7 @@ async def _follow(
         if (chosen is None or not _attempt_final(chosen)) and now - last_state >= interval:
             # Re-read the run: the job may have started an attempt, or its attempt was lost.
             try:
-                state = await load_run(client, principal, state.run_id)
+                state = await load_run(db, client, principal, state.run_id)
                 chosen = _attempt(state, job, attempt_no if chosen is None else chosen.attempt)
             except (ApiError, RPCError):
                 pass  # transient; the next poll tries again
@@ -231,9 +291,8 @@ async def _follow(
             await asyncio.sleep(POLL_SECONDS)
             continue
         final = _attempt_final(chosen)
-        read = await asyncio.to_thread(
-            read_attempt_log, store, _prefix(state, job, chosen), seq, _known_gaps(chosen), final
-        )
+        record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
+        read = await asyncio.to_thread(read_log, store, record, state, job, chosen, seq)
         for item_seq, text in read.items:
             if text is None:
                 yield _event("gap", {"seq": item_seq, "attempt": chosen.attempt}, item_seq)
@@ -262,6 +321,7 @@ async def stream_logs(
     job: str,
     principal: PrincipalDep,
     client: ClientDep,
+    db: DbDep,
     store: StoreDep,
     attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
     from_seq: int = Query(0, ge=0),
@@ -272,7 +332,7 @@ async def stream_logs(
     A reconnecting client sends ``Last-Event-ID`` (the last seq it saw) and continues after it.
     """
     check_job_id(job)
-    state = await load_run(client, principal, run)
+    state = await load_run(db, client, principal, run)
     _attempt(state, job, attempt)  # 404 for an unknown job or attempt before the stream opens
     seq = from_seq
     if last_event_id is not None:
@@ -280,7 +340,7 @@ async def stream_logs(
             raise ApiError(400, "invalid_request", "Last-Event-ID must be a sequence number", param="Last-Event-ID")
         seq = int(last_event_id) + 1
     return StreamingResponse(
-        _follow(request, client, principal, store, state, job, attempt, seq),
+        _follow(request, client, db, principal, store, state, job, attempt, seq),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

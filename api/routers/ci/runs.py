@@ -1,5 +1,6 @@
-"""``/v1/runs``: CI runs and their jobs, read from ``CIRunWorkflow`` (its query and its search
-attributes), cancelled by workflow cancellation, and jobs retried through a workflow Update.
+"""``/v1/runs``: CI runs and their jobs, read from the read model (``ci_runs``, written by
+``CIRunWorkflow`` at each transition, kept after the engine forgets the run), cancelled by
+workflow cancellation, and jobs retried or decided through workflow Updates.
 
 Another tenant's run answers 404 exactly like a missing one.
 """
@@ -8,28 +9,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Query
+from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from api.ci.runs import QUERY_TIMEOUT_SECONDS, RUN_UNAVAILABLE, check_job_id, load_run
+from api.ci.runs import (
+    QUERY_TIMEOUT_SECONDS,
+    RUN_UNAVAILABLE,
+    check_job_id,
+    decode_cursor,
+    encode_cursor,
+    load_run,
+    stored_run,
+)
 from api.deps import ClientDep, DbDep, PrincipalDep
 from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
 from api.schemas.ci.runs import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
 from leasehold.client.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
-from workflows import search_attributes as sa
-from workflows.ci.ids import run_id_from_workflow_id
-from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, RetryRejectedReason, RunStatus
+from leasehold.records.ci.runs import RunCursor
+from leasehold.records.ci.runs import list_runs as list_run_records
+from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, CIRunState, RetryRejectedReason, RunStatus
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
 
 MAX_LIST = 100
-# The registered name of CIRunWorkflow (the class name; it sets no explicit name).
-RUN_WORKFLOW_TYPE = "CIRunWorkflow"
+# After a retry or a decision the run workflow writes its new state in the background; the
+# answer waits this long for the read model to show it, so the caller's next read does.
+PROJECTION_WAIT_SECONDS = 5.0
+PROJECTION_POLL_SECONDS = 0.05
 
 _RETRY_STATUS = {
     RetryRejectedReason.UNKNOWN_JOB.value: (404, "not_found"),
@@ -46,64 +61,70 @@ _DECISION_STATUS = {
 
 
 @router.get("/v1/runs/{run}")
-async def get_run(run: str, principal: PrincipalDep, client: ClientDep) -> RunOut:
+async def get_run(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RunOut:
     """A run with its jobs: statuses, attempts, timings, exit codes and errors."""
-    return RunOut.from_state(await load_run(client, principal, run))
-
-
-def _quote(value: str) -> str:
-    # Values reach here validated (tenant names, registered repo ids, enum statuses); quoting
-    # is a second line of defence for the visibility query language.
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return RunOut.from_state(await load_run(db, client, principal, run))
 
 
 @router.get("/v1/runs")
 async def list_runs(
     principal: PrincipalDep,
-    client: ClientDep,
     db: DbDep,
     repo: str | None = Query(None, description="only this repository's runs"),
     status: str | None = Query(None, description="queued, in_progress, success, failure or cancelled"),
     limit: int = Query(20, ge=1, le=MAX_LIST),
+    after: str | None = Query(None, max_length=512, description="next_cursor of the previous page"),
 ) -> RunList:
-    """The caller's runs, newest first, from Temporal visibility (search attributes)."""
-    clauses = [f"WorkflowType = {_quote(RUN_WORKFLOW_TYPE)}", f"TenantId = {_quote(principal.tenant_id)}"]
-    if repo is not None:
-        if await asyncio.to_thread(get_repo, db, principal.tenant_id, repo) is None:
-            raise not_found("repository")
-        clauses.append(f"RepoId = {_quote(repo)}")
-    if status is not None:
-        if status not in {s.value for s in RunStatus}:
-            raise invalid("status", f"status must be one of {', '.join(s.value for s in RunStatus)}")
-        clauses.append(f"RunState = {_quote(status)}")
-    query = " AND ".join(clauses)
-    rows: list[RunSummary] = []
-    try:
-        async for execution in client.list_workflows(query, limit=limit):
-            run = run_id_from_workflow_id(execution.id)
-            if run is None:
-                continue
-            attributes = execution.typed_search_attributes
-            rows.append(
-                RunSummary(
-                    id=run,
-                    repo_id=attributes.get(sa.REPO_ID),
-                    commit_sha=attributes.get(sa.COMMIT_SHA),
-                    status=attributes.get(sa.RUN_STATE),
-                    created_at=execution.start_time,
-                    closed_at=execution.close_time,
-                )
-            )
-    except RPCError as exc:
-        raise from_temporal(exc, RUN_UNAVAILABLE, call="listing runs") from None
-    return RunList(data=rows)
+    """The caller's runs, newest first, from the read model."""
+    if repo is not None and await asyncio.to_thread(get_repo, db, principal.tenant_id, repo) is None:
+        raise not_found("repository")
+    if status is not None and status not in {s.value for s in RunStatus}:
+        raise invalid("status", f"status must be one of {', '.join(s.value for s in RunStatus)}")
+    cursor = decode_cursor(after) if after is not None else None
+    records = await asyncio.to_thread(
+        list_run_records, db, principal.tenant_id, repo_id=repo, status=status, after=cursor, limit=limit + 1
+    )
+    page = records[:limit]
+    rows = [
+        RunSummary(
+            id=r.run_id,
+            repo_id=r.repo_id,
+            commit_sha=r.commit_sha,
+            ref=r.ref,
+            workflow_path=r.workflow_path,
+            status=r.status,
+            created_at=_utc(r.created_at),
+            closed_at=_utc(r.finished_at),
+        )
+        for r in page
+    ]
+    more = len(records) > limit
+    last = page[-1] if page else None
+    next_cursor = encode_cursor(RunCursor(last.created_at, last.run_id)) if more and last is not None else None
+    return RunList(data=rows, has_more=more, next_cursor=next_cursor)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # SQLite hands back naive times; every time the read model stores is UTC.
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+async def _projected(db: sessionmaker, principal: Principal, run: str, shows: Callable[[CIRunState], bool]) -> None:
+    """Wait (bounded) until the read model's copy of the run ``shows`` what the engine just did."""
+    deadline = time.monotonic() + PROJECTION_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        state = await stored_run(db, principal, run)
+        if state is None or shows(state):
+            return
+        await asyncio.sleep(PROJECTION_POLL_SECONDS)
+    log.warning("run %s: the read model did not show the change within %ss", run, PROJECTION_WAIT_SECONDS)
 
 
 @router.post("/v1/runs/{run}/cancel", status_code=202)
-async def cancel(run: str, principal: PrincipalDep, client: ClientDep) -> RunOut:
+async def cancel(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RunOut:
     """Cancel a run: pending jobs are cancelled, running ones get SIGTERM then SIGKILL,
     ``if: always()`` jobs still run. A finished run is answered as it is."""
-    state = await load_run(client, principal, run)
+    state = await load_run(db, client, principal, run)
     try:
         await cancel_run(client, run)
     except RPCError as exc:
@@ -113,15 +134,15 @@ async def cancel(run: str, principal: PrincipalDep, client: ClientDep) -> RunOut
     try:
         state = await asyncio.wait_for(run_state(client, run), timeout=QUERY_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError):
-        pass  # the cancellation is recorded; the previous view is still an honest answer
+        pass  # closed (or forgotten) by the engine, or slow: the read model's view is an honest answer
     return RunOut.from_state(state)
 
 
 @router.post("/v1/runs/{run}/jobs/{job}/retry", status_code=202)
-async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep) -> RetryOut:
+async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RetryOut:
     """Re-run a failed or cancelled job and its dependents on the same commit, as new attempts."""
     check_job_id(job)
-    state = await load_run(client, principal, run)
+    state = await load_run(db, client, principal, run)
     if state.job(job) is None:
         raise not_found("job")
     try:
@@ -133,16 +154,19 @@ async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep) 
         # NOT_FOUND: the run's retry window is over and its workflow closed.
         closed = ApiError(409, "run_closed", "the run is closed; push again to run it anew")
         raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=f"retry of {run}/{job}") from None
+    await _projected(db, principal, run, lambda s: (j := s.job(job)) is not None and j.round >= answer.round)
     return RetryOut(run_id=answer.run_id, job_id=answer.job_id, round=answer.round, reset_jobs=answer.reset_jobs)
 
 
 async def _decide(
-    run: str, job: str, approved: bool, body: DecisionIn | None, principal: Principal, client: Client
+    run: str, job: str, approved: bool, body: DecisionIn | None, principal: Principal, client: Client, db: sessionmaker
 ) -> JobOut:
     check_job_id(job)
-    state = await load_run(client, principal, run)
-    if state.job(job) is None:
+    state = await load_run(db, client, principal, run)
+    found = state.job(job)
+    if found is None:
         raise not_found("job")
+    decided = len(found.approvals)
     request = ApprovalRequest(
         job_id=job, approved=approved, user_id=principal.user_id, comment=body.comment if body else None
     )
@@ -154,21 +178,22 @@ async def _decide(
     except RPCError as exc:
         closed = ApiError(409, "run_closed", "the run is closed")
         raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=f"decision on {run}/{job}") from None
+    await _projected(db, principal, run, lambda s: (j := s.job(job)) is not None and len(j.approvals) > decided)
     return JobOut.from_state(answer)
 
 
 @router.post("/v1/runs/{run}/jobs/{job}/approve")
 async def approve(
-    run: str, job: str, principal: PrincipalDep, client: ClientDep, body: DecisionIn | None = None
+    run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep, body: DecisionIn | None = None
 ) -> JobOut:
     """Approve a job awaiting approval (a user of the run's tenant, among the environment's
     approvers when it names any); the decision is recorded in the job's ``approvals``."""
-    return await _decide(run, job, True, body, principal, client)
+    return await _decide(run, job, True, body, principal, client, db)
 
 
 @router.post("/v1/runs/{run}/jobs/{job}/reject")
 async def reject(
-    run: str, job: str, principal: PrincipalDep, client: ClientDep, body: DecisionIn | None = None
+    run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep, body: DecisionIn | None = None
 ) -> JobOut:
     """Reject a job awaiting approval: it fails and its dependents are skipped; recorded too."""
-    return await _decide(run, job, False, body, principal, client)
+    return await _decide(run, job, False, body, principal, client, db)

@@ -18,6 +18,7 @@ from api.deps import CapacityDep, ClientDep, DbDep, PrincipalDep, SettingsDep, S
 from api.errors import ApiError
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video.jobs import VideoJobs
+from api.video.live import LiveProgress
 from api.video.views import poll_after_ms
 from leasehold.storage import LocalObjectStore, ObjectNotFound
 
@@ -32,15 +33,21 @@ MAX_FORM_FIELDS = 16
 SSE_MAX_SECONDS = 3600.0
 
 
-def get_jobs(
+async def get_live(request: Request) -> LiveProgress:
+    """The process's cache of running jobs' live progress (created in the app's lifespan)."""
+    return request.app.state.video_live
+
+
+async def get_jobs(
     client: ClientDep,
     settings: SettingsDep,
     store: StoreDep,
     db: DbDep,
     principal: PrincipalDep,
     capacity: CapacityDep,
+    live: Annotated[LiveProgress, Depends(get_live)],
 ) -> VideoJobs:
-    return VideoJobs(client, settings, store, db, principal, capacity)
+    return VideoJobs(client, settings, store, db, principal, capacity, live)
 
 
 JobsDep = Annotated[VideoJobs, Depends(get_jobs)]
@@ -104,7 +111,8 @@ async def create_video(
         raise RequestValidationError(
             [{**err, "loc": ("body", *err.get("loc", ()))} for err in exc.errors(include_url=False)]
         ) from None
-    view = await jobs.submit(body, idempotency_key)
+    # The request, so a client that went away starts nothing (api.video.submit).
+    view = await jobs.submit(body, idempotency_key, request)
     return view.to_video()
 
 
@@ -157,7 +165,8 @@ async def download_content(
     settings: SettingsDep,
     variant: Annotated[Literal["video", "thumbnail"], Query()] = "video",
 ) -> Response:
-    """The MP4 (or thumbnail): streamed from a local store, a redirect to a signed URL otherwise."""
+    """The MP4 (or thumbnail): streamed from a local store, a redirect to a signed URL otherwise;
+    410 once the video expired."""
     key = await jobs.content_key(video_id, variant)
     filename = f"{video_id}{'.mp4' if variant == 'video' else '.' + key.rsplit('.', 1)[-1]}"
     if not isinstance(store, LocalObjectStore):

@@ -218,20 +218,27 @@ class RunOut(BaseModel):
 
 
 class RunSummary(BaseModel):
-    """One row of ``GET /v1/runs`` (from Temporal visibility; ``GET /v1/runs/{id}`` has detail)."""
+    """One row of ``GET /v1/runs`` (from the read model; ``GET /v1/runs/{id}`` has detail)."""
 
     object: Literal["ci.run"] = "ci.run"
     id: str
     repo_id: str | None = None
     commit_sha: str | None = None
+    ref: str | None = None
+    workflow_path: str | None = None
     status: str | None = None
     created_at: datetime | None = None
+    # When the run finished (None while it runs).
     closed_at: datetime | None = None
 
 
 class RunList(BaseModel):
+    """A page of runs, newest first; ask again with ``after=next_cursor`` while ``has_more``."""
+
     object: Literal["list"] = "list"
     data: list[RunSummary]
+    has_more: bool = False
+    next_cursor: str | None = None
 
 
 class _ObjectFirst(BaseModel):

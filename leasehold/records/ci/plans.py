@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Boolean, DateTime, Float, Integer, String
+from sqlalchemy import Boolean, DateTime, Float, Integer, String, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
@@ -20,6 +20,9 @@ from leasehold.settings import Settings
 
 MAX_WEIGHT = 1000.0
 MAX_CONCURRENT_JOBS = 10_000
+# A tenant's CI logs and runs are kept 1 to 3650 days after a run finished.
+MIN_LOG_RETENTION_DAYS = 1
+MAX_LOG_RETENTION_DAYS = 3650
 
 
 class CITenantPlan(Base):
@@ -62,6 +65,54 @@ def set_network(factory: sessionmaker, tenant_id: str, allowed: bool) -> None:
             session.add(row)
         row.allowed = allowed
         row.updated_at = utcnow()
+
+
+class CILogRetention(Base):
+    """How many days a tenant's finished CI runs and their logs are kept; absent = the default.
+
+    A table of its own, like network grants, so setting it needs no plan row (a plan row would
+    pin the default weight and cap) and databases made before it need no migration."""
+
+    __tablename__ = "ci_log_retention"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    log_retention_days: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def validate_log_retention_days(days: int) -> None:
+    if not MIN_LOG_RETENTION_DAYS <= days <= MAX_LOG_RETENTION_DAYS:
+        raise ValueError(f"log_retention_days must be {MIN_LOG_RETENTION_DAYS} to {MAX_LOG_RETENTION_DAYS}")
+
+
+def set_log_retention(factory: sessionmaker, tenant_id: str, days: int | None) -> None:
+    """Keep ``tenant_id``'s finished runs ``days`` days; ``None`` returns it to the default."""
+    if days is not None:
+        validate_log_retention_days(days)
+    with factory.begin() as session:
+        row = session.get(CILogRetention, tenant_id)
+        if days is None:
+            if row is not None:
+                session.delete(row)
+            return
+        if row is None:
+            row = CILogRetention(tenant_id=tenant_id)
+            session.add(row)
+        row.log_retention_days = days
+        row.updated_at = utcnow()
+
+
+def log_retention_days(factory: sessionmaker, tenant_id: str) -> int | None:
+    """The tenant's own retention in days, or ``None`` (the settings' default applies)."""
+    with factory() as session:
+        row = session.get(CILogRetention, tenant_id)
+    return None if row is None else row.log_retention_days
+
+
+def retention_overrides(factory: sessionmaker) -> dict[str, int]:
+    """Every tenant with a retention of its own (few: the retention job groups runs by it)."""
+    with factory() as session:
+        return {t: d for t, d in session.execute(select(CILogRetention.tenant_id, CILogRetention.log_retention_days))}
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,16 @@ is compacted, ``log_object_key`` names the one object that holds its whole log a
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Table, and_, delete, insert, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
+from leasehold.records.versioned import write_versioned
 
 
 class CIPushRecord(Base):
@@ -110,3 +113,173 @@ class CIAttemptRecord(Base):
         Index("ix_ci_attempts_compaction", "status", "compacted_at"),
         Index("ix_ci_attempts_tenant", "tenant_id"),
     )
+
+
+# Writes (the projection activities) ---------------------------------------------------------
+
+
+def _upsert(session: Session, table: Table) -> Any:
+    if session.get_bind().dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+# What compaction sets on an attempt row; a run snapshot knows nothing of it and never clears it.
+_COMPACTION_COLUMNS = frozenset({"log_object_key", "log_index", "compacted_at"})
+
+
+def write_run(
+    session: Session, run: dict[str, Any], jobs: list[dict[str, Any]], attempts: list[dict[str, Any]], version: int
+) -> bool:
+    """Write one run snapshot (``run`` holds ``run_id`` and the ``ci_runs`` columns), and only if
+    it is the newest so far, replace the run's job rows and upsert its attempt rows; ``True`` if
+    it applied. Runs in the caller's transaction, so the three tables move together."""
+    run_id = run["run_id"]
+    values = {k: v for k, v in run.items() if k != "run_id"}
+    if not write_versioned(session, CIRunRecord.__table__, {"run_id": run_id}, values, version):  # type: ignore[arg-type]
+        return False
+    session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id))
+    if jobs:
+        session.execute(insert(CIJobRecord), [{**job, "run_id": run_id} for job in jobs])
+    # Most snapshots change one attempt or none: only rows that differ are written (a run of
+    # 64 jobs would otherwise upsert 64+ rows at every transition).
+    stored = {
+        (row.job_id, row.attempt): _attempt_fingerprint(row._asdict())
+        for row in session.execute(
+            select(
+                CIAttemptRecord.job_id,
+                CIAttemptRecord.attempt,
+                CIAttemptRecord.tenant_id,
+                CIAttemptRecord.status,
+                CIAttemptRecord.started_at,
+                CIAttemptRecord.finished_at,
+                CIAttemptRecord.log_prefix,
+            ).where(CIAttemptRecord.run_id == run_id)
+        )
+    }
+    changed = [
+        {**attempt, "run_id": run_id}
+        for attempt in attempts
+        if stored.get((attempt["job_id"], attempt["attempt"])) != _attempt_fingerprint(attempt)
+    ]
+    if changed:
+        table: Table = CIAttemptRecord.__table__  # type: ignore[assignment]
+        statement = _upsert(session, table)
+        columns = {k: statement.excluded[k] for k in changed[0] if k not in _COMPACTION_COLUMNS}
+        session.execute(
+            statement.on_conflict_do_update(index_elements=["run_id", "job_id", "attempt"], set_=columns), changed
+        )
+    return True
+
+
+def _instant(value: Any) -> Any:
+    # SQLite hands back naive UTC times and Postgres aware ones; compare them as naive UTC.
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _attempt_fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a snapshot says of an attempt row (the columns compaction owns left out)."""
+    return tuple(_instant(row[k]) for k in ("tenant_id", "status", "started_at", "finished_at", "log_prefix"))
+
+
+def write_push(session: Session, push: dict[str, Any], version: int) -> bool:
+    """Write one push snapshot (``push`` holds ``push_id`` and the ``ci_pushes`` columns);
+    ``True`` if it was the newest so far."""
+    values = {k: v for k, v in push.items() if k != "push_id"}
+    return write_versioned(session, CIPushRecord.__table__, {"push_id": push["push_id"]}, values, version)  # type: ignore[arg-type]
+
+
+# Reads (the API) ----------------------------------------------------------------------------
+
+
+def get_run(factory: sessionmaker, tenant_id: str, run_id: str) -> CIRunRecord | None:
+    """The tenant's run; ``None`` when it is missing or another tenant's (the same answer)."""
+    with factory() as session:
+        return session.scalar(
+            select(CIRunRecord).where(CIRunRecord.run_id == run_id, CIRunRecord.tenant_id == tenant_id)
+        )
+
+
+@dataclass(frozen=True)
+class RunCursor:
+    """Where a page of runs ended: the last row's creation time and id (newest first)."""
+
+    created_at: datetime
+    run_id: str
+
+
+def list_runs(
+    factory: sessionmaker,
+    tenant_id: str,
+    *,
+    repo_id: str | None = None,
+    status: str | None = None,
+    after: RunCursor | None = None,
+    limit: int = 20,
+) -> list[CIRunRecord]:
+    """The tenant's runs, newest first, from ``after`` on (keyset paging on the tenant's or
+    the repository's index, so a page costs the same however deep it is)."""
+    query = select(CIRunRecord).where(CIRunRecord.tenant_id == tenant_id)
+    if repo_id is not None:
+        query = query.where(CIRunRecord.repo_id == repo_id)
+    if status is not None:
+        query = query.where(CIRunRecord.status == status)
+    if after is not None:
+        query = query.where(
+            or_(
+                CIRunRecord.created_at < after.created_at,
+                and_(CIRunRecord.created_at == after.created_at, CIRunRecord.run_id < after.run_id),
+            )
+        )
+    query = query.order_by(CIRunRecord.created_at.desc(), CIRunRecord.run_id.desc()).limit(limit)
+    with factory() as session:
+        return list(session.scalars(query))
+
+
+def get_push(factory: sessionmaker, tenant_id: str, push_id: str) -> CIPushRecord | None:
+    """The tenant's push; ``None`` when it is missing or another tenant's."""
+    with factory() as session:
+        return session.scalar(
+            select(CIPushRecord).where(CIPushRecord.push_id == push_id, CIPushRecord.tenant_id == tenant_id)
+        )
+
+
+def attempts_of_run(factory: sessionmaker, tenant_id: str, run_id: str) -> list[CIAttemptRecord]:
+    """The attempt rows of the tenant's run (empty for another tenant's), by job and attempt."""
+    with factory() as session:
+        return list(
+            session.scalars(
+                select(CIAttemptRecord)
+                .where(CIAttemptRecord.run_id == run_id, CIAttemptRecord.tenant_id == tenant_id)
+                .order_by(CIAttemptRecord.job_id, CIAttemptRecord.attempt)
+            )
+        )
+
+
+def get_attempt(
+    factory: sessionmaker, tenant_id: str, run_id: str, job_id: str, attempt: int
+) -> CIAttemptRecord | None:
+    """One attempt row of the tenant's run (where its log lives), or ``None``."""
+    with factory() as session:
+        return session.scalar(
+            select(CIAttemptRecord).where(
+                CIAttemptRecord.run_id == run_id,
+                CIAttemptRecord.job_id == job_id,
+                CIAttemptRecord.attempt == attempt,
+                CIAttemptRecord.tenant_id == tenant_id,
+            )
+        )
+
+
+def jobs_of_run(factory: sessionmaker, tenant_id: str, run_id: str) -> list[CIJobRecord]:
+    """The job rows of the tenant's run (empty for another tenant's)."""
+    with factory() as session:
+        return list(
+            session.scalars(
+                select(CIJobRecord)
+                .where(CIJobRecord.run_id == run_id, CIJobRecord.tenant_id == tenant_id)
+                .order_by(CIJobRecord.job_id)
+            )
+        )

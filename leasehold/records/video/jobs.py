@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Index, Integer, String
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from leasehold.database import Base, utcnow
@@ -44,11 +44,17 @@ class VideoJobRecord(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # The whole ``VideoJobState`` as JSON (``model_dump(mode="json")``): what the API renders.
     state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # How the API dispatched the generation task (Temporal fairness): written once at submit,
+    # never by the workflow's snapshots, read by the capacity tracker's fairness replay.
+    fairness_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    fairness_weight: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_video_jobs_owner", "tenant_id", "user_id", "created_at"),
         Index("ix_video_jobs_owner_status", "tenant_id", "user_id", "status"),
         Index("ix_video_jobs_model_status", "model", "status", "created_at"),
         Index("ix_video_jobs_expiry", "status", "expires_at"),
+        # The orphan sweep pages through jobs closed in a time window.
+        Index("ix_video_jobs_closed", "status", "completed_at"),
         Index("ix_video_jobs_outbox", "engine_started", "created_at"),
     )

@@ -1,0 +1,81 @@
+"""Bring a database to the newest revision, one process at a time.
+
+Every process that opens the database (API replicas, workers, CLI commands) calls
+``upgrade_to_head`` on start, so several may race on a new database. They queue on a lock held
+for the whole upgrade: a Postgres transaction-level advisory lock (per schema, so test schemas
+in one database do not wait on each other), or on SQLite an ``flock`` on a file beside the
+database (SQLite's own locks do not cover Alembic's check-then-create). The first process
+migrates; the others find the database at head and do nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, Engine, inspect, text
+
+log = logging.getLogger(__name__)
+
+SCRIPT_LOCATION = Path(__file__).parent
+BASELINE = "0001"
+# Namespaces the advisory lock key, so no other user of pg_advisory_lock collides with it.
+LOCK_NAME = "leasehold.migrations:"
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration, built in code: the scripts ship inside the package."""
+    config = Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    config.attributes["connection"] = connection
+    return config
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the database is at; ``None`` when Alembic never ran on it."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+@contextmanager
+def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield  # one connection's private database: nobody to race with
+        return
+    fd = os.open(f"{database}.migrate.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def upgrade_to_head(engine: Engine) -> None:
+    """Apply every revision the database lacks, in one transaction where the dialect allows.
+
+    A database made by the old ``create_all`` (tables, no ``alembic_version``) is adopted: the
+    baseline creates only its absent tables, then the later revisions run as usual.
+    """
+    sqlite = engine.dialect.name == "sqlite"
+    lock = _sqlite_file_lock(engine) if sqlite else _no_lock()
+    with lock, engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(hashtext(:name || current_schema()))"), {"name": LOCK_NAME}
+            )
+        inspector = inspect(connection)
+        if not inspector.has_table("alembic_version") and inspector.get_table_names():
+            log.info("adopting a database made before migrations: stamping it at %s, then upgrading", BASELINE)
+        command.upgrade(alembic_config(connection), "head")
+
+
+@contextmanager
+def _no_lock() -> Iterator[None]:
+    yield

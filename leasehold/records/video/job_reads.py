@@ -1,0 +1,77 @@
+"""The queries video reads are answered with: one owner's rows of ``video_jobs``.
+
+Every query names the owning tenant and user, so another caller's job is indistinguishable
+from a missing one, and skips jobs with a tombstone (``video_deletions``): a deleted job reads
+as missing even while a late snapshot of its workflow still lands in its row. Listings walk
+the ``ix_video_jobs_owner`` index (tenant, user, created_at) with a keyset cursor.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, Select, and_, bindparam, exists, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from leasehold.records.video.deletions import VideoDeletion
+from leasehold.records.video.jobs import VideoJobRecord
+
+
+class CursorNotFound(LookupError):
+    """The job a page should follow is not one of the owner's (or was deleted)."""
+
+
+def _owned() -> Select[VideoJobRecord]:
+    """The owner's live rows; the owner is bound at execution (``tenant_id``, ``user_id``)."""
+    tombstoned = exists().where(VideoDeletion.job_id == VideoJobRecord.job_id)
+    return select(VideoJobRecord).where(
+        VideoJobRecord.tenant_id == bindparam("tenant_id"),
+        VideoJobRecord.user_id == bindparam("user_id"),
+        ~tombstoned,
+    )
+
+
+# Built once: a status read is the hottest query of the API, and building the statement cost
+# as much as running it.
+_OWNED_JOB = _owned().where(VideoJobRecord.job_id == bindparam("job_id"))
+
+
+def _owned_job(session: Session, job_id: str, tenant_id: str, user_id: str) -> VideoJobRecord | None:
+    owner = {"job_id": job_id, "tenant_id": tenant_id, "user_id": user_id}
+    return session.scalars(_OWNED_JOB, owner).one_or_none()
+
+
+def owned_job(factory: sessionmaker, job_id: str, tenant_id: str, user_id: str) -> VideoJobRecord | None:
+    """The row of ``job_id`` if it belongs to this tenant's user and was not deleted."""
+    with factory() as session:
+        return _owned_job(session, job_id, tenant_id, user_id)
+
+
+def owned_page(
+    factory: sessionmaker, tenant_id: str, user_id: str, after: str | None, limit: int, descending: bool
+) -> list[VideoJobRecord]:
+    """Up to ``limit + 1`` of the owner's rows by (created_at, job_id), after the job ``after``.
+
+    One row more than asked tells the caller whether another page follows. Raises
+    ``CursorNotFound`` when ``after`` is not the owner's job.
+    """
+    with factory() as session:
+        query = _owned()
+        if after is not None:
+            cursor = _owned_job(session, after, tenant_id, user_id)
+            if cursor is None:
+                raise CursorNotFound(after)
+            query = query.where(_beyond(cursor.created_at, cursor.job_id, descending))
+        if descending:
+            query = query.order_by(VideoJobRecord.created_at.desc(), VideoJobRecord.job_id.desc())
+        else:
+            query = query.order_by(VideoJobRecord.created_at.asc(), VideoJobRecord.job_id.asc())
+        return list(session.scalars(query.limit(limit + 1), {"tenant_id": tenant_id, "user_id": user_id}))
+
+
+def _beyond(created_at: datetime, job_id: str, descending: bool) -> ColumnElement[bool]:
+    # Spelled out rather than a row-value comparison, which not every SQLite build plans on the index.
+    column, ident = VideoJobRecord.created_at, VideoJobRecord.job_id
+    if descending:
+        return or_(column < created_at, and_(column == created_at, ident < job_id))
+    return or_(column > created_at, and_(column == created_at, ident > job_id))

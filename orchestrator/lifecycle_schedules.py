@@ -1,0 +1,137 @@
+"""The lifecycle schedules, created (or brought up to date) when the orchestration worker starts.
+
+Four Temporal Schedules, each starting one small workflow per tick on the orchestration queue:
+video expiry, video orphan sweeps, CI log compaction and CI retention. Overlap SKIP: a tick
+that finds the previous one still running does nothing, so a slow batch never piles up.
+Schedule ids take the settings' ``queue_prefix``, so deployments (and tests) sharing a
+namespace keep apart. Workflows never read configuration: each schedule's action carries its
+``LifecycleInput`` from settings, and a worker that starts with other settings updates the
+schedule to them (every worker of a deployment runs with the same settings, so the last one to
+start changes nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+
+from leasehold.settings import Settings
+from workflows.lifecycle.ci_compaction import CILogCompactionWorkflow
+from workflows.lifecycle.ci_retention import CIRetentionWorkflow
+from workflows.lifecycle.types import LifecycleInput
+from workflows.lifecycle.video_expiry import VideoExpiryWorkflow
+from workflows.lifecycle.video_orphans import VideoOrphanSweepWorkflow
+from workflows.queues import orchestration_queue
+
+log = logging.getLogger(__name__)
+
+VIDEO_EXPIRY = "lifecycle-video-expiry"
+VIDEO_ORPHANS = "lifecycle-video-orphans"
+CI_LOG_COMPACTION = "lifecycle-ci-log-compaction"
+CI_RETENTION = "lifecycle-ci-retention"
+
+
+@dataclass(frozen=True)
+class LifecycleSchedule:
+    """One schedule: its id (without the prefix), workflow, interval and input."""
+
+    name: str
+    workflow: Any
+    every: timedelta
+    input: LifecycleInput
+
+
+def lifecycle_schedules(settings: Settings) -> list[LifecycleSchedule]:
+    """The schedules this deployment runs, from its settings."""
+    base = LifecycleInput(batch_size=settings.lifecycle_batch_size, max_batches=settings.lifecycle_max_batches)
+    return [
+        LifecycleSchedule(
+            VIDEO_EXPIRY, VideoExpiryWorkflow.run, timedelta(seconds=settings.video_expiry_interval_seconds), base
+        ),
+        LifecycleSchedule(
+            VIDEO_ORPHANS,
+            VideoOrphanSweepWorkflow.run,
+            timedelta(seconds=settings.video_orphan_sweep_interval_seconds),
+            base.model_copy(
+                update={
+                    "grace_seconds": settings.video_orphan_grace_seconds,
+                    "window_seconds": settings.video_orphan_window_seconds,
+                }
+            ),
+        ),
+        LifecycleSchedule(
+            CI_LOG_COMPACTION,
+            CILogCompactionWorkflow.run,
+            timedelta(seconds=settings.ci_log_compaction_interval_seconds),
+            base,
+        ),
+        LifecycleSchedule(
+            CI_RETENTION,
+            CIRetentionWorkflow.run,
+            timedelta(seconds=settings.ci_retention_interval_seconds),
+            base.model_copy(
+                update={
+                    "retention_days": settings.ci_log_retention_days,
+                    # A finished run accepts job retries this long: it is not over before then.
+                    "min_retention_seconds": settings.ci_retry_window_seconds,
+                }
+            ),
+        ),
+    ]
+
+
+def schedule_id(settings: Settings, name: str) -> str:
+    """The schedule's id in the namespace: ``<queue_prefix><name>``."""
+    return f"{settings.queue_prefix}{name}"
+
+
+def _schedule(settings: Settings, item: LifecycleSchedule) -> Schedule:
+    sid = schedule_id(settings, item.name)
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            item.workflow,
+            item.input,
+            # The server appends the tick's time, so each tick is its own execution.
+            id=sid,
+            task_queue=orchestration_queue(settings.queue_prefix),
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=item.every)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+
+async def ensure_lifecycle_schedules(client: Client, settings: Settings) -> list[str]:
+    """Create the lifecycle schedules, or update existing ones to these settings; their ids."""
+    ids = []
+    for item in lifecycle_schedules(settings):
+        sid = schedule_id(settings, item.name)
+        schedule = _schedule(settings, item)
+        try:
+            await client.create_schedule(sid, schedule)
+            log.info("created lifecycle schedule %s (every %s)", sid, item.every)
+        except ScheduleAlreadyRunningError:
+
+            def replace(current: ScheduleUpdateInput, schedule: Schedule = schedule) -> ScheduleUpdate:
+                # An operator's pause (and its note) outlives a worker restart.
+                return ScheduleUpdate(schedule=dataclasses.replace(schedule, state=current.description.schedule.state))
+
+            await client.get_schedule_handle(sid).update(replace)
+            log.info("updated lifecycle schedule %s (every %s)", sid, item.every)
+        ids.append(sid)
+    return ids

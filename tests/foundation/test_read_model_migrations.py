@@ -1,0 +1,193 @@
+"""The schema comes from Alembic migrations, on SQLite and Postgres: a new database, one made
+by the old ``create_all``, a second start, several processes starting at once, and the models
+never drifting from the migrations."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, select, text
+
+import leasehold.records.tables  # noqa: F401  (every table on Base)
+from leasehold.database import ApiKey, Base, init_database, make_engine
+from leasehold.migrations.runner import BASELINE, alembic_config
+from leasehold.records.api_keys import create_key, lookup
+from leasehold.testing.harness import REPO_ROOT
+from tests.conftest import sqlite_url
+
+READ_MODEL = {"video_jobs", "ci_pushes", "ci_runs", "ci_jobs", "ci_attempts"}
+SCRIPTS = ScriptDirectory.from_config(alembic_config())
+HEAD = SCRIPTS.get_current_head()
+# The tables of the baseline: what a database made by the old create_all can hold.
+BASELINE_TABLES: tuple[str, ...] = SCRIPTS.get_revision(BASELINE).module.TABLES  # type: ignore[union-attr]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return sqlite_url(tmp_path)
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def revisions(url: str) -> list[str]:
+    """Every row of ``alembic_version`` (one, once migrated)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [r[0] for r in conn.execute(text("SELECT version_num FROM alembic_version"))]
+    finally:
+        engine.dispose()
+
+
+def tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def drift(url: str, metadata: sa.MetaData = Base.metadata) -> list[Any]:
+    """What autogenerate would change to make the migrated database match ``metadata``."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata))
+    finally:
+        engine.dispose()
+
+
+def test_revisions_form_one_line_from_the_baseline() -> None:
+    # Two changes that each add a revision on the same parent make two heads: renumber one.
+    assert len(SCRIPTS.get_heads()) == 1, SCRIPTS.get_heads()
+    chain = [r.revision for r in SCRIPTS.walk_revisions()]  # head first
+    assert chain[-2:] == ["0002", BASELINE]
+    assert chain == sorted(chain, reverse=True)  # numbered in order
+
+
+def test_a_new_database_gets_every_table_at_head(db_url: str) -> None:
+    init_database(db_url)
+    assert revisions(db_url) == [HEAD]
+    assert set(Base.metadata.tables) | {"alembic_version"} == tables(db_url)
+
+
+def test_models_and_migrations_agree(db_url: str) -> None:
+    # A column added to a model without a revision (or the reverse) shows here; write the revision.
+    init_database(db_url)
+    assert drift(db_url) == []
+
+
+def test_the_drift_check_can_fail(db_url: str) -> None:
+    init_database(db_url)
+    changed = sa.MetaData()
+    for table in Base.metadata.sorted_tables:
+        table.to_metadata(changed)
+    changed.tables["ci_tenant_plans"].append_column(sa.Column("log_retention_days", sa.Integer, nullable=True))
+    [(op, *rest)] = drift(db_url, changed)
+    assert op == "add_column" and rest[1] == "ci_tenant_plans"
+
+
+def test_a_database_made_by_create_all_is_adopted(db_url: str) -> None:
+    # What every process did before migrations: create_all of the tables it knew, no revision.
+    engine = make_engine(db_url)
+    baseline = [t for t in Base.metadata.sorted_tables if t.name in BASELINE_TABLES]
+    Base.metadata.create_all(engine, tables=baseline)
+    engine.dispose()
+    factory = sa.orm.sessionmaker(make_engine(db_url))
+    key = create_key(factory, "acme", "alice", "paid")
+    factory.kw["bind"].dispose()
+    assert "alembic_version" not in tables(db_url)
+
+    migrated = init_database(db_url)
+    assert revisions(db_url) == [HEAD]
+    assert READ_MODEL <= tables(db_url)
+    principal = lookup(migrated, key)
+    assert principal is not None and principal.user_id == "alice"
+    assert drift(db_url) == []
+
+
+def test_a_partial_old_database_gets_its_missing_baseline_tables(db_url: str) -> None:
+    # create_all added tables as they appeared, so an old database may lack later baseline ones.
+    engine = make_engine(db_url)
+    ApiKey.__table__.create(engine)  # type: ignore[attr-defined]
+    engine.dispose()
+    init_database(db_url)
+    assert revisions(db_url) == [HEAD]
+    assert set(Base.metadata.tables) <= tables(db_url)
+    assert drift(db_url) == []
+
+
+def test_migrating_twice_changes_nothing(db_url: str) -> None:
+    factory = init_database(db_url)
+    key = create_key(factory, "acme", "bob", "free")
+    again = init_database(db_url)
+    assert revisions(db_url) == [HEAD]
+    assert lookup(again, key) is not None
+    with again() as session:
+        assert len(session.scalars(select(ApiKey)).all()) == 1
+
+
+def test_downgrade_to_the_baseline_and_back(db_url: str) -> None:
+    init_database(db_url)
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        command.downgrade(alembic_config(conn), BASELINE)
+    assert not READ_MODEL & tables(db_url)
+    assert revisions(db_url) == [BASELINE]
+    engine.dispose()
+    init_database(db_url)
+    assert revisions(db_url) == [HEAD] and READ_MODEL <= tables(db_url)
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from typing import Any
+from leasehold.database import init_database
+url, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.01)
+init_database(url)
+"""
+
+
+def test_several_processes_starting_at_once_all_succeed(db_url: str, tmp_path: Path) -> None:
+    count = 4
+    go = tmp_path / "go"
+    readies = [tmp_path / f"ready-{i}" for i in range(count)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, db_url, str(ready), str(go)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for ready in readies
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        # Every child has imported everything and waits: they all reach the migration together.
+        while not all(r.exists() for r in readies):
+            assert time.monotonic() < deadline, "children did not start"
+            assert all(c.poll() is None for c in children), [c.communicate()[0] for c in children]
+            time.sleep(0.05)
+        go.touch()
+        outcomes = [(c.wait(timeout=120), c.communicate()[0].decode()) for c in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    assert [rc for rc, _ in outcomes] == [0] * count, [out for _, out in outcomes]
+    assert revisions(db_url) == [HEAD]
+    assert drift(db_url) == []

@@ -1,0 +1,140 @@
+"""Whose word counts when the read model's row and the engine disagree (``api.video.views``),
+over real HTTP against a real dev server, on SQLite and Postgres. No worker runs: the test sets
+the row and the execution to each disagreement itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from sqlalchemy.orm import sessionmaker
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.app import create_app
+from api.video.live import LIVE_TTL_SECONDS
+from leasehold.database import init_database
+from leasehold.devserver import free_port
+from leasehold.records.api_keys import create_key
+from leasehold.records.versioned import write_versioned
+from leasehold.records.video.jobs import VideoJobRecord
+from leasehold.settings import Settings
+from tests.conftest import sqlite_url
+from tests.video_core.jobs import request, start_job
+from workflows.video.types import VideoJobState, VideoStatus
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def api_settings(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Settings:
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else sqlite_url(tmp_path)
+    return settings.model_copy(update={"database_url": url})
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert not task.done() and time.monotonic() < deadline, "the API did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def write_row(db: sessionmaker, state: VideoJobState, version: int) -> None:
+    values: dict[str, Any] = {
+        "tenant_id": state.tenant_id,
+        "user_id": state.user_id,
+        "model": state.request.model,
+        "tier": state.tier,
+        "status": state.status.value,
+        "request_hash": state.request_hash,
+        "engine_started": True,
+        "created_at": state.created_at,
+        "state": state.model_dump(mode="json"),
+    }
+    with db.begin() as session:
+        assert write_versioned(session, VideoJobRecord.__table__, {"job_id": state.job_id}, values, version)  # type: ignore[arg-type]
+
+
+async def test_the_row_answers_unless_the_engine_knows_better(api_settings: Settings, temporal_client: Client) -> None:
+    db = init_database(api_settings.resolved_database_url)
+    # ``start_job`` starts as tenant-a/user-a; each run has a database of its own.
+    handle = await start_job(temporal_client, api_settings, request())
+    job_id = handle.id.removeprefix("video-")
+    tenant = "tenant-a"
+    key = create_key(db, tenant, "user-a", "paid")
+    stranger = create_key(db, f"other-{secrets.token_hex(4)}", "user-a", "paid")
+    # The row of a job whose worker signalled a start: in_progress, attempt 1.
+    state = VideoJobState(
+        job_id=job_id,
+        tenant_id=tenant,
+        user_id="user-a",
+        tier="paid",
+        request=request(),
+        request_hash="test",
+        status=VideoStatus.IN_PROGRESS,
+        created_at=datetime.now(UTC),
+        attempts_started=1,
+    )
+    write_row(db, state, 10)
+    async with serving(create_app(api_settings)) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        mine = {"Authorization": f"Bearer {key}"}
+
+        async def status() -> str:
+            response = await http.get(f"/v1/videos/{job_id}", headers=mine)
+            assert response.status_code == 200, response.text
+            return str(response.json()["status"])
+
+        # Open, and no attempt runs (no worker): the pending activity decides (rule 3).
+        assert await status() == "queued"
+        assert (
+            await http.get(f"/v1/videos/{job_id}", headers={"Authorization": f"Bearer {stranger}"})
+        ).status_code == 404
+
+        # Closed without writing its outcome (terminated): the close status decides (rule 2).
+        await handle.terminate("operator")
+        await asyncio.sleep(LIVE_TTL_SECONDS)
+        assert await status() == "failed"
+
+        # Forgotten by the engine: the row answers (rule 4).
+        await temporal_client.workflow_service.delete_workflow_execution(
+            DeleteWorkflowExecutionRequest(
+                namespace=temporal_client.namespace, workflow_execution=WorkflowExecution(workflow_id=handle.id)
+            )
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await handle.describe()
+            except RPCError as exc:
+                assert exc.status == RPCStatusCode.NOT_FOUND
+                break
+            assert time.monotonic() < deadline, "the execution was not deleted"
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(LIVE_TTL_SECONDS)
+        assert await status() == "in_progress"
+
+        # The outcome in the row wins over anything the engine says (rule 1).
+        write_row(db, state.model_copy(update={"status": VideoStatus.CANCELLED}), 20)
+        assert await status() == "cancelled"
+        listed = (await http.get("/v1/videos", headers=mine)).json()["data"]
+        assert [(v["id"], v["status"]) for v in listed] == [(job_id, "cancelled")]

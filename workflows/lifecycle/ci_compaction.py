@@ -1,0 +1,25 @@
+"""``CILogCompactionWorkflow``: one tick of a lifecycle schedule.
+
+Compact the log chunks of finished CI attempts into one object each, with a byte-range index.
+
+Started by its Temporal Schedule (overlap SKIP: one tick at a time); the work, its safety and
+its idempotence are the activity's (``activities.ci.lifecycle``, defined in ``activities.lifecycle_definitions``).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.lifecycle_definitions import CILifecycleDefinition
+    from workflows.lifecycle.batches import run_batches
+    from workflows.lifecycle.types import LifecycleInput, LifecycleResult
+
+
+@workflow.defn
+class CILogCompactionWorkflow:
+    """Compact the log chunks of finished CI attempts into one object each, with a byte-range index."""
+
+    @workflow.run
+    async def run(self, input: LifecycleInput) -> LifecycleResult:
+        return await run_batches(CILifecycleDefinition.compact_ci_logs, input)

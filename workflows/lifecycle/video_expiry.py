@@ -1,0 +1,25 @@
+"""``VideoExpiryWorkflow``: one tick of a lifecycle schedule.
+
+Expire completed videos whose ``expires_at`` passed: delete their content, mark them ``expired``.
+
+Started by its Temporal Schedule (overlap SKIP: one tick at a time); the work, its safety and
+its idempotence are the activity's (``activities.video.lifecycle``, defined in ``activities.lifecycle_definitions``).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.lifecycle_definitions import VideoLifecycleDefinition
+    from workflows.lifecycle.batches import run_batches
+    from workflows.lifecycle.types import LifecycleInput, LifecycleResult
+
+
+@workflow.defn
+class VideoExpiryWorkflow:
+    """Expire completed videos whose ``expires_at`` passed: delete their content, mark them ``expired``."""
+
+    @workflow.run
+    async def run(self, input: LifecycleInput) -> LifecycleResult:
+        return await run_batches(VideoLifecycleDefinition.expire_videos, input)

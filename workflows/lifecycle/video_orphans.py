@@ -1,0 +1,25 @@
+"""``VideoOrphanSweepWorkflow``: one tick of a lifecycle schedule.
+
+Delete what closed video jobs left in the store (attempts that never won, checkpoints).
+
+Started by its Temporal Schedule (overlap SKIP: one tick at a time); the work, its safety and
+its idempotence are the activity's (``activities.video.lifecycle``, defined in ``activities.lifecycle_definitions``).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.lifecycle_definitions import VideoLifecycleDefinition
+    from workflows.lifecycle.batches import run_batches
+    from workflows.lifecycle.types import LifecycleInput, LifecycleResult
+
+
+@workflow.defn
+class VideoOrphanSweepWorkflow:
+    """Delete what closed video jobs left in the store (attempts that never won, checkpoints)."""
+
+    @workflow.run
+    async def run(self, input: LifecycleInput) -> LifecycleResult:
+        return await run_batches(VideoLifecycleDefinition.sweep_video_orphans, input)
