@@ -124,12 +124,11 @@ MAX_MATRIX_JOBS = 256
 # Parsed and validated, but not run yet: a file that uses one is refused (after the whole file
 # parsed, so the message is about the feature, not an earlier parse error). A later change
 # that implements one passes it in ``parse_workflow(pending_ok=...)`` or drops it here.
-PENDING_FEATURES = frozenset({"matrix", "concurrency", "paths"})
+PENDING_FEATURES = frozenset({"matrix", "concurrency"})
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
 WORKFLOW_ENV_CONTEXTS = {"github", "secrets", "inputs"}
-# ``inputs`` joins once the run workflow puts it in a job's ``if:`` context.
-JOB_IF_CONTEXTS = {"github", "needs", "env"}
+JOB_IF_CONTEXTS = {"github", "needs", "env", "inputs"}
 JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets", "inputs", "strategy", "matrix"}
 STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets", "inputs", "strategy", "matrix"}
 OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "inputs", "strategy", "matrix"}
@@ -553,7 +552,7 @@ def _dispatch_input(ctx: _Ctx, raw: Any, line: int | None, where: str) -> Dispat
     )
 
 
-PULL_REQUEST_KEYS = {"branches", "branches-ignore", "types"}
+PULL_REQUEST_KEYS = {"branches", "branches-ignore", "types", "paths", "paths-ignore"}
 PULL_REQUEST_TYPES = ("opened", "synchronize", "reopened")
 
 
@@ -571,10 +570,9 @@ def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
     if not isinstance(pr, _Map):
         raise ctx.fail(line, "on.pull_request", "must be a mapping of filters or empty")
     _check_keys(ctx, pr, PULL_REQUEST_KEYS, "on.pull_request.")
-    if "branches" in pr and "branches-ignore" in pr:
-        raise ctx.fail(
-            pr.key_lines["branches-ignore"], "on.pull_request.branches-ignore", "cannot be used with 'branches'"
-        )
+    for a, b in (("branches", "branches-ignore"), ("paths", "paths-ignore")):
+        if a in pr and b in pr:
+            raise ctx.fail(pr.key_lines[b], f"on.pull_request.{b}", f"cannot be used together with '{a}'")
     values = {
         k: _string_list(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}") if k in pr else None
         for k in PULL_REQUEST_KEYS
@@ -584,8 +582,15 @@ def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
             raise ctx.fail(
                 pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
             )
+    paths_key = "paths" if "paths" in pr else "paths-ignore" if "paths-ignore" in pr else None
     return PushFilter(
-        enabled=True, branches=values["branches"], branches_ignore=values["branches-ignore"], types=values["types"]
+        enabled=True,
+        branches=values["branches"],
+        branches_ignore=values["branches-ignore"],
+        types=values["types"],
+        paths=values["paths"],
+        paths_ignore=values["paths-ignore"],
+        paths_line=pr.key_lines.get(paths_key) if paths_key else None,
     )
 
 
@@ -977,10 +982,6 @@ def _permissions(ctx: _Ctx, raw: Any, line: int | None, where: str) -> str | dic
 def _refuse_pending(ctx: _Ctx, spec: WorkflowSpec, pending_ok: frozenset[str]) -> None:
     """Refuse what parsed but does not run yet (``PENDING_FEATURES``), naming its line and key."""
     refused = PENDING_FEATURES - pending_ok
-    push = spec.on_push
-    if "paths" in refused and (push.paths is not None or push.paths_ignore is not None):
-        key = "on.push.paths" if push.paths is not None else "on.push.paths-ignore"
-        raise ctx.fail(push.paths_line, key, "path filters are not supported yet")
     if "concurrency" in refused and spec.concurrency is not None:
         raise ctx.fail(spec.concurrency.line, "concurrency", "concurrency groups are not supported yet")
     for job in spec.jobs:
@@ -1294,3 +1295,30 @@ def push_triggers(push: PushFilter, ref: str) -> bool:
         return not _matches_any(ignore, name)
     # Filters only for the other ref kind: this kind does not trigger.
     return not other_defined
+
+
+# on.<event>.paths ---------------------------------------------------------------------------
+
+# GitHub compares at most this many changed files; a larger diff counts as matching any path
+# filter here (the workflow runs), so a big push never silently skips the checks it needs.
+MAX_DIFF_FILES = 300
+
+
+def has_path_filter(event: PushFilter) -> bool:
+    """Whether ``on.push`` / ``on.pull_request`` filters by changed paths."""
+    return event.paths is not None or event.paths_ignore is not None
+
+
+def paths_match(event: PushFilter, changed: list[str] | None) -> bool:
+    """Whether the changed files satisfy ``paths`` / ``paths-ignore`` (GitHub's rules).
+
+    ``paths``: some file matches (a later ``!pattern`` excludes it again); ``paths-ignore``: some
+    file is not ignored. No changed file matches neither. ``changed`` is ``None`` when the diff
+    is unknown or longer than ``MAX_DIFF_FILES``: then the filter counts as matching."""
+    if changed is None:
+        return True
+    if event.paths is not None:
+        return any(_matches_any(event.paths, name) for name in changed)
+    if event.paths_ignore is not None:
+        return any(not _matches_any(event.paths_ignore, name) for name in changed)
+    return True

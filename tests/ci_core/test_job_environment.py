@@ -320,8 +320,14 @@ CASES = [
         "echo ${{ matrix.os }} ${{ strategy.job-index }} ${{ inputs.level }}",
     ),
     Case(
-        "a job's if cannot read inputs yet (the run does not evaluate them there)",
+        "a job's if reads inputs (the run evaluates them there)",
         wf(job("    if: inputs.deploy\n")),
+        lambda s: s.jobs[0].if_expr,
+        "inputs.deploy",
+    ),
+    Case(
+        "a job's if cannot read secrets",
+        wf(job("    if: secrets.TOKEN\n")),
         line=5,
         key="jobs.a.if",
         words="not available",
@@ -422,11 +428,10 @@ CASES = [
         pending_ok=ALL,
     ),
     Case(
-        "path filters are refused until pushes are filtered by them",
+        "path filters are accepted without pending_ok (pushes are filtered by them)",
         wf(job(), on="on:\n  push:\n    paths-ignore: docs/**\n"),
-        line=3,
-        key="on.push.paths-ignore",
-        words="not supported yet",
+        lambda s: s.on_push.paths_ignore,
+        ["docs/**"],
     ),
     Case(
         "paths with paths-ignore",

@@ -87,7 +87,8 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.ci.definitions import CIJobDefinition, CIProjectionDefinition
     from workflows import search_attributes as sa
-    from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, github_context
+    from workflows.ci.event import push_github_context
+    from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition
     from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
     from workflows.ci.semaphore import (
         SIGNAL_ACQUIRE,
@@ -694,12 +695,13 @@ class CIRunWorkflow:
 
     def _job_context(self, job: JobState) -> dict[str, object]:
         inp = self._inp
+        # The same github context the job itself sees (event_name, event, actor...), and the
+        # workflow_dispatch inputs, so a job ``if:`` decides on what its steps would see.
         return {
-            "github": github_context(
-                inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, self._state.workflow_name
-            ),
+            "github": push_github_context(inp.push, inp.run_id, self._state.workflow_name),
             "env": dict(inp.spec.env) if inp.spec else {},
             "needs": {k: v.model_dump() for k, v in self._needs_context(job).items()},
+            "inputs": dict(inp.push.inputs),
         }
 
     def _dependents(self, job_id: str) -> list[str]:
