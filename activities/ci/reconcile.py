@@ -105,7 +105,9 @@ class CIReconcileActivities(CIReconcileDefinition):
                 record_head(self._db, repo.id, ref, sha)
                 continue
             plan = plan or get_plan(self._db, self._settings, repo.tenant_id)
-            push = push_input(self._settings, repo, sha, ref, RECONCILER_DELIVERY, plan=plan)
+            # The head seen last is the push's ``before``, so ``paths`` filters see the same diff
+            # a webhook would have given (none known: the commit's first parent).
+            push = push_input(self._settings, repo, sha, ref, RECONCILER_DELIVERY, plan=plan, before=known.get(ref))
             future = asyncio.run_coroutine_threadsafe(start_push(self._client, push), self._loop)
             pid = future.result(timeout=START_TIMEOUT_SECONDS)
             # Recorded only once the push is durable: a crash before this pushes it again (same id).

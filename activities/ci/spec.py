@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from activities.ci.action_refs import ActionRefError, is_builtin, parse_uses
+from activities.ci.filter_globs import MAX_PATTERNS, check_pattern, matches_any
 from workflows.ci.expressions import (
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
@@ -440,7 +441,7 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
             raise ctx.fail(push.key_lines[b], f"on.push.{b}", f"cannot be used together with '{a}'")
     values: dict[str, list[str] | None] = {}
     for key in PUSH_KEYS:
-        values[key] = _string_list(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
+        values[key] = _patterns(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
     paths_key = "paths" if "paths" in push else "paths-ignore" if "paths-ignore" in push else None
     return PushFilter(
         enabled=True,
@@ -452,6 +453,18 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
         paths_ignore=values["paths-ignore"],
         paths_line=push.key_lines.get(paths_key) if paths_key else None,
     )
+
+
+def _patterns(ctx: _Ctx, value: Any, line: int | None, key: str) -> list[str]:
+    """A filter's glob patterns (``activities.ci.filter_globs``), bounded in number and length."""
+    patterns = _string_list(ctx, value, line, key)
+    if len(patterns) > MAX_PATTERNS:
+        raise ctx.fail(line, key, f"at most {MAX_PATTERNS} patterns")
+    for pattern in patterns:
+        why = check_pattern(pattern)
+        if why is not None:
+            raise ctx.fail(line, key, why)
+    return patterns
 
 
 def _finite(value: Any) -> float | None:
@@ -574,7 +587,9 @@ def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
         if a in pr and b in pr:
             raise ctx.fail(pr.key_lines[b], f"on.pull_request.{b}", f"cannot be used together with '{a}'")
     values = {
-        k: _string_list(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}") if k in pr else None
+        k: (_string_list if k == "types" else _patterns)(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}")
+        if k in pr
+        else None
         for k in PULL_REQUEST_KEYS
     }
     for t in values["types"] or []:
@@ -1236,45 +1251,8 @@ def job_secret_names(workflow_env: dict[str, str], job: JobSpec) -> list[str]:
 # on.push filters ----------------------------------------------------------------------------
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """GitHub filter globs: ``*`` (no '/'), ``**`` (anything), ``?`` and ``+`` quantify the
-    previous character, ``[...]`` classes."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "*":
-            if pattern[i : i + 2] == "**":
-                out.append(".*")
-                i += 2
-                continue
-            out.append("[^/]*")
-        elif c in "?+" and out:
-            out.append(c)
-        elif c == "[":
-            end = pattern.find("]", i + 1)
-            if end == -1:
-                out.append(re.escape(c))
-            else:
-                out.append(pattern[i : end + 1])
-                i = end + 1
-                continue
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
 def _matches_any(patterns: list[str], name: str) -> bool:
-    # Later patterns win, and '!' negates: GitHub's order-sensitive evaluation.
-    matched = False
-    for pattern in patterns:
-        if pattern.startswith("!"):
-            if _glob_regex(pattern[1:]).match(name):
-                matched = False
-        elif _glob_regex(pattern).match(name):
-            matched = True
-    return matched
+    return matches_any(patterns, name)
 
 
 def push_triggers(push: PushFilter, ref: str) -> bool:

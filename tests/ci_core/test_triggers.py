@@ -1,0 +1,284 @@
+"""Triggers as GitHub documents them: filter patterns, push and pull_request filters, paths.
+
+Table-driven from GitHub's "Workflow syntax" filter cheat sheet and event docs; the changed
+files come from real git (``GitMirror.changed_files``), and a hostile pattern or base ref
+costs bounded time and never reaches git as a revision expression.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from activities.ci.filter_globs import glob_match, matches_any
+from activities.ci.git import GitMirror
+from activities.ci.spec import (
+    WorkflowSpecError,
+    has_path_filter,
+    parse_workflow,
+    paths_match,
+    pull_request_triggers,
+    push_triggers,
+)
+from leasehold.clone_urls import ClonePolicy
+from leasehold.settings import Settings
+from tests.ci_core.conftest import git
+
+JOBS = "jobs:\n  a:\n    runs-on: linux\n    steps:\n      - run: echo hi\n"
+
+
+def spec_of(on: str):  # type: ignore[no-untyped-def]
+    return parse_workflow(".github/workflows/t.yml", on + JOBS)
+
+
+# Filter patterns (GitHub's cheat sheet) ---------------------------------------------------------
+
+GLOBS = [
+    # branches and tags
+    ("feature/*", "feature/my-branch", True),
+    ("feature/*", "feature/a/b", False),
+    ("feature/**", "feature/mona/the/octocat", True),
+    ("*", "main", True),
+    ("*", "releases/mona", False),
+    ("**", "releases/mona", True),
+    ("*feature", "mona-feature", True),
+    ("*feature", "feature", True),
+    ("v2*", "v2", True),
+    ("v2*", "v2.9", True),
+    ("v2*", "v3", False),
+    ("v[12].[0-9]+.[0-9]+", "v1.10.1", True),
+    ("v[12].[0-9]+.[0-9]+", "v2.0.0", True),
+    ("v[12].[0-9]+.[0-9]+", "v3.0.0", False),
+    ("v[12].[0-9]+.[0-9]+", "v1..1", False),
+    # paths
+    ("*", "README.md", True),
+    ("*", "docs/README.md", False),
+    ("*.jsx?", "page.js", True),
+    ("*.jsx?", "page.jsx", True),
+    ("*.jsx?", "page.jsxx", False),
+    ("*.js", "app.js", True),
+    ("*.js", "js/app.js", False),
+    ("**.js", "src/js/app.js", True),
+    ("docs/*", "docs/file.txt", True),
+    ("docs/*", "docs/mona/octocat.txt", False),
+    ("docs/**", "docs/mona/octocat.txt", True),
+    ("docs/**/*.md", "docs/README.md", True),
+    ("docs/**/*.md", "docs/a/markdown/file.md", True),
+    ("docs/**/*.md", "docs/a/file.txt", False),
+    ("**/docs/**", "docs/hello.md", True),
+    ("**/docs/**", "space/docs/plan/space.doc", True),
+    ("**/docs/**", "mydocs/x", False),
+    ("**/README.md", "README.md", True),
+    ("**/README.md", "js/README.md", True),
+    ("**/*src/**", "a/src/app.js", True),
+    ("**/*src/**", "my-src/code/js/app.js", True),
+    ("**/*-post.md", "path/their-post.md", True),
+    ("**/migrate-*.sql", "db/sept/migrate-v1.sql", True),
+    ("**/migrate-*.sql", "db/migrate-v1.sql.bak", False),
+    ("a\\*b", "a*b", True),
+    ("a\\*b", "axb", False),
+]
+
+
+@pytest.mark.parametrize(("pattern", "name", "expected"), GLOBS, ids=[f"{p} ~ {n}" for p, n, _ in GLOBS])
+def test_filter_patterns(pattern: str, name: str, expected: bool) -> None:
+    assert glob_match(pattern, name) is expected
+
+
+ORDERED = [
+    (["*.md", "!README.md"], "hello.md", True),
+    (["*.md", "!README.md"], "README.md", False),
+    (["*.md", "!README.md"], "docs/hello.md", False),
+    (["*.md", "!README.md", "README*"], "README.md", True),
+    (["*.md", "!README.md", "README*"], "README.doc", True),
+    (["releases/**", "!releases/**-alpha"], "releases/beta/mona", True),
+    (["releases/**", "!releases/**-alpha"], "releases/10-alpha", False),
+]
+
+
+@pytest.mark.parametrize(("patterns", "name", "expected"), ORDERED)
+def test_later_patterns_win_and_bang_negates(patterns: list[str], name: str, expected: bool) -> None:
+    assert matches_any(patterns, name) is expected
+
+
+def test_a_hostile_pattern_costs_bounded_time() -> None:
+    # A backtracking regex would take hours here (``.*a`` repeated against a long miss).
+    pattern, name = "**a" * 40 + "b", "a" * 4000
+    started = time.monotonic()
+    assert not glob_match(pattern, name)
+    assert time.monotonic() - started < 20
+
+
+# on.push: branches, branches-ignore, tags, tags-ignore --------------------------------------------
+
+
+@dataclass
+class PushCase:
+    on: str
+    ref: str
+    triggered: bool
+
+
+PUSH_CASES = [
+    PushCase("on: push\n", "refs/heads/dev", True),
+    PushCase("on: push\n", "refs/tags/v1", True),
+    PushCase("on: [pull_request]\n", "refs/heads/main", False),
+    PushCase("on:\n  push:\n    branches: [main]\n", "refs/heads/main", True),
+    PushCase("on:\n  push:\n    branches: [main]\n", "refs/heads/dev", False),
+    # Only branch filters: tags do not trigger (and the other way round).
+    PushCase("on:\n  push:\n    branches: [main]\n", "refs/tags/v1", False),
+    PushCase("on:\n  push:\n    branches-ignore: [dev, 'wip/**']\n", "refs/heads/main", True),
+    PushCase("on:\n  push:\n    branches-ignore: [dev, 'wip/**']\n", "refs/heads/wip/a/b", False),
+    PushCase("on:\n  push:\n    branches-ignore: [dev]\n", "refs/tags/v1", False),
+    PushCase("on:\n  push:\n    tags: ['v*']\n", "refs/tags/v1.2", True),
+    PushCase("on:\n  push:\n    tags: ['v*']\n", "refs/tags/x1", False),
+    PushCase("on:\n  push:\n    tags: ['v*']\n", "refs/heads/main", False),
+    PushCase("on:\n  push:\n    tags-ignore: ['v1.*']\n", "refs/tags/v1.0", False),
+    PushCase("on:\n  push:\n    tags-ignore: ['v1.*']\n", "refs/tags/v2.0", True),
+    PushCase("on:\n  push:\n    tags-ignore: ['v1.*']\n", "refs/heads/main", False),
+    PushCase("on:\n  push:\n    branches: [main]\n    tags: ['v*']\n", "refs/tags/v3", True),
+    PushCase("on:\n  push:\n    branches: [main]\n    tags: ['v*']\n", "refs/heads/main", True),
+    PushCase("on:\n  push:\n    branches: ['releases/**', '!releases/**-alpha']\n", "refs/heads/releases/1", True),
+    PushCase(
+        "on:\n  push:\n    branches: ['releases/**', '!releases/**-alpha']\n", "refs/heads/releases/1-alpha", False
+    ),
+    # Only path filters: branches and tags both trigger (paths are checked on their own).
+    PushCase("on:\n  push:\n    paths: ['src/**']\n", "refs/heads/dev", True),
+    PushCase("on:\n  push:\n    paths: ['src/**']\n", "refs/tags/v1", True),
+    PushCase("on: push\n", "refs/pull/3/head", False),
+]
+
+
+@pytest.mark.parametrize("case", PUSH_CASES, ids=[f"{c.on!r} {c.ref}" for c in PUSH_CASES])
+def test_push_filters(case: PushCase) -> None:
+    assert push_triggers(spec_of(case.on).on_push, case.ref) is case.triggered
+
+
+# on.pull_request: types and branches (of the base) ------------------------------------------------
+
+PR_CASES = [
+    ("on: pull_request\n", "main", "opened", True),
+    ("on: pull_request\n", "main", "synchronize", True),
+    ("on: pull_request\n", "main", "reopened", True),
+    ("on: push\n", "main", "opened", False),
+    ("on:\n  pull_request:\n    types: [opened]\n", "main", "opened", True),
+    ("on:\n  pull_request:\n    types: [opened]\n", "main", "synchronize", False),
+    ("on:\n  pull_request:\n    branches: [main]\n", "main", "opened", True),
+    ("on:\n  pull_request:\n    branches: [main]\n", "dev", "opened", False),
+    ("on:\n  pull_request:\n    branches: ['releases/**']\n", "releases/2", "synchronize", True),
+    ("on:\n  pull_request:\n    branches-ignore: ['docs/*']\n", "docs/x", "opened", False),
+    ("on:\n  pull_request:\n    branches-ignore: ['docs/*']\n", "main", "opened", True),
+    ("on:\n  pull_request:\n    types: [reopened]\n    branches: [main]\n", "main", "opened", False),
+]
+
+
+@pytest.mark.parametrize(("on", "base", "action", "triggered"), PR_CASES)
+def test_pull_request_filters(on: str, base: str, action: str, triggered: bool) -> None:
+    assert pull_request_triggers(spec_of(on).on_pull_request, base, action) is triggered
+
+
+# paths / paths-ignore over the changed files --------------------------------------------------------
+
+PATH_CASES = [
+    ("on:\n  push:\n    paths: ['src/**']\n", ["docs/a.md"], False),
+    ("on:\n  push:\n    paths: ['src/**']\n", ["docs/a.md", "src/x.py"], True),
+    ("on:\n  push:\n    paths-ignore: ['src/**']\n", ["docs/a.md"], True),
+    ("on:\n  push:\n    paths-ignore: ['src/**']\n", ["src/a.py", "src/b/c.py"], False),
+    ("on:\n  push:\n    paths: ['sub/**', '!sub/docs/**']\n", ["sub/docs/a.md"], False),
+    ("on:\n  push:\n    paths: ['sub/**', '!sub/docs/**']\n", ["sub/docs/a.md", "sub/a.c"], True),
+    # No changed file (an empty commit): neither filter matches, as on GitHub.
+    ("on:\n  push:\n    paths: ['**']\n", [], False),
+    ("on:\n  push:\n    paths-ignore: ['docs/**']\n", [], False),
+    ("on:\n  pull_request:\n    paths: ['src/**']\n", ["src/a"], True),
+    ("on:\n  pull_request:\n    paths-ignore: ['src/**']\n", ["src/a"], False),
+]
+
+
+@pytest.mark.parametrize(("on", "changed", "expected"), PATH_CASES)
+def test_path_filters(on: str, changed: list[str], expected: bool) -> None:
+    spec = spec_of(on)
+    event = spec.on_pull_request if "pull_request" in on else spec.on_push
+    assert has_path_filter(event)
+    assert paths_match(event, changed) is expected
+
+
+def test_an_unknown_or_oversized_diff_counts_as_matching() -> None:
+    event = spec_of("on:\n  push:\n    paths: ['src/**']\n").on_push
+    assert paths_match(event, None) is True
+
+
+REFUSED = [
+    ("on:\n  push:\n    branches: ['']\n", 3, "on.push.branches", "empty"),
+    ("on:\n  push:\n    paths: ['" + "a" * 600 + "']\n", 3, "on.push.paths", "at most 512"),
+    ("on:\n  push:\n    paths: [" + ", ".join(["a"] * 129) + "]\n", 3, "on.push.paths", "at most 128"),
+    ("on:\n  pull_request:\n    paths: [a]\n    paths-ignore: [b]\n", 4, "on.pull_request.paths-ignore", "together"),
+    ("on:\n  pull_request:\n    types: [labeled]\n", 3, "on.pull_request.types", "supported types"),
+    ("on:\n  push:\n    paths: {a: 1}\n", 3, "on.push.paths", "list of strings"),
+]
+
+
+@pytest.mark.parametrize(("on", "line", "key", "words"), REFUSED)
+def test_bad_filters_are_refused_with_line_and_key(on: str, line: int, key: str, words: str) -> None:
+    with pytest.raises(WorkflowSpecError) as err:
+        spec_of(on)
+    assert (err.value.error.line, err.value.error.key) == (line, key), err.value
+    assert words in err.value.error.message
+
+
+# Changed files from real git ------------------------------------------------------------------
+
+
+@pytest.fixture
+def mirror_repo(tmp_path: Path) -> tuple[GitMirror, Path, Path]:
+    src = tmp_path / "src"
+    src.mkdir()
+    git(src, "init", "-q", "-b", "main")
+    settings = Settings(data_dir=tmp_path / "data", ci_local_repo_root=tmp_path)
+    return GitMirror(tmp_path / "data" / "mirrors", ClonePolicy.from_settings(settings)), src, tmp_path
+
+
+def _commit(repo: Path, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "c")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_changed_files_of_pushes_and_pull_requests(mirror_repo: tuple[GitMirror, Path, Path]) -> None:
+    mirror, src, _ = mirror_repo
+    root = _commit(src, {"src/a.py": "1", "docs/a.md": "1"})
+    second = _commit(src, {"docs/a.md": "2"})
+    third = _commit(src, {"src/a.py": "3", "README": "x"})
+    git(src, "checkout", "-q", "-b", "feature", second)
+    feature = _commit(src, {"docs/b.md": "f"})
+    git(src, "checkout", "-q", "main")
+    path = mirror.ensure_commit("r1", str(src), feature)
+    mirror.ensure_commit("r1", str(src), third)
+
+    # before..head; a new branch (zeros) or a before the mirror lacks: the first parent.
+    assert sorted(mirror.changed_files(path, third, root, 300) or []) == ["README", "docs/a.md", "src/a.py"]
+    assert mirror.changed_files(path, third, "0" * 40, 300) == sorted(["README", "src/a.py"])
+    assert mirror.changed_files(path, second, "f" * 40, 300) == ["docs/a.md"]
+    assert sorted(mirror.changed_files(path, root, None, 300) or []) == ["docs/a.md", "src/a.py"]
+    # A pull request: base...head, so the base branch's own later changes do not count.
+    assert mirror.changed_files(path, feature, "refs/heads/main", 300, merge_base=True) == ["docs/b.md"]
+    # Past the limit: unknown (the caller runs the workflow).
+    assert mirror.changed_files(path, third, root, 2) is None
+    # A base ref that would be a revision expression, or no branch at all, is never diffed.
+    for hostile in ("refs/heads/main^", "refs/heads/main..feature", "refs/heads/x@{1}", "--output=/tmp/x", "HEAD"):
+        assert mirror.changed_files(path, feature, hostile, 300, merge_base=True) is None
+    assert mirror.changed_files(path, feature, "refs/heads/nope", 300, merge_base=True) is None
+
+
+def test_a_diff_of_many_files_reads_no_more_than_the_limit(mirror_repo: tuple[GitMirror, Path, Path]) -> None:
+    mirror, src, _ = mirror_repo
+    base = _commit(src, {"keep": "1"})
+    head = _commit(src, {f"many/f{i}": str(i) for i in range(400)})
+    path = mirror.ensure_commit("r2", str(src), head)
+    assert mirror.changed_files(path, head, base, 300) is None
+    assert len(mirror.changed_files(path, head, base, 400) or []) == 400
