@@ -17,7 +17,7 @@ from api.ci.startup import start_ci
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.routers import files, health
-from api.routers.ci import environments, hooks, job_secrets, logs, repos, runs, secrets
+from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets
 from api.routers.video import capacity, videos
 from api.video.capacity import start_capacity, stop_capacity
 from api.video.live import LiveProgress
@@ -109,6 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(repos.router)
     app.include_router(videos.router)
     app.include_router(hooks.router)
+    app.include_router(dispatches.router)
     app.include_router(runs.router)
     app.include_router(logs.router)
     app.include_router(secrets.router)

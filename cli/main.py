@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli import environments, plans, readmodel, repos, secrets
+from cli import ci, environments, plans, readmodel, repos, secrets
 from cli.common import UsageError, command_settings
 from leasehold.settings import Settings
 
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.set_defaults(func=cmd_keys_create)
 
     # The CI admin commands, each module adding its own subcommands; listed here, in help order.
-    for module in (environments, plans, repos, secrets, readmodel):
+    for module in (ci, environments, plans, repos, secrets, readmodel):
         module.add_commands(sub)
     return parser
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from activities.ci.dispatch_inputs import DISPATCH_REF
 from leasehold.clone_urls import (
     ClonePolicy,
     CloneUrlRefused,
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 WORKFLOWS_DIR = ".github/workflows"
 SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+# A branch's full ref, without what git would read as a revision expression (``^``, ``~``,
+# ``:``, ``..``, ``@{``) or a wildcard: a pull request's base comes from the webhook body.
+BRANCH_REF = re.compile(r"^refs/heads/(?!.*(?:\.\.|@\{))[A-Za-z0-9._/+-]{1,240}$")
 GIT_TIMEOUT_SECONDS = 600.0
 # What a tenant is told when git fails: the same for a missing path, a closed port, a refused
 # TLS handshake or a repository that is not there, so failures probe nothing.
@@ -136,6 +140,42 @@ def run_git(
         )
         raise GitError(message)
     return out
+
+
+# Longest path read back from a diff listing (Linux's PATH_MAX): bounds the bytes read.
+MAX_PATH_BYTES = 4096
+
+
+def _bounded_names(args: list[str], cwd: Path, limit: int) -> list[str] | None:
+    """NUL-separated names git prints for ``args``; ``None`` past ``limit`` names or on failure."""
+    proc = subprocess.Popen(
+        ["git", *args],
+        cwd=cwd,
+        env=_git_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    budget = (limit + 1) * (MAX_PATH_BYTES + 1)
+    data = b""
+    too_many = False
+    try:
+        while chunk := proc.stdout.read(65536):
+            data += chunk
+            if data.count(b"\0") > limit or len(data) > budget:
+                too_many = True
+                break
+    finally:
+        if too_many:
+            proc.kill()
+        _, err = proc.communicate()
+    if too_many:
+        return None
+    if proc.returncode != 0:
+        log.warning("git %s failed in %s: %s", " ".join(args), cwd, err.decode(errors="replace").strip()[-2000:])
+        return None
+    return [name.decode(errors="replace") for name in data.split(b"\0") if name]
 
 
 def _curl_address(address: str) -> str:
@@ -341,6 +381,65 @@ class GitMirror:
                 if SHA.match(sha):
                     return mirror, sha
         return mirror, None
+
+    def changed_files(
+        self, mirror: Path, head: str, base: str | None, limit: int, merge_base: bool = False
+    ) -> list[str] | None:
+        """The paths changed by a push or a pull request; ``None`` when there are more than
+        ``limit`` or the diff cannot be computed (the caller then treats a path filter as matching).
+
+        A push (``base`` = its ``before``): ``base..head``; when ``base`` is ``None``, all zeros
+        (a new branch) or no longer in the mirror (a force push), ``head`` against its first
+        parent, and every path of a root commit. A pull request (``merge_base``, ``base`` = the
+        base branch's full ref): ``base...head``, the changes since the branches diverged.
+        Names are read from git (``-z``, no renames: both sides count), and reading stops past
+        ``limit``, so a huge diff costs no more than a small one."""
+        check_request("x", head)
+        diff = ["diff", "--name-only", "-z", "--no-renames"]
+        if merge_base:
+            base_sha = self._commit_of(mirror, base) if base and BRANCH_REF.match(base) else None
+            if base_sha is None:
+                return None
+            return _bounded_names([*diff, f"{base_sha}...{head}"], mirror, limit)
+        if base is not None and SHA.match(base) and base.strip("0") and self.has_commit(mirror, base):
+            return _bounded_names([*diff, base, head], mirror, limit)
+        parent = self._commit_of(mirror, f"{head}^1")
+        if parent is not None:
+            return _bounded_names([*diff, parent, head], mirror, limit)
+        root = ["diff-tree", "-r", "--root", "--name-only", "-z", "--no-commit-id", "--no-renames", head]
+        return _bounded_names(root, mirror, limit)
+
+    def _commit_of(self, mirror: Path, rev: str) -> str | None:
+        try:
+            out = run_git(["rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=mirror)
+        except GitError:
+            return None
+        sha = out.decode().strip()
+        return sha if SHA.match(sha) else None
+
+    def resolve_branch_or_tag(
+        self, repo_id: str, clone_url: str, ref: str, heartbeat: Callable[[], None] | None = None
+    ) -> tuple[Path, str, str] | None:
+        """Fetch the mirror and resolve a dispatch's ``ref`` (``refs/heads/x``, ``refs/tags/x``, or
+        a bare name: the branch, else the tag) to ``(mirror, full ref, commit sha)``; ``None``
+        when the repository has no such branch or tag, or ``ref`` is not a plain ref name."""
+        check_request(clone_url, "0" * 40)
+        if not DISPATCH_REF.match(ref):
+            return None
+        source = self.source(clone_url)
+        mirror = self.path(repo_id)
+        with self._locked(repo_id):
+            if not self._clone_or_repoint(mirror, source, heartbeat):
+                # Branches and tags move: read them as the source has them now.
+                self._fetch(mirror, source, heartbeat)
+            candidates = (
+                [ref] if ref.startswith(("refs/heads/", "refs/tags/")) else [f"refs/heads/{ref}", f"refs/tags/{ref}"]
+            )
+            for candidate in candidates:
+                sha = self._commit_of(mirror, candidate)
+                if sha is not None:
+                    return mirror, candidate, sha
+        return None
 
     def read_file(self, mirror: Path, sha: str, path: str, max_bytes: int) -> bytes | None:
         """The regular file ``path`` at ``sha`` (``None``: absent, a link, a directory or larger

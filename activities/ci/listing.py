@@ -12,17 +12,22 @@ from temporalio.exceptions import ApplicationError
 
 from activities.ci.actions import ActionResolver, ActionSource
 from activities.ci.definitions import CIListingDefinition
+from activities.ci.dispatch_inputs import DispatchInputError, check_shape, resolve_inputs
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.spec import (
+    MAX_DIFF_FILES,
     MAX_WORKFLOW_BYTES,
     WorkflowSpecError,
+    has_path_filter,
     parse_workflow,
+    paths_match,
     pull_request_triggers,
     push_triggers,
 )
 from leasehold.records.ci.environments import CIEnvironment
 from workflows.ci.types.push import (
     ACTIVITY_LIST_WORKFLOWS,
+    DISPATCH_REJECTED,
     PUSH_GIT_FAILED,
     EnvironmentRule,
     ListWorkflowsInput,
@@ -47,7 +52,10 @@ class CIListingActivities(CIListingDefinition):
 
     @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
     def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
-        """Fetch the mirror, then parse each ``.github/workflows/*.yml|yaml`` and match ``on.push``."""
+        """Fetch the mirror, then parse each ``.github/workflows/*.yml|yaml`` and match ``on.push``
+        (or, for a ``workflow_dispatch``, resolve its ref and check its one file and inputs)."""
+        if inp.event == "workflow_dispatch":
+            return self._list_dispatch(inp)
         try:
             mirror = self._mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
             found = self._mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
@@ -56,6 +64,18 @@ class CIListingActivities(CIListingDefinition):
         except GitError as exc:
             # Transient (network, a fetch racing a push): Temporal retries, then the push fails.
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        diff: list[list[str] | None] = []
+
+        def changed() -> list[str] | None:
+            # Computed once, and only when some triggered file filters on paths.
+            if not diff:
+                if inp.event == "pull_request":
+                    base = f"refs/heads/{inp.base_ref}" if inp.base_ref else None
+                    diff.append(self._mirror.changed_files(mirror, inp.commit_sha, base, MAX_DIFF_FILES, True))
+                else:
+                    diff.append(self._mirror.changed_files(mirror, inp.commit_sha, inp.before, MAX_DIFF_FILES))
+            return diff[0]
+
         files = []
         for path, content in found:
             if content is None:
@@ -73,16 +93,69 @@ class CIListingActivities(CIListingDefinition):
                 files.append(WorkflowFile(path=path, error=exc.error))
                 continue
             if inp.event == "pull_request":
-                triggered = pull_request_triggers(spec.on_pull_request, inp.base_ref or "", inp.action or "opened")
+                event = spec.on_pull_request
+                triggered = pull_request_triggers(event, inp.base_ref or "", inp.action or "opened")
             else:
-                triggered = push_triggers(spec.on_push, inp.ref)
+                event = spec.on_push
+                triggered = push_triggers(event, inp.ref)
+            # Both must match: the branch or tag filters, then the paths (never for tags, as on GitHub).
+            if triggered and has_path_filter(event) and not inp.ref.startswith("refs/tags/"):
+                triggered = paths_match(event, changed())
             files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
+        return ListWorkflowsResult(files=files, environments=self._rules(inp, files))
+
+    def _rules(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, EnvironmentRule]:
         named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
-        rules: dict[str, EnvironmentRule] = {}
-        if named and inp.tenant_id and self._environments is not None:
-            # Read with the listing, so the run carries its protection rules from the start.
-            rules = self._environments(inp.tenant_id, inp.repo_id, named)
-        return ListWorkflowsResult(files=files, environments=rules)
+        if not named or not inp.tenant_id or self._environments is None:
+            return {}
+        # Read with the listing, so the run carries its protection rules from the start.
+        return self._environments(inp.tenant_id, inp.repo_id, named)
+
+    def _list_dispatch(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
+        """A ``workflow_dispatch``: the ref's commit, the one file asked for, its inputs checked
+        against its ``on.workflow_dispatch``. What the caller got wrong fails the dispatch
+        (``DISPATCH_REJECTED``, naming the field) instead of creating a run."""
+        try:
+            resolved = self._mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
+            if resolved is None:
+                raise _rejected("ref", f"the repository has no branch or tag {inp.ref!r}")
+            mirror, ref, sha = resolved
+            found = self._mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES)
+        except InvalidRequest as exc:
+            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
+        except GitError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        wanted = inp.dispatch_workflow or ""
+        matches = [(p, c) for p, c in found if wanted in (p, p.rsplit("/", 1)[-1])]
+        if not matches:
+            raise _rejected("workflow", f"no workflow file {wanted!r} at {ref}")
+        path, content = matches[0]
+        if content is None:
+            raise _rejected("workflow", f"{path} is larger than {MAX_WORKFLOW_BYTES} bytes")
+        try:
+            spec = parse_workflow(path, content)
+        except WorkflowSpecError as exc:
+            raise _rejected("workflow", str(exc)) from None
+        if spec.on_dispatch is None:
+            raise _rejected("workflow", f"{path} has no 'workflow_dispatch' trigger")
+        try:
+            inputs = resolve_inputs(spec.on_dispatch, check_shape(inp.inputs))
+        except DispatchInputError as exc:
+            raise _rejected(exc.field, exc.message) from None
+        try:
+            ActionResolver(self._actions, self._mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
+            files = [WorkflowFile(path=path, spec=spec)]
+        except WorkflowSpecError as exc:
+            # As on a push: the run is created, and fails with the action's error.
+            files = [WorkflowFile(path=path, error=exc.error)]
+        return ListWorkflowsResult(
+            files=files, environments=self._rules(inp, files), commit_sha=sha, ref=ref, inputs=inputs
+        )
+
+
+def _rejected(field: str, message: str) -> ApplicationError:
+    # The field travels as the error's details: the API answers 422 naming it.
+    return ApplicationError(f"{field}: {message}", field, type=DISPATCH_REJECTED, non_retryable=True)
 
 
 def environment_rules(

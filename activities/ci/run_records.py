@@ -4,7 +4,7 @@ The job activity's input is whatever the scheduling workflow passed; anyone able
 workflow could pass another tenant's id and read that tenant's secrets. So the activity
 derives the tenant from records it can check: the workflow that scheduled it (Temporal's
 ``activity.info().workflow_id``, not a field of the input) must be the run workflow whose id
-the input's repository, commit, workflow file and event derive to, and the repository's
+the input's repository, commit, workflow file, event (and dispatch key) derive to, and the repository's
 owner, clone URL and network grant are read from the database, never from the input.
 """
 
@@ -43,7 +43,8 @@ class RunRecords(Protocol):
 
 def check_workflow_id(inp: JobActivityInput, workflow_id: str) -> None:
     """The scheduling workflow is the run the input describes (ids are derived, not chosen)."""
-    expected = run_workflow_id(run_id(inp.push.repo_id, inp.push.commit_sha, inp.workflow_path, inp.push.event))
+    push = inp.push
+    expected = run_workflow_id(run_id(push.repo_id, push.commit_sha, inp.workflow_path, push.event, push.dispatch_key))
     if workflow_id != expected or inp.run_workflow_id != expected or run_workflow_id(inp.run_id) != expected:
         raise UntrustedRun(f"workflow {workflow_id!r} is not the run of {inp.push.repo_id}@{inp.push.commit_sha[:12]}")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workflows.ci.expressions import github_context
+from workflows.ci.expressions import github_context, to_text
 from workflows.ci.types.push import PushContext
 
 MAX_EVENT_BYTES = 16 * 1024
@@ -100,7 +100,8 @@ def push_event(push: PushContext) -> dict[str, Any]:
     pr = push.pull_request.model_dump() if push.pull_request is not None else None
     event = minimal_event(push.event, push.ref, push.commit_sha, push.repo_full_name, push_actor(push), pr)
     if push.inputs:
-        event["inputs"] = dict(push.inputs)
+        # As on GitHub: ``github.event.inputs`` holds text; the ``inputs`` context keeps types.
+        event["inputs"] = {k: to_text(v) for k, v in push.inputs.items()}
     return event
 
 

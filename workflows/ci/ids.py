@@ -22,17 +22,23 @@ def _digest(*parts: str, size: int = 24) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:size]
 
 
-def run_id(repo_id: str, commit_sha: str, workflow_path: str, event: str = "push") -> str:
+def run_id(repo_id: str, commit_sha: str, workflow_path: str, event: str = "push", dispatch: str = "") -> str:
     """``run_<24 hex>`` from repo + full commit sha (lower-case) + workflow file path (+ the
-    event when it is not a push: a pull request's run of a commit is not its push run)."""
+    event when it is not a push: a pull request's run of a commit is not its push run; + the
+    dispatch key of a ``workflow_dispatch``: each dispatch is its own run, as on GitHub)."""
     if event == "push":
         return "run_" + _digest(repo_id, commit_sha.lower(), workflow_path)
+    if dispatch:
+        return "run_" + _digest(repo_id, commit_sha.lower(), workflow_path, event, dispatch)
     return "run_" + _digest(repo_id, commit_sha.lower(), workflow_path, event)
 
 
-def push_id(repo_id: str, commit_sha: str, ref: str) -> str:
+def push_id(repo_id: str, commit_sha: str, ref: str, dispatch: str = "") -> str:
     """``push_<24 hex>`` from repo + commit + ref (a sha pushed to two refs is two pushes,
-    whose runs still coincide because run ids ignore the ref)."""
+    whose runs still coincide because run ids ignore the ref). A ``workflow_dispatch`` is named
+    by repo + its dispatch key alone: its commit is known only once its ref is resolved."""
+    if dispatch:
+        return "push_" + _digest(repo_id, "workflow_dispatch", dispatch)
     return "push_" + _digest(repo_id, commit_sha.lower(), ref)
 
 

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ci.snapshots import SnapshotWriter
     from workflows.ci.types.projection import CIPushSnapshot
     from workflows.ci.types.push import (
+        DISPATCH_REJECTED,
         PUSH_GIT_FAILED,
         CIPushInput,
         CIPushState,
@@ -53,7 +54,8 @@ class CIPushWorkflow:
     @workflow.init
     def __init__(self, inp: CIPushInput) -> None:
         self._inp = inp
-        self._state = CIPushState(push_id=push_id(inp.push.repo_id, inp.push.commit_sha, inp.push.ref))
+        push = inp.push
+        self._state = CIPushState(push_id=push_id(push.repo_id, push.commit_sha, push.ref, push.dispatch_key))
         self._snapshots = SnapshotWriter(self._write_snapshot, f"push {self._state.push_id}")
         self._projecting = False
 
@@ -79,6 +81,9 @@ class CIPushWorkflow:
                     base_ref=inp.push.pull_request.base_ref if inp.push.pull_request else None,
                     action=inp.push.pull_request.action if inp.push.pull_request else None,
                     tenant_id=inp.push.tenant_id,
+                    before=inp.push.before or None,
+                    dispatch_workflow=inp.push.dispatch_workflow or None,
+                    inputs=dict(inp.push.inputs),
                 ),
                 task_queue=ci_control_queue(inp.push.queue_prefix),
                 start_to_close_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_TIMEOUT_SECONDS),
@@ -93,14 +98,25 @@ class CIPushWorkflow:
             self._state.status = PushStatus.FAILED
             self._state.error = str(err.cause or err)
             await self._close_snapshots()
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == DISPATCH_REJECTED:
+                # A dispatch its workflow file refused: the caller is told which field.
+                raise ApplicationError(self._state.error, *cause.details, type=DISPATCH_REJECTED) from err
             # Failing the workflow lets a redelivery of the same push try again.
             raise ApplicationError(self._state.error, type=PUSH_GIT_FAILED) from err
+
+        if listing.commit_sha is not None:
+            # A workflow_dispatch: its commit, full ref and checked inputs are known only now.
+            resolved = inp.push.model_copy(
+                update={"commit_sha": listing.commit_sha, "ref": listing.ref or inp.push.ref, "inputs": listing.inputs}
+            )
+            self._inp = inp = inp.model_copy(update={"push": resolved})
 
         for file in listing.files:
             if not file.triggered:
                 self._state.not_triggered.append(file.path)
                 continue
-            rid = run_id(inp.push.repo_id, inp.push.commit_sha, file.path, inp.push.event)
+            rid = run_id(inp.push.repo_id, inp.push.commit_sha, file.path, inp.push.event, inp.push.dispatch_key)
             wid = run_workflow_id(rid)
             created = True
             try:

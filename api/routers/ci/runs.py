@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
@@ -27,14 +27,17 @@ from api.ci.runs import (
     load_run,
     stored_run,
 )
-from api.deps import ClientDep, DbDep, PrincipalDep
+from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
 from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
+from api.routers.ci.logs import _attempt, _prefix
 from api.schemas.ci.runs import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
 from leasehold.client.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.runs import RunCursor
 from leasehold.records.ci.runs import list_runs as list_run_records
+from leasehold.storage import ObjectNotFound
+from workflows.ci.ids import step_summary_key
 from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, CIRunState, RetryRejectedReason, RunStatus
 
 router = APIRouter(tags=["ci"])
@@ -64,6 +67,37 @@ _DECISION_STATUS = {
 async def get_run(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RunOut:
     """A run with its jobs: statuses, attempts, timings, exit codes and errors."""
     return RunOut.from_state(await load_run(db, client, principal, run))
+
+
+@router.get(
+    "/v1/runs/{run}/jobs/{job}/summary",
+    response_class=Response,
+    responses={200: {"content": {"text/markdown": {}}, "description": "the attempt's step summary"}},
+)
+async def get_step_summary(
+    run: str,
+    job: str,
+    principal: PrincipalDep,
+    client: ClientDep,
+    db: DbDep,
+    store: StoreDep,
+    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+) -> Response:
+    """The markdown the attempt's steps wrote to ``$GITHUB_STEP_SUMMARY``, found as its log is
+    (another tenant's run is a 404). Served as text with ``nosniff``: it is the job's own text,
+    never rendered here."""
+    check_job_id(job)
+    state = await load_run(db, client, principal, run)
+    chosen = _attempt(state, job, attempt)
+    key = chosen.log.summary_key if chosen is not None and chosen.log is not None else None
+    # Only the one key the attempt's prefix allows, whatever the state says.
+    if chosen is None or key is None or key != step_summary_key(_prefix(state, job, chosen)):
+        raise ApiError(404, "not_found", "no step summary")
+    try:
+        data = await asyncio.to_thread(store.get, key)
+    except ObjectNotFound:
+        raise ApiError(404, "not_found", "no step summary") from None
+    return Response(data, media_type="text/markdown; charset=utf-8", headers={"X-Content-Type-Options": "nosniff"})
 
 
 @router.get("/v1/runs")

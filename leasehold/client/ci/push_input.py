@@ -3,6 +3,7 @@ so a commit reaches ``ci_start.start_push`` the same way (and under the same pus
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,8 @@ from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings
 from workflows.ci.event import bounded_event, event_actor
 from workflows.ci.types.push import CIPushInput, PullRequestInfo, PushContext
+
+SHA = re.compile(r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$")
 
 
 def push_input(
@@ -22,9 +25,13 @@ def push_input(
     pull_request: PullRequestInfo | None = None,
     plan: TenantPlan | None = None,
     event: dict[str, Any] | None = None,
+    before: str | None = None,
 ) -> CIPushInput:
     """The push of ``sha`` to ``ref`` with the deployment's queues and CI timeouts and the
-    tenant's plan as of now; ``event`` is the webhook payload (its sender is ``github.actor``)."""
+    tenant's plan as of now; ``event`` is the webhook payload (its sender is ``github.actor``,
+    its ``before`` what ``paths`` filters diff against unless ``before`` is given)."""
+    if before is None and event is not None:
+        before = event.get("before") if isinstance(event.get("before"), str) else None
     return CIPushInput(
         push=PushContext(
             tenant_id=repo.tenant_id,
@@ -44,7 +51,28 @@ def push_input(
             default_branch=repo.default_branch,
             actor=event_actor(event) if event is not None else "",
             event_payload=bounded_event(event) if event is not None else None,
+            before=before.lower() if before is not None and SHA.match(before) else "",
         ),
         received_at=datetime.now(UTC),
         delivery_id=delivery,
     )
+
+
+def dispatch_input(
+    settings: Settings,
+    repo: RepoRecord,
+    workflow: str,
+    ref: str,
+    inputs: dict[str, str | bool | float],
+    key: str,
+    actor: str,
+    plan: TenantPlan | None = None,
+) -> CIPushInput:
+    """A ``workflow_dispatch`` of ``workflow`` at ``ref`` (resolved, with ``inputs`` checked,
+    when the push is listed), named by ``key``, by ``actor`` (``github.actor``)."""
+    inp = push_input(settings, repo, "", ref, None, plan=plan)
+    push = inp.push.model_copy(
+        update={"event": "workflow_dispatch", "dispatch_workflow": workflow, "dispatch_key": key, "inputs": inputs}
+    )
+    push.actor = actor[:256]
+    return inp.model_copy(update={"push": push})

@@ -68,6 +68,42 @@ async def start_push(client: Client, inp: CIPushInput) -> str:
     return pid
 
 
+class DispatchConflict(Exception):
+    """An Idempotency-Key already used for a dispatch with a different request."""
+
+
+# Memo key of a dispatch's push workflow: the digest of the request it was started for.
+DISPATCH_REQUEST_MEMO = "dispatch_request"
+
+
+async def start_dispatch(client: Client, inp: CIPushInput, request_digest: str) -> str:
+    """Start a ``workflow_dispatch`` (``inp.push.dispatch_key`` names it); returns its push id.
+
+    Each key is one dispatch: the same key again finds the same push (and so the same run)
+    while the request is the same, and raises ``DispatchConflict`` when it is not. A dispatch
+    that failed (a bad input) may be sent again under its key."""
+    push = inp.push
+    pid = push_id(push.repo_id, push.commit_sha, push.ref, push.dispatch_key)
+    try:
+        await client.start_workflow(
+            CIPushWorkflow.run,
+            inp,
+            id=push_workflow_id(pid),
+            task_queue=orchestration_queue(push.queue_prefix),
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            memo={DISPATCH_REQUEST_MEMO: request_digest},
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(sa.TENANT_ID, push.tenant_id), SearchAttributePair(sa.REPO_ID, push.repo_id)]
+            ),
+        )
+    except WorkflowAlreadyStartedError:
+        description = await client.get_workflow_handle(push_workflow_id(pid)).describe()
+        if await description.memo_value(DISPATCH_REQUEST_MEMO, None) != request_digest:
+            raise DispatchConflict(pid) from None
+    return pid
+
+
 async def push_state(client: Client, pid: str) -> CIPushState:
     """Progress of a push: which runs it created (``status == done``) or why it failed."""
     handle = client.get_workflow_handle_for(CIPushWorkflow.run, push_workflow_id(pid))

@@ -74,6 +74,15 @@ class PushContext(BaseModel):
     event_payload: dict[str, Any] | None = None
     # ``workflow_dispatch`` inputs (``inputs`` context), by name.
     inputs: dict[str, str | bool | float] = Field(default_factory=dict)
+    # The push's ``before`` (the webhook's, or the head the reconciler saw last): what
+    # ``on.push.paths`` diffs against. Empty or all zeros: the commit's first parent.
+    before: str = ""
+    # A ``workflow_dispatch`` (``event``): the workflow file asked for (a path or a file name
+    # under .github/workflows) and the dispatch's key (the caller's Idempotency-Key, else a
+    # fresh one: every dispatch is a new run). ``commit_sha`` is empty and ``ref`` as the caller
+    # wrote it until the listing resolves them; ``inputs`` are as given until it checks them.
+    dispatch_workflow: str = ""
+    dispatch_key: str = ""
 
 
 _PUSH_FIELDS = frozenset(PushContext.model_fields)
@@ -163,6 +172,12 @@ class ListWorkflowsInput(BaseModel):
     action: str | None = None
     # Whose repository: the activity reads its protected environments.
     tenant_id: str | None = None
+    # The push's ``before`` (see ``PushContext.before``), for ``paths`` filters.
+    before: str | None = None
+    # A ``workflow_dispatch``: the file asked for and the inputs given (``commit_sha`` is empty
+    # and ``ref`` a branch or tag name or full ref: the activity resolves it).
+    dispatch_workflow: str | None = None
+    inputs: dict[str, str | bool | float] = Field(default_factory=dict)
 
 
 class EnvironmentRule(BaseModel):
@@ -178,3 +193,13 @@ class ListWorkflowsResult(BaseModel):
     files: list[WorkflowFile] = Field(default_factory=list)
     # The repository's protected environments that the files' jobs name (lower-case names).
     environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
+    # A ``workflow_dispatch``: the commit and full ref it resolved to, and its inputs as the
+    # ``inputs`` context holds them (defaults applied, typed). None for other events.
+    commit_sha: str | None = None
+    ref: str | None = None
+    inputs: dict[str, str | bool | float] | None = None
+
+
+# Error type of a dispatch the workflow file refuses (unknown ref or file, no
+# ``workflow_dispatch`` trigger, a bad input); its details are the field at fault.
+DISPATCH_REJECTED = "CIDispatchRejected"
