@@ -18,11 +18,12 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from api.errors import from_temporal, invalid, not_found
+from api.errors import ApiError, from_temporal, invalid, not_found
 from leasehold.client.ci.start import run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.runs import RunCursor, get_run
-from workflows.ci.types.run import CIRunState
+from workflows.ci.ids import attempt_log_prefix
+from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobAttemptState
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{8,64}$")
 _JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
@@ -82,3 +83,26 @@ def decode_cursor(value: str) -> RunCursor:
         raise invalid("after", "after must be a next_cursor from an earlier page")
     # SQLite hands back naive UTC times; the database compares them as UTC either way.
     return RunCursor(created_at=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC), run_id=run)
+
+
+def chosen_attempt(state: CIRunState, job_id: str, attempt: int | None) -> JobAttemptState | None:
+    """The attempt a log or summary read is about: ``attempt``, else the job's current one
+    (``None`` before its first). 404 for an unknown job or attempt."""
+    job = state.job(job_id)
+    if job is None:
+        raise not_found("job")
+    if attempt is None:
+        if job.attempt:
+            return job.current_attempt()
+        # Between a retry and its first attempt, the older attempts are not "the current log".
+        return job.attempts[-1] if job.attempts and job.status in JOB_FINAL_STATUSES else None
+    for candidate in job.attempts:
+        if candidate.attempt == attempt:
+            return candidate
+    raise ApiError(404, "not_found", f"job {job_id!r} has no attempt {attempt}", param="attempt")
+
+
+def attempt_prefix(state: CIRunState, job_id: str, attempt: JobAttemptState) -> str:
+    """Where the attempt's log (and summary) live in the object store."""
+    # The state names the prefix; derive it for states recorded before it did.
+    return attempt.log_prefix or attempt_log_prefix(state.tenant_id, state.run_id, job_id, attempt.attempt)

@@ -29,14 +29,16 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.ci.log_compaction import read_compacted
+from api.ci.runs import attempt_prefix as _prefix
 from api.ci.runs import check_job_id, load_run
+from api.ci.runs import chosen_attempt as _attempt
 from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
-from api.errors import ApiError, not_found
+from api.errors import ApiError
 from api.schemas.ci.runs import LogChunkOut, LogPage
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.runs import CIAttemptRecord, get_attempt
 from leasehold.storage import ObjectNotFound, ObjectStore
-from workflows.ci.ids import attempt_log_prefix, log_chunk_key, log_end_key, parse_log_key
+from workflows.ci.ids import log_chunk_key, log_end_key, parse_log_key
 from workflows.ci.types.job import AttemptStatus, LogEnd
 from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobAttemptState
 
@@ -165,26 +167,6 @@ def _attempt_record(
     if not _attempt_final(chosen):
         return None
     return get_attempt(db, principal.tenant_id, state.run_id, job, chosen.attempt)
-
-
-def _attempt(state: CIRunState, job_id: str, attempt: int | None) -> JobAttemptState | None:
-    job = state.job(job_id)
-    if job is None:
-        raise not_found("job")
-    if attempt is None:
-        if job.attempt:
-            return job.current_attempt()
-        # Between a retry and its first attempt, the older attempts are not "the current log".
-        return job.attempts[-1] if job.attempts and job.status in JOB_FINAL_STATUSES else None
-    for candidate in job.attempts:
-        if candidate.attempt == attempt:
-            return candidate
-    raise ApiError(404, "not_found", f"job {job_id!r} has no attempt {attempt}", param="attempt")
-
-
-def _prefix(state: CIRunState, job_id: str, attempt: JobAttemptState) -> str:
-    # The state names the prefix; derive it for states recorded before it did.
-    return attempt.log_prefix or attempt_log_prefix(state.tenant_id, state.run_id, job_id, attempt.attempt)
 
 
 def _known_gaps(attempt: JobAttemptState) -> set[int]:

@@ -21,7 +21,9 @@ from temporalio.service import RPCError
 from api.ci.runs import (
     QUERY_TIMEOUT_SECONDS,
     RUN_UNAVAILABLE,
+    attempt_prefix,
     check_job_id,
+    chosen_attempt,
     decode_cursor,
     encode_cursor,
     load_run,
@@ -29,7 +31,6 @@ from api.ci.runs import (
 )
 from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
 from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
-from api.routers.ci.logs import _attempt, _prefix
 from api.schemas.ci.runs import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
 from leasehold.client.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
@@ -88,10 +89,10 @@ async def get_step_summary(
     never rendered here."""
     check_job_id(job)
     state = await load_run(db, client, principal, run)
-    chosen = _attempt(state, job, attempt)
+    chosen = chosen_attempt(state, job, attempt)
     key = chosen.log.summary_key if chosen is not None and chosen.log is not None else None
     # Only the one key the attempt's prefix allows, whatever the state says.
-    if chosen is None or key is None or key != step_summary_key(_prefix(state, job, chosen)):
+    if chosen is None or key is None or key != step_summary_key(attempt_prefix(state, job, chosen)):
         raise ApiError(404, "not_found", "no step summary")
     try:
         data = await asyncio.to_thread(store.get, key)
