@@ -5,9 +5,13 @@ against the file, its step summary served back, and other tenants kept out."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import httpx
 
+from leasehold.testing.harness import REPO_ROOT
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import done_push, job, log_text, wait_for, wait_run
 
@@ -200,3 +204,28 @@ def test_bad_dispatches_name_the_field(ci_engine: CIStack) -> None:
         error = answer.json()["error"]
         assert (answer.status_code, error["param"]) == (422, field), (body, answer.text)
         assert words in error["message"], error
+
+
+def test_the_cli_dispatches_through_the_api(ci_engine: CIStack) -> None:
+    client = ci_engine.new_tenant()
+    remote = ci_engine.git_remote()
+    repo_id, _, _ = ci_engine.register(client, remote)
+    remote.write(".github/workflows/deploy.yml", DISPATCHED)
+    remote.commit("dispatchable")
+    remote.push()
+    key = client.headers["Authorization"].removeprefix("Bearer ")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cli.main", "ci", "dispatch", repo_id, "deploy.yml", *args]
+        env = {"PATH": os.environ.get("PATH", ""), "LEASEHOLD_API_KEY": key}
+        base = ["--api-url", ci_engine.base_url]
+        return subprocess.run([*command, *base], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120)
+
+    bad = cli("-f", "x=1", "-f", "level=mid")
+    assert bad.returncode == 2 and "(inputs.level)" in bad.stderr, bad
+    good = cli("-f", "x=from-cli", "-F", "flag=true")
+    assert good.returncode == 0, good
+    (created,) = json.loads(good.stdout)["runs"]
+    run = wait_run(client, created["id"])
+    assert run["status"] == "success"
+    assert "x=from-cli flag=true" in log_text(client, created["id"], "a")

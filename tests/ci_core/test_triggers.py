@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from activities.ci.dispatch_inputs import DispatchInputError, check_shape, resolve_inputs
 from activities.ci.filter_globs import glob_match, matches_any
 from activities.ci.git import GitMirror
 from activities.ci.spec import (
@@ -282,3 +283,83 @@ def test_a_diff_of_many_files_reads_no_more_than_the_limit(mirror_repo: tuple[Gi
     path = mirror.ensure_commit("r2", str(src), head)
     assert mirror.changed_files(path, head, base, 300) is None
     assert len(mirror.changed_files(path, head, base, 400) or []) == 400
+
+
+# workflow_dispatch inputs ---------------------------------------------------------------------
+
+DISPATCH_ON = """on:
+  workflow_dispatch:
+    inputs:
+      name:
+        required: true
+      debug:
+        type: boolean
+      level:
+        type: choice
+        options: [low, high]
+        default: low
+      count:
+        type: number
+        default: 2
+      env:
+        type: environment
+        required: false
+"""
+
+
+@dataclass
+class InputCase:
+    given: dict
+    expected: dict | None = None
+    field: str | None = None
+    words: str = ""
+
+
+INPUT_CASES = [
+    InputCase({"name": "a"}, {"name": "a", "debug": False, "level": "low", "count": 2.0, "env": ""}),
+    InputCase({"NAME": "a", "Debug": "TRUE"}, {"name": "a", "debug": True, "level": "low", "count": 2.0, "env": ""}),
+    InputCase({"name": "a", "level": "high", "count": "3.5", "env": "prod"}, None),
+    InputCase({"name": 7.0}, None),
+    InputCase({}, field="inputs.name", words="required"),
+    InputCase({"name": "a", "debug": "yes"}, field="inputs.debug", words="true or false"),
+    InputCase({"name": "a", "debug": 1.0}, field="inputs.debug", words="true or false"),
+    InputCase({"name": "a", "level": "mid"}, field="inputs.level", words="low, high"),
+    InputCase({"name": "a", "count": "1e999"}, field="inputs.count", words="number"),
+    InputCase({"name": "a", "count": True}, field="inputs.count", words="number"),
+    InputCase({"name": "a", "env": "../prod"}, field="inputs.env", words="environment name"),
+    InputCase({"name": "a", "other": "x"}, field="inputs.other", words="not an input"),
+]
+
+
+@pytest.mark.parametrize("case", INPUT_CASES, ids=[str(c.given) for c in INPUT_CASES])
+def test_dispatch_inputs_are_checked_against_the_file(case: InputCase) -> None:
+    spec = spec_of(DISPATCH_ON).on_dispatch
+    assert spec is not None
+    if case.field is None:
+        values = resolve_inputs(spec, check_shape(case.given))
+        assert set(values) == {"name", "debug", "level", "count", "env"}
+        if case.expected is not None:
+            assert values == case.expected
+        return
+    with pytest.raises(DispatchInputError) as err:
+        resolve_inputs(spec, check_shape(case.given))
+    assert err.value.field == case.field and case.words in err.value.message
+
+
+SHAPES = [
+    ({f"i{n}": "v" for n in range(26)}, "inputs"),
+    ({"x": "v" * 70_000}, "inputs"),
+    ({"1x": "v"}, "inputs.1x"),
+    ({"x y": "v"}, "inputs.x y"),
+    ({"x": None}, "inputs.x"),
+    ({"x": [1]}, "inputs.x"),
+    ({"x": float("nan")}, "inputs.x"),
+    ({"x": 10**400}, "inputs.x"),
+]
+
+
+@pytest.mark.parametrize(("given", "field"), SHAPES)
+def test_dispatch_request_shapes_are_bounded(given: dict, field: str) -> None:
+    with pytest.raises(DispatchInputError) as err:
+        check_shape(given)
+    assert err.value.field == field
