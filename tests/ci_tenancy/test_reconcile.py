@@ -99,3 +99,52 @@ async def test_reconciler_creates_missed_runs_once(tenancy: CIStack, temporal_en
     second = await reconcile(temporal_env, tenancy, repo_id, 2)
     assert second.pushes == [] and second.errors == {}
     assert runs_of(client, repo_id) == [rid]
+
+
+SRC_ONLY = """
+on:
+  push:
+    branches: [main]
+    paths: ['src/**']
+jobs:
+  build:
+    runs-on: linux
+    steps: [{run: echo src}]
+"""
+
+
+async def test_reconciled_pushes_keep_paths_filters(tenancy: CIStack, temporal_env: WorkflowEnvironment) -> None:
+    client = tenancy.new_tenant()
+    remote = tenancy.git_remote()
+    repo_id, _, _ = tenancy.register(client, remote, hook=False)
+    remote.write(".github/workflows/src.yml", SRC_ONLY)
+    remote.write("src/app.py", "1\n")
+    remote.commit("first")
+    remote.push()
+    first = await reconcile(temporal_env, tenancy, repo_id, 1)
+    assert first.errors == {} and len(first.pushes) == 1
+    (rid,) = await asyncio.to_thread(wait_for, "the reconciled run", lambda: runs_of(client, repo_id))
+
+    # A missed docs-only push: the reconciler diffs it against the head it saw last, so the
+    # paths filter holds as a webhook's before would have made it hold.
+    remote.write("docs/guide.md", "1\n")
+    sha = remote.commit("docs")
+    remote.push()
+    second = await reconcile(temporal_env, tenancy, repo_id, 2)
+    assert second.errors == {}
+    assert [(p.ref, p.commit_sha) for p in second.pushes] == [("refs/heads/main", sha)]
+    push = await asyncio.to_thread(wait_for, "the push", lambda: done_push(client, second.pushes[0].push_id))
+    assert push["runs"] == [] and push["not_triggered"] == [".github/workflows/src.yml"], push
+    assert runs_of(client, repo_id) == [rid]
+
+    # Two missed commits (src, then docs): the diff is since the head seen last, not only the
+    # last commit, so the src change triggers.
+    remote.write("src/app.py", "2\n")
+    remote.commit("src")
+    remote.write("docs/guide.md", "2\n")
+    remote.commit("docs again")
+    remote.push()
+    third = await reconcile(temporal_env, tenancy, repo_id, 3)
+    assert third.errors == {} and len(third.pushes) == 1
+    push = await asyncio.to_thread(wait_for, "the push", lambda: done_push(client, third.pushes[0].push_id))
+    assert [r["workflow_path"] for r in push["runs"]] == [".github/workflows/src.yml"], push
