@@ -27,6 +27,7 @@ from leasehold.client.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
+from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
@@ -70,7 +71,7 @@ async def serve(settings: Settings) -> None:
         ApiSecretSource(settings.resolved_api_internal_url),
         actions,
     )
-    listing = CIListingActivities(mirror, partial(environment_rules, db), actions)
+    listing = CIListingActivities(mirror, partial(environment_rules, db), actions, partial(assign_run_number, db))
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
     job_worker = Worker(

@@ -25,6 +25,7 @@ from activities.ci.spec import (
     push_triggers,
 )
 from leasehold.records.ci.environments import CIEnvironment
+from workflows.ci.ids import run_id
 from workflows.ci.types.push import (
     ACTIVITY_LIST_WORKFLOWS,
     DISPATCH_REJECTED,
@@ -37,16 +38,23 @@ from workflows.ci.types.spec import SpecError, WorkflowFile
 
 # (tenant, repo, environment names) -> the rules of those that require approval.
 EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]
+# (tenant, repo, workflow path, run id) -> the run's number (``github.run_number``), kept by run id.
+RunNumbers = Callable[[str, str, str, str], int]
 
 
 class CIListingActivities(CIListingDefinition):
     """Runs on CI workers (they hold the git mirrors), on the control queue."""
 
     def __init__(
-        self, mirror: GitMirror, environments: EnvironmentRules | None = None, actions: ActionSource | None = None
+        self,
+        mirror: GitMirror,
+        environments: EnvironmentRules | None = None,
+        actions: ActionSource | None = None,
+        run_numbers: RunNumbers | None = None,
     ) -> None:
         self._mirror = mirror
         self._environments = environments
+        self._run_numbers = run_numbers
         # Where `owner/repo@ref` actions come from; None: only local `./path` actions resolve.
         self._actions = actions
 
@@ -102,7 +110,21 @@ class CIListingActivities(CIListingDefinition):
             if triggered and has_path_filter(event) and not inp.ref.startswith("refs/tags/"):
                 triggered = paths_match(event, changed())
             files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
-        return ListWorkflowsResult(files=files, environments=self._rules(inp, files))
+        return ListWorkflowsResult(
+            files=files, environments=self._rules(inp, files), run_numbers=self._numbers(inp, inp.commit_sha, files)
+        )
+
+    def _numbers(self, inp: ListWorkflowsInput, sha: str, files: list[WorkflowFile]) -> dict[str, int]:
+        """Each run's ``github.run_number``, by the run id the push workflow will derive."""
+        if self._run_numbers is None or not inp.tenant_id:
+            return {}
+        return {
+            f.path: self._run_numbers(
+                inp.tenant_id, inp.repo_id, f.path, run_id(inp.repo_id, sha, f.path, inp.event, inp.dispatch_key)
+            )
+            for f in files
+            if f.triggered
+        }
 
     def _rules(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, EnvironmentRule]:
         named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
@@ -149,7 +171,12 @@ class CIListingActivities(CIListingDefinition):
             # As on a push: the run is created, and fails with the action's error.
             files = [WorkflowFile(path=path, error=exc.error)]
         return ListWorkflowsResult(
-            files=files, environments=self._rules(inp, files), commit_sha=sha, ref=ref, inputs=inputs
+            files=files,
+            environments=self._rules(inp, files),
+            commit_sha=sha,
+            ref=ref,
+            inputs=inputs,
+            run_numbers=self._numbers(inp, sha, files),
         )
 
 

@@ -8,7 +8,7 @@ this one, never the reverse.
 
 from types import ModuleType
 
-from leasehold.records.ci import environments, heads, plans, repos, runs, secrets
+from leasehold.records.ci import environments, heads, plans, repos, run_numbers, runs, secrets
 from leasehold.records.video import capacity, deletions, jobs
 
 # Named so the imports are used: importing a module declares its tables on Base.
@@ -17,6 +17,7 @@ TABLE_MODULES: tuple[ModuleType, ...] = (
     heads,
     plans,
     repos,
+    run_numbers,
     runs,
     secrets,
     capacity,

@@ -105,6 +105,7 @@ jobs:
       - run: |
           echo "x=${{ inputs.x }} flag=${{ inputs.flag }} level=${{ inputs.level }} n=${{ inputs.n }}"
           echo "event=${{ github.event.inputs.x }} name=${{ github.event_name }} ref=${{ github.ref }}"
+          echo "number=${{ github.run_number }}/$GITHUB_RUN_NUMBER"
           echo "## Deployed ${{ inputs.x }}" >> "$GITHUB_STEP_SUMMARY"
   off:
     runs-on: linux
@@ -140,6 +141,7 @@ def test_workflow_dispatch_with_inputs_runs_and_serves_its_summary(ci_engine: CI
     text = log_text(client, created["id"], "a")
     assert "x=hello flag=true level=high n=2" in text, text
     assert "event=hello name=workflow_dispatch ref=refs/heads/main" in text, text
+    assert "number=1/1" in text, text
 
     summary = client.get(f"/v1/runs/{created['id']}/jobs/a/summary")
     assert summary.status_code == 200, summary.text
@@ -158,6 +160,10 @@ def test_workflow_dispatch_with_inputs_runs_and_serves_its_summary(ci_engine: CI
     # Every dispatch is a new run (as on GitHub); an Idempotency-Key makes a retry the same one.
     again = _dispatch(client, repo_id, body)
     assert again.status_code == 201 and again.json()["runs"][0]["id"] != created["id"]
+    # ... with the workflow's next run number.
+    second = again.json()["runs"][0]["id"]
+    assert wait_run(client, second)["status"] == "success"
+    assert "number=2/2" in log_text(client, second, "a")
     keyed = _dispatch(client, repo_id, body, key="deploy-1")
     same = _dispatch(client, repo_id, body, key="deploy-1")
     assert keyed.status_code == same.status_code == 201, (keyed.text, same.text)

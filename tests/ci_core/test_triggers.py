@@ -8,7 +8,9 @@ costs bounded time and never reaches git as a revision expression.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,11 @@ from activities.ci.spec import (
     push_triggers,
 )
 from leasehold.clone_urls import ClonePolicy
+from leasehold.database import init_database
+from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.settings import Settings
 from tests.ci_core.conftest import git
+from tests.conftest import sqlite_url
 
 JOBS = "jobs:\n  a:\n    runs-on: linux\n    steps:\n      - run: echo hi\n"
 
@@ -363,3 +368,23 @@ def test_dispatch_request_shapes_are_bounded(given: dict, field: str) -> None:
     with pytest.raises(DispatchInputError) as err:
         check_shape(given)
     assert err.value.field == field
+
+
+# github.run_number ----------------------------------------------------------------------------
+
+
+def test_run_numbers_count_per_workflow_and_stay_with_their_run(tmp_path: Path) -> None:
+    factory = init_database(sqlite_url(tmp_path))
+    number = partial(assign_run_number, factory, "t1")
+    assert number("r1", "a.yml", "run_1") == 1
+    assert number("r1", "a.yml", "run_2") == 2
+    # A redelivery or a retried listing asks again for the same run: the same number.
+    assert number("r1", "a.yml", "run_1") == 1
+    assert number("r1", "b.yml", "run_3") == 1
+    assert number("r2", "a.yml", "run_4") == 1
+    assert assign_run_number(factory, "t2", "r1", "a.yml", "run_5") == 1
+
+    # Listings racing for one counter still hand out distinct numbers.
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda n: number("r9", "c.yml", f"run_c{n}"), range(16)))
+    assert sorted(got) == list(range(1, 17))

@@ -487,6 +487,7 @@ class CIRunWorkflow:
             needs=self._needs_context(job),
             round=job.round,
             secrets_allowed=self._state.secrets_allowed,
+            run_number=inp.run_number,
         )
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
 

@@ -178,6 +178,9 @@ class ListWorkflowsInput(BaseModel):
     # and ``ref`` a branch or tag name or full ref: the activity resolves it).
     dispatch_workflow: str | None = None
     inputs: dict[str, str | bool | float] = Field(default_factory=dict)
+    # The push's dispatch key (``PushContext.dispatch_key``): part of its runs' ids, which the
+    # activity numbers.
+    dispatch_key: str = ""
 
 
 class EnvironmentRule(BaseModel):
@@ -198,6 +201,9 @@ class ListWorkflowsResult(BaseModel):
     commit_sha: str | None = None
     ref: str | None = None
     inputs: dict[str, str | bool | float] | None = None
+    # ``github.run_number`` of each file that makes a run (path -> number), assigned once per
+    # run id; empty when the activity has no counter (then runs show 1).
+    run_numbers: dict[str, int] = Field(default_factory=dict)
 
 
 # Error type of a dispatch the workflow file refuses (unknown ref or file, no

@@ -61,6 +61,9 @@ class CIRunInput(PushScoped):
     # Protection rules of the environments the jobs name (lower-case name -> rule), resolved
     # when the push was listed.
     environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
+    # ``github.run_number``, assigned when the push was listed (None: a run started before
+    # run numbers, which shows 1).
+    run_number: int | None = None
 
 
 class JobAttemptState(BaseModel):
