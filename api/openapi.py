@@ -36,6 +36,7 @@ ROUTE_ERRORS: dict[tuple[str, str], frozenset[int]] = {
     ("post", "/v1/hooks/push"): frozenset({404}),
     ("get", "/v1/runs"): frozenset({404}),
     ("post", "/v1/repos"): frozenset({409}),
+    ("post", "/v1/repos/{repo_id}/dispatches"): frozenset({409}),
     ("post", "/v1/videos"): frozenset({409, 415}),
     ("post", "/v1/videos/{video_id}/cancel"): frozenset({409}),
     ("post", "/v1/runs/{run}/jobs/{job}/retry"): frozenset({409}),

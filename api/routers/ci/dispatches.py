@@ -101,7 +101,8 @@ async def dispatch_workflow(
         if isinstance(cause, ApplicationError) and cause.type == DISPATCH_REJECTED:
             field = str(cause.details[0]) if cause.details else None
             raise ApiError(422, "invalid_dispatch", cause.message, param=field) from None
-        raise ApiError(502, "dispatch_failed", "the repository could not be read; send the dispatch again") from None
+        # The repository could not be fetched (the push's git failure): a dependency, retried later.
+        raise ApiError(503, "repository_unavailable", "the repository could not be read; send it again") from None
     except RPCError as exc:
         raise from_temporal(exc, "could not read the dispatch; GET /v1/pushes/" + pid, call="dispatch") from None
     return JSONResponse(DispatchOut.from_state(state).model_dump(mode="json"), status_code=201)
