@@ -14,10 +14,12 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from temporalio.testing import ActivityEnvironment
 
 from activities.ci.dispatch_inputs import DispatchInputError, check_shape, resolve_inputs
 from activities.ci.filter_globs import glob_match, matches_any
 from activities.ci.git import GitMirror
+from activities.ci.listing import CIListingActivities
 from activities.ci.spec import (
     WorkflowSpecError,
     has_path_filter,
@@ -32,6 +34,7 @@ from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.settings import Settings
 from tests.ci_core.conftest import git
 from tests.conftest import sqlite_url
+from workflows.ci.types.push import ListWorkflowsInput
 
 JOBS = "jobs:\n  a:\n    runs-on: linux\n    steps:\n      - run: echo hi\n"
 
@@ -388,3 +391,41 @@ def test_run_numbers_count_per_workflow_and_stay_with_their_run(tmp_path: Path) 
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda n: number("r9", "c.yml", f"run_c{n}"), range(16)))
     assert sorted(got) == list(range(1, 17))
+
+
+# The listing activity: pull_request paths over base...head ---------------------------------------
+
+PR_SRC = "on:\n  pull_request:\n    branches: [main]\n    paths: ['src/**']\n" + JOBS
+PR_ANY = "on:\n  pull_request:\n    paths-ignore: ['src/**']\n" + JOBS
+
+
+def test_pull_request_paths_are_the_changes_since_the_base(mirror_repo: tuple[GitMirror, Path, Path]) -> None:
+    mirror, src, _ = mirror_repo
+    _commit(src, {".github/workflows/src.yml": PR_SRC, ".github/workflows/any.yml": PR_ANY, "src/a.py": "1"})
+    git(src, "checkout", "-q", "-b", "feature")
+    docs_only = _commit(src, {"docs/a.md": "pr"})
+    git(src, "checkout", "-q", "main")
+    # The base moves on with a src change: not part of the pull request's diff.
+    _commit(src, {"src/a.py": "2"})
+    listing = CIListingActivities(mirror)
+
+    def listed(head: str, base: str) -> dict[str, bool]:
+        inp = ListWorkflowsInput(
+            repo_id="r3",
+            clone_url=str(src),
+            commit_sha=head,
+            ref="refs/pull/1/head",
+            event="pull_request",
+            base_ref=base,
+            action="synchronize",
+        )
+        result = ActivityEnvironment().run(listing.list_workflows, inp)
+        return {f.path.rsplit("/", 1)[-1]: f.triggered for f in result.files}
+
+    assert listed(docs_only, "main") == {"any.yml": True, "src.yml": False}
+    git(src, "checkout", "-q", "feature")
+    with_src = _commit(src, {"src/b.py": "pr"})
+    assert listed(with_src, "main") == {"any.yml": True, "src.yml": True}
+    # The branch filter must match too; a base the mirror lacks leaves the diff unknown, which
+    # counts as matching (any.yml has no branch filter).
+    assert listed(with_src, "dev") == {"any.yml": True, "src.yml": False}
