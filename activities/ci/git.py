@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -160,6 +161,9 @@ def _bounded_names(args: list[str], cwd: Path, limit: int) -> list[str] | None:
     budget = (limit + 1) * (MAX_PATH_BYTES + 1)
     data = b""
     too_many = False
+    # A diff that hangs (a huge or damaged repository) is killed like any other git command.
+    timer = threading.Timer(GIT_TIMEOUT_SECONDS, proc.kill)
+    timer.start()
     try:
         while chunk := proc.stdout.read(65536):
             data += chunk
@@ -167,6 +171,7 @@ def _bounded_names(args: list[str], cwd: Path, limit: int) -> list[str] | None:
                 too_many = True
                 break
     finally:
+        timer.cancel()
         if too_many:
             proc.kill()
         _, err = proc.communicate()
