@@ -124,7 +124,7 @@ MAX_MATRIX_JOBS = 256
 # Parsed and validated, but not run yet: a file that uses one is refused (after the whole file
 # parsed, so the message is about the feature, not an earlier parse error). A later change
 # that implements one passes it in ``parse_workflow(pending_ok=...)`` or drops it here.
-PENDING_FEATURES = frozenset({"matrix", "concurrency", "paths"})
+PENDING_FEATURES = frozenset({"paths"})
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
 WORKFLOW_ENV_CONTEXTS = {"github", "secrets", "inputs"}
