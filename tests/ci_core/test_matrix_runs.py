@@ -1,0 +1,170 @@
+"""Matrix jobs end to end: a real commit, the real workers and sandbox, the real dev server.
+
+One commit holds two files. ``matrix.yml``: include/exclude by GitHub's rules, ``max-parallel:
+1``, ``${{ matrix.x }}`` in env, steps, step ``if`` and the name; each combination echoes its
+values and a dependent job sees the aggregated result and the outputs. ``failfast.yml``: a
+matrix from ``fromJSON`` over a job's output, one combination fails and fail-fast cancels the
+others (one running, one held back by ``max-parallel``); an ``always()`` job sees ``failure``;
+retrying the matrix job runs its failed and cancelled combinations again, then the dependent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from leasehold.client.ci import start as ci_start
+from tests.ci_core.conftest import CIStack, engine_stack
+from workflows.ci.types.run import CIRunState, JobState, JobStatus, RunStatus
+
+MATRIX = """
+on: push
+jobs:
+  build:
+    runs-on: linux
+    strategy:
+      max-parallel: 1
+      matrix:
+        os: [ubuntu, debian]
+        node: [18, 20]
+        exclude:
+          - os: debian
+            node: 18
+        include:
+          - os: ubuntu
+            extra: yes
+          - os: alpine
+            node: 22
+    outputs:
+      last: ${{ steps.o.outputs.v }}
+    env:
+      NODE: ${{ matrix.node }}
+    steps:
+      - id: o
+        run: |
+          echo "combo os=${{ matrix.os }} node=$NODE extra=${{ matrix.extra }}"
+          echo "index=${{ strategy.job-index }}/${{ strategy.job-total }}"
+          echo "v=${{ matrix.os }}-${{ matrix.node }}" >> "$GITHUB_OUTPUT"
+      - if: ${{ matrix.os == 'alpine' }}
+        run: echo only-alpine
+  after:
+    needs: build
+    runs-on: linux
+    steps:
+      - run: echo "after result=${{ needs.build.result }} last=${{ needs.build.outputs.last }}"
+"""
+
+FAILFAST = """
+on: push
+jobs:
+  plan:
+    runs-on: linux
+    outputs:
+      m: ${{ steps.p.outputs.m }}
+    steps:
+      - id: p
+        run: echo 'm={"v":["bad","slow1","slow2"]}' >> "$GITHUB_OUTPUT"
+  t:
+    needs: plan
+    name: t-${{ matrix.v }}
+    runs-on: linux
+    strategy:
+      max-parallel: 2
+      matrix: ${{ fromJSON(needs.plan.outputs.m) }}
+    steps:
+      - run: |
+          echo "t ${{ matrix.v }} attempt $GITHUB_RUN_ATTEMPT"
+          if [ "$GITHUB_RUN_ATTEMPT" = 1 ]; then
+            if [ "${{ matrix.v }}" = bad ]; then sleep 1; exit 3; fi
+            sleep 60
+          fi
+  report:
+    needs: t
+    if: always()
+    runs-on: linux
+    steps:
+      - run: echo "report t=${{ needs.t.result }}"
+"""
+
+
+@pytest.fixture(scope="module")
+def wide_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
+    """Room for every combination at once: what runs together is decided by the matrix
+    (``max-parallel``), not by the worker's slots (their order is the server's)."""
+    with engine_stack(temporal_env, tmp_path_factory.mktemp("ci"), ci_max_concurrent_jobs=6) as stack:
+        yield stack
+
+
+def combinations(state: CIRunState, job_id: str) -> list[JobState]:
+    parent = state.job(job_id)
+    assert parent is not None
+    found = [state.job(c) for c in parent.combinations]
+    assert all(c is not None for c in found)
+    return [c for c in found if c is not None]
+
+
+def log_of(stack: CIStack, job: JobState) -> str:
+    attempt = job.current_attempt()
+    assert attempt is not None, job
+    return stack.log_text(attempt.log_prefix)
+
+
+async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> None:
+    ci_stack = wide_stack
+    repo = ci_stack.repo("matrix")
+    sha = repo.commit({".github/workflows/matrix.yml": MATRIX, ".github/workflows/failfast.yml": FAILFAST})
+    push = await ci_stack.push(repo, sha)
+    runs = {r.workflow_path.rsplit("/", 1)[-1]: r.run_id for r in push.runs}
+    assert sorted(runs) == ["failfast.yml", "matrix.yml"], push
+
+    state = await ci_stack.wait_run(runs["matrix.yml"], within=180)
+    assert state.status == RunStatus.SUCCESS, state
+    build = state.job("build")
+    assert build is not None and build.status == JobStatus.SUCCESS
+    kids = combinations(state, "build")
+    # Excluded debian/18; include extended the ubuntu ones and added alpine/22.
+    assert [(c.job_id, c.name, c.matrix) for c in kids] == [
+        ("build-1", "build (ubuntu, 18, yes)", {"os": "ubuntu", "node": 18, "extra": "yes"}),
+        ("build-2", "build (ubuntu, 20, yes)", {"os": "ubuntu", "node": 20, "extra": "yes"}),
+        ("build-3", "build (debian, 20)", {"os": "debian", "node": 20}),
+        ("build-4", "build (alpine, 22)", {"os": "alpine", "node": 22}),
+    ]
+    assert [c.status for c in kids] == [JobStatus.SUCCESS] * 4
+    for i, c in enumerate(kids):
+        text = log_of(ci_stack, c)
+        m = c.matrix
+        assert f"combo os={m['os']} node={m['node']} extra={m.get('extra', '')}\nindex={i}/4" in text, text
+        assert ("only-alpine" in text) == (m["os"] == "alpine"), text
+    # max-parallel: 1 -> no two combinations ran at the same time.
+    spans = sorted((c.started_at, c.finished_at) for c in kids)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end is not None and start is not None and start >= end, spans
+    after = state.job("after")
+    assert after is not None and after.status == JobStatus.SUCCESS
+    # Outputs: the last combination to finish wins (max-parallel 1: the alpine one).
+    assert "after result=success last=alpine-22" in log_of(ci_stack, after)
+
+    run = runs["failfast.yml"]
+    state = await ci_stack.wait_run(run, within=180)
+    assert state.status == RunStatus.FAILURE, state
+    kids = combinations(state, "t")
+    assert [c.name for c in kids] == ["t-bad", "t-slow1", "t-slow2"]
+    assert [c.status for c in kids] == [JobStatus.FAILURE, JobStatus.CANCELLED, JobStatus.CANCELLED], kids
+    for c in kids[1:]:
+        assert c.error == "cancelled: t-bad failed (fail-fast)", c.error
+    t = state.job("t")
+    assert t is not None and t.status == JobStatus.FAILURE and t.error == "1 of 3 combinations failed"
+    report = state.job("report")
+    assert report is not None and report.status == JobStatus.SUCCESS
+    assert "report t=failure" in log_of(ci_stack, report)
+
+    # Retry of the matrix job: its failed and cancelled combinations run again, then its dependents.
+    response = await ci_start.retry_job(ci_stack.client, run, "t")
+    assert sorted(response.reset_jobs) == ["report", "t", "t-1", "t-2", "t-3"], response
+    state = await ci_stack.wait_run(run, within=180, until=lambda s: s.status == RunStatus.SUCCESS)
+    assert [c.status for c in combinations(state, "t")] == [JobStatus.SUCCESS] * 3
+    report = state.job("report")
+    assert report is not None and "report t=success" in log_of(ci_stack, report)
