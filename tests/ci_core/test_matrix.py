@@ -91,6 +91,8 @@ EXPANSIONS = [
     ),
     Expansion("everything excluded", {"os": ["a"]}, exclude=[{"os": "a"}], error="no combinations"),
     Expansion("too many", {"a": list(range(20)), "b": list(range(20))}, error="at most 256"),
+    # A small file (or fromJSON output) must not multiply into a huge run state.
+    Expansion("too many bytes", {"big": ["x" * 4000], "n": list(range(100))}, error="bytes"),
 ]
 
 

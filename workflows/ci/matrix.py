@@ -13,6 +13,7 @@ earlier include may be overwritten); an entry that fits no combination becomes o
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ from workflows.ci.types.spec import StrategySpec
 # Most combinations one run may create across its matrix jobs (GitHub's per-matrix limit; it
 # also bounds the run's history: every combination is a job).
 MAX_RUN_COMBINATIONS = 256
+# Most bytes (as JSON) all combinations of one matrix (and of one run) may hold: every
+# combination's values are kept in the run's state, and a small matrix from ``fromJSON`` can
+# multiply into a large one.
+MAX_MATRIX_BYTES = 256 * 1024
 
 
 class MatrixError(ValueError):
@@ -53,6 +58,7 @@ def expand_matrix(
     include: Sequence[Mapping[str, Any]] = (),
     exclude: Sequence[Mapping[str, Any]] = (),
     limit: int = 256,
+    max_bytes: int = MAX_MATRIX_BYTES,
 ) -> list[dict[str, Any]]:
     """Every combination, in GitHub's order; ``MatrixError`` when there is none or more than ``limit``."""
     size = 1
@@ -79,6 +85,9 @@ def expand_matrix(
         raise MatrixError("the matrix has no combinations (every one is excluded, or it defines none)")
     if len(combos) > limit:
         raise MatrixError(f"the matrix has {len(combos)} combinations (at most {limit})")
+    size = sum(len(json.dumps(c, default=str)) for c in combos)
+    if size > max_bytes:
+        raise MatrixError(f"the matrix's combinations hold {size} bytes (at most {max_bytes})")
     return combos
 
 
@@ -122,7 +131,9 @@ class ResolvedStrategy:
     max_parallel: int | None
 
 
-def resolve_strategy(strategy: StrategySpec, context: dict[str, Any], limit: int = 256) -> ResolvedStrategy:
+def resolve_strategy(
+    strategy: StrategySpec, context: dict[str, Any], limit: int = 256, max_bytes: int = MAX_MATRIX_BYTES
+) -> ResolvedStrategy:
     """Evaluate ``fromJSON(...)`` and other expressions of a strategy where GitHub does (when the
     job is ready: ``github``, ``needs``, ``inputs``), then expand it. Raises ``MatrixError`` or
     ``ExpressionError`` with a message for the job's error."""
@@ -146,7 +157,7 @@ def resolve_strategy(strategy: StrategySpec, context: dict[str, Any], limit: int
         for name in entry:
             if name not in axes:
                 raise MatrixError(f"exclude names {name!r}, which is not an axis of the matrix")
-    combos = expand_matrix(axes, include, exclude, limit)
+    combos = expand_matrix(axes, include, exclude, limit, max_bytes)
     fail_fast = strategy.fail_fast
     if isinstance(fail_fast, str):
         fail_fast = truthy(evaluate_value(fail_fast, context))

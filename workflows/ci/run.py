@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from datetime import timedelta
 
 from temporalio import workflow
@@ -106,6 +107,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
     from workflows.ci.matrix import (
+        MAX_MATRIX_BYTES,
         MAX_RUN_COMBINATIONS,
         MatrixError,
         ResolvedStrategy,
@@ -699,9 +701,17 @@ class CIRunWorkflow:
         assert spec.strategy is not None
         context = self._strategy_context(job)
         existing = list(job.combinations)
+        # The run's bounds hold across all its matrix jobs (a retried one's own count again).
         others = sum(len(j.combinations) for j in self._state.jobs if j is not job)
+        other_bytes = sum(
+            len(json.dumps(j.matrix, default=str))
+            for j in self._state.jobs
+            if j.matrix_of and j.matrix_of != job.job_id
+        )
         try:
-            resolved = resolve_strategy(spec.strategy, context, MAX_RUN_COMBINATIONS - others)
+            resolved = resolve_strategy(
+                spec.strategy, context, MAX_RUN_COMBINATIONS - others, MAX_MATRIX_BYTES - other_bytes
+            )
             names = [combination_name(spec.name, combo, context) for combo in resolved.combinations]
         except (MatrixError, ExpressionError) as exc:
             self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{job.job_id}.strategy: {exc}")
