@@ -137,6 +137,8 @@ OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "inputs",
 STRATEGY_CONTEXTS = {"github", "needs", "inputs"}
 WORKFLOW_CONCURRENCY_CONTEXTS = {"github", "inputs"}
 JOB_CONCURRENCY_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
+# A job's runs-on, timeout-minutes and continue-on-error, evaluated by the run when it starts.
+JOB_START_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
 # defaults.run.working-directory: a job's defaults may use what its env may (minus secrets).
 WORKFLOW_DEFAULTS_CONTEXTS = {"github", "inputs"}
 JOB_DEFAULTS_CONTEXTS = {"github", "needs", "env", "inputs", "strategy", "matrix"}
@@ -992,6 +994,22 @@ def _refuse_pending(ctx: _Ctx, spec: WorkflowSpec, pending_ok: frozenset[str]) -
             )
 
 
+def _start_expression(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str]) -> str | None:
+    """``timeout-minutes``/``continue-on-error`` written as one ``${{ }}`` (``${{ matrix.x }}``):
+    checked now, evaluated by the run when the job starts. ``None`` for any other value."""
+    if not isinstance(value, str) or "${{" not in value:
+        return None
+    _whole_start_expression(ctx, value, line, key, needs)
+    return value.strip()
+
+
+def _whole_start_expression(ctx: _Ctx, text: str, line: int | None, key: str, needs: list[str]) -> None:
+    found = find_interpolations(text.strip())
+    if len(found) != 1 or found[0][0] != 0 or found[0][1] != len(text.strip()):
+        raise ctx.fail(line, key, "must be a value or a single ${{ }} expression")
+    _check_text(ctx, text, line, key, JOB_START_CONTEXTS, needs)
+
+
 def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefaults) -> JobSpec:
     where = f"jobs.{job_id}"
     if not JOB_ID.match(job_id):
@@ -1009,8 +1027,10 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefau
     runs_on = _string_list(ctx, raw.get("runs-on"), ln("runs-on"), f"{where}.runs-on") if "runs-on" in raw else None
     if runs_on is None:
         raise ctx.fail(raw.line, where, "a job needs 'runs-on'")
-    if not runs_on or any("${{" in label or not label.strip() for label in runs_on):
-        raise ctx.fail(ln("runs-on"), f"{where}.runs-on", "labels must be plain, non-empty strings")
+    if not runs_on or any(not label.strip() for label in runs_on):
+        raise ctx.fail(ln("runs-on"), f"{where}.runs-on", "labels must be non-empty strings")
+    for label in runs_on:
+        _check_text(ctx, label, ln("runs-on"), f"{where}.runs-on", JOB_START_CONTEXTS, needs)
     steps_raw = raw.get("steps")
     if not isinstance(steps_raw, _List) or not steps_raw:
         raise ctx.fail(ln("steps"), f"{where}.steps", "a job needs a non-empty list of steps")
@@ -1042,19 +1062,29 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefau
             text = _scalar_text(ctx, v, kline, f"{where}.outputs.{k}")
             _check_text(ctx, text, kline, f"{where}.outputs.{k}", OUTPUT_CONTEXTS, needs)
             outputs[str(k)] = text
+    name = _scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else job_id
+    _check_text(ctx, name, ln("name"), f"{where}.name", JOB_START_CONTEXTS, needs)
+    timeout_expr = _start_expression(
+        ctx, raw.get("timeout-minutes"), ln("timeout-minutes"), f"{where}.timeout-minutes", needs
+    )
+    continue_expr = _start_expression(
+        ctx, raw.get("continue-on-error"), ln("continue-on-error"), f"{where}.continue-on-error", needs
+    )
     return JobSpec(
         id=job_id,
-        name=_scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else job_id,
+        name=name,
         needs=needs,
         runs_on=runs_on,
         env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", JOB_ENV_CONTEXTS, needs),
         if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", JOB_IF_CONTEXTS, needs) if "if" in raw else None,
         timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
-        if "timeout-minutes" in raw
+        if "timeout-minutes" in raw and timeout_expr is None
         else 360.0,
+        timeout_minutes_expr=timeout_expr,
         continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
-        if "continue-on-error" in raw
+        if "continue-on-error" in raw and continue_expr is None
         else False,
+        continue_on_error_expr=continue_expr,
         outputs=outputs,
         steps=steps,
         network=_bool(ctx, raw["network"], ln("network"), f"{where}.network") if "network" in raw else False,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from activities.ci.spec import WorkflowSpecError, parse_workflow
 from workflows.ci.expressions import ExpressionError
 from workflows.ci.matrix import (
     MatrixError,
@@ -233,3 +234,87 @@ def test_a_resolved_matrix_is_bounded() -> None:
     context = {"needs": {"plan": {"outputs": {"m": '{"a": ' + str(list(range(300))) + "}"}}}}
     with pytest.raises(MatrixError, match="at most"):
         resolve_strategy(big, context)
+
+
+# The parser: where ${{ matrix.x }} may stand outside steps, and what it refuses there -------------
+
+
+def matrix_job(extra: str) -> str:
+    return (
+        "on: push\njobs:\n  a:\n    strategy:\n      matrix:\n        os: [linux]\n"
+        f"{extra}    steps:\n      - run: echo hi\n"
+    )
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    extra: str
+    read: Any = None
+    want: Any = None
+    line: int | None = None
+    key: str = ""
+    words: str = ""
+
+
+PLACEMENTS = [
+    Placement(
+        "runs-on from the matrix",
+        "    runs-on: ${{ matrix.os }}\n",
+        lambda j: j.runs_on,
+        ["${{ matrix.os }}"],
+    ),
+    Placement(
+        "timeout-minutes and continue-on-error from the matrix",
+        "    runs-on: linux\n    timeout-minutes: ${{ matrix.t }}\n    continue-on-error: ${{ matrix.x }}\n",
+        lambda j: (j.timeout_minutes_expr, j.continue_on_error_expr, j.timeout_minutes, j.continue_on_error),
+        ("${{ matrix.t }}", "${{ matrix.x }}", 360.0, False),
+    ),
+    Placement(
+        "a name from the matrix",
+        "    runs-on: linux\n    name: b-${{ matrix.os }}\n",
+        lambda j: j.name,
+        "b-${{ matrix.os }}",
+    ),
+    Placement(
+        "secrets cannot choose a runner",
+        "    runs-on: ${{ secrets.RUNNER }}\n",
+        line=7,
+        key="jobs.a.runs-on",
+        words="secrets",
+    ),
+    Placement(
+        "text around an expression in timeout-minutes",
+        "    runs-on: linux\n    timeout-minutes: ${{ matrix.t }} minutes\n",
+        line=8,
+        key="jobs.a.timeout-minutes",
+        words="single ${{ }}",
+    ),
+    Placement(
+        "env is not available to continue-on-error",
+        "    runs-on: linux\n    continue-on-error: ${{ env.X }}\n",
+        line=8,
+        key="jobs.a.continue-on-error",
+        words="env",
+    ),
+    Placement(
+        "secrets in a job name",
+        "    runs-on: linux\n    name: ${{ secrets.X }}\n",
+        line=8,
+        key="jobs.a.name",
+        words="secrets",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PLACEMENTS, ids=lambda c: c.name)
+def test_matrix_expressions_outside_steps(case: Placement) -> None:
+    path = ".github/workflows/m.yml"
+    if case.key:
+        with pytest.raises(WorkflowSpecError) as err:
+            parse_workflow(path, matrix_job(case.extra))
+        e = err.value.error
+        assert (e.file, e.line, e.key) == (path, case.line, case.key), e
+        assert case.words in e.message, e.message
+        return
+    assert case.read(parse_workflow(path, matrix_job(case.extra)).jobs[0]) == case.want

@@ -98,6 +98,30 @@ def wide_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempP
         yield stack
 
 
+EXPRESSIONS = """
+on: push
+jobs:
+  e:
+    name: e ${{ matrix.os }}/${{ matrix.t }}
+    runs-on: ${{ matrix.os }}
+    timeout-minutes: ${{ matrix.t }}
+    continue-on-error: ${{ matrix.experimental }}
+    strategy:
+      matrix:
+        os: [linux]
+        t: [1]
+        experimental: [false]
+        include:
+          - os: linux
+            t: 2
+            experimental: true
+    steps:
+      - run: |
+          echo "e t=${{ matrix.t }}"
+          if [ "${{ matrix.experimental }}" = true ]; then exit 1; fi
+"""
+
+
 def combinations(state: CIRunState, job_id: str) -> list[JobState]:
     parent = state.job(job_id)
     assert parent is not None
@@ -115,10 +139,29 @@ def log_of(stack: CIStack, job: JobState) -> str:
 async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> None:
     ci_stack = wide_stack
     repo = ci_stack.repo("matrix")
-    sha = repo.commit({".github/workflows/matrix.yml": MATRIX, ".github/workflows/failfast.yml": FAILFAST})
+    sha = repo.commit(
+        {
+            ".github/workflows/matrix.yml": MATRIX,
+            ".github/workflows/failfast.yml": FAILFAST,
+            ".github/workflows/exprs.yml": EXPRESSIONS,
+        }
+    )
     push = await ci_stack.push(repo, sha)
     runs = {r.workflow_path.rsplit("/", 1)[-1]: r.run_id for r in push.runs}
-    assert sorted(runs) == ["failfast.yml", "matrix.yml"], push
+    assert sorted(runs) == ["exprs.yml", "failfast.yml", "matrix.yml"], push
+
+    # runs-on, timeout-minutes and continue-on-error from the matrix: the experimental
+    # combination fails, is allowed to, and neither fails the run nor cancels its sibling.
+    state = await ci_stack.wait_run(runs["exprs.yml"], within=180)
+    assert state.status == RunStatus.SUCCESS, state
+    kids = combinations(state, "e")
+    assert [(c.name, c.runs_on, c.status, c.allowed_failure) for c in kids] == [
+        ("e linux/1", ["linux"], JobStatus.SUCCESS, False),
+        ("e linux/2", ["linux"], JobStatus.FAILURE, True),
+    ]
+    assert "e t=2" in log_of(ci_stack, kids[1])
+    e = state.job("e")
+    assert e is not None and e.status == JobStatus.SUCCESS
 
     state = await ci_stack.wait_run(runs["matrix.yml"], within=180)
     assert state.status == RunStatus.SUCCESS, state

@@ -72,6 +72,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 from datetime import timedelta
 
 from temporalio import workflow
@@ -103,6 +104,7 @@ with workflow.unsafe.imports_passed_through():
         evaluate_condition,
         github_context,
         interpolate,
+        to_text,
         truthy,
     )
     from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
@@ -166,6 +168,12 @@ with workflow.unsafe.imports_passed_through():
         ci_queue,
         orchestration_queue,
     )
+
+# Most characters of a runs-on label a job's expression may yield (a queue name is built from it).
+MAX_LABEL_CHARS = 200
+MAX_LABELS = 16
+# timeout-minutes from an expression is capped like a written one (the parser's cap: 5 days).
+MAX_JOB_MINUTES = 5 * 24 * 60.0
 
 # Attempts granted after this change carry a secrets token (older histories replay without).
 PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
@@ -239,6 +247,8 @@ class CIRunWorkflow:
         self._group_notices: dict[str, GroupOutcome] = {}
         self._preempted: set[str] = set()
         self._job_groups: dict[str, tuple[str, bool]] = {}
+        # Specs as the last round of a job started them, where they differ from the file's.
+        self._round_specs: dict[str, JobSpec] = {}
         # The run's own place in its workflow-level group this round: (group, key).
         self._run_group: tuple[str, str] | None = None
         # Why a job about to end cancelled was cancelled (fail-fast, a concurrency group).
@@ -336,6 +346,7 @@ class CIRunWorkflow:
         return RetryJobResponse(run_id=self._inp.run_id, job_id=req.job_id, round=target.round, reset_jobs=reset)
 
     def _reset_job(self, job: JobState) -> None:
+        self._round_specs.pop(job.job_id, None)
         job.round += 1
         job.status = JobStatus.WAITING
         job.attempt = 0
@@ -574,9 +585,11 @@ class CIRunWorkflow:
                 self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{spec.id}.concurrency: {exc}")
                 return
             job.concurrency_group = self._job_groups[job.job_id][0]
-        if job.matrix_of:
-            # The combination runs as a job of its own: its id (log keys, secrets, attempts) and name.
-            spec = spec.model_copy(update={"id": job.job_id, "name": job.name})
+        try:
+            spec = self._specialise(job, spec)
+        except ExpressionError as exc:
+            self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{spec.id}: {exc}")
+            return
         job.status = JobStatus.QUEUED
         job.queued_at = workflow.now()
         self._snapshots.changed()
@@ -598,6 +611,43 @@ class CIRunWorkflow:
             job_total=job.job_total,
         )
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
+
+    def _specialise(self, job: JobState, spec: JobSpec) -> JobSpec:
+        """The spec this job round runs: a combination as a job of its own (its id for log keys,
+        secrets and attempts; its name), and ``runs-on``, ``timeout-minutes`` and
+        ``continue-on-error`` expressions evaluated (``${{ matrix.x }}``). Kept for the round's
+        result (``continue-on-error``)."""
+        update: dict[str, object] = {}
+        if job.matrix_of:
+            update.update(id=job.job_id, name=job.name)
+        needs_context = any("${{" in label for label in spec.runs_on)
+        if needs_context or spec.timeout_minutes_expr or spec.continue_on_error_expr:
+            context = self._job_group_context(job)
+            if needs_context:
+                labels: list[str] = []
+                for label in spec.runs_on:
+                    value = evaluate_value(label, dict(context))
+                    labels.extend(to_text(v) for v in (value if isinstance(value, list) else [value]))
+                if not 0 < len(labels) <= MAX_LABELS or any(not x.strip() or len(x) > MAX_LABEL_CHARS for x in labels):
+                    raise ExpressionError(f"runs-on evaluated to {labels!r}: labels must be non-empty and short")
+                update["runs_on"] = labels
+                job.runs_on = labels
+            if spec.timeout_minutes_expr:
+                minutes = evaluate_value(spec.timeout_minutes_expr, dict(context))
+                try:
+                    number = float(minutes)
+                except (TypeError, ValueError):
+                    number = math.nan
+                if not number > 0:
+                    raise ExpressionError(f"timeout-minutes evaluated to {minutes!r}, not a positive number")
+                update["timeout_minutes"] = min(number, MAX_JOB_MINUTES)
+            if spec.continue_on_error_expr:
+                update["continue_on_error"] = truthy(evaluate_value(spec.continue_on_error_expr, dict(context)))
+        if not update:
+            return spec
+        specialised = spec.model_copy(update=update)
+        self._round_specs[job.job_id] = specialised
+        return specialised
 
     def _start_activity(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
         inp = self._inp
@@ -992,7 +1042,8 @@ class CIRunWorkflow:
             job.error = error
         if status == JobStatus.CANCELLED and job.job_id in self._cancel_reasons:
             job.error = self._cancel_reasons.pop(job.job_id)
-        spec = self._spec_of(job.job_id)
+        # As the round ran it: continue-on-error may have come from an expression.
+        spec = self._round_specs.get(job.job_id) or self._spec_of(job.job_id)
         job.allowed_failure = status == JobStatus.FAILURE and spec is not None and spec.continue_on_error
         self._dirty = True
         self._snapshots.changed()
