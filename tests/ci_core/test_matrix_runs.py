@@ -66,7 +66,7 @@ jobs:
       m: ${{ steps.p.outputs.m }}
     steps:
       - id: p
-        run: echo 'm={"v":["bad","slow1","slow2"]}' >> "$GITHUB_OUTPUT"
+        run: echo 'm={"v":["bad","slow","held"]}' >> "$GITHUB_OUTPUT"
   t:
     needs: plan
     name: t-${{ matrix.v }}
@@ -79,7 +79,7 @@ jobs:
           echo "t ${{ matrix.v }} attempt $GITHUB_RUN_ATTEMPT"
           if [ "$GITHUB_RUN_ATTEMPT" = 1 ]; then
             if [ "${{ matrix.v }}" = bad ]; then sleep 1; exit 3; fi
-            sleep 60
+            if [ "${{ matrix.v }}" = slow ]; then sleep 60; fi
           fi
   report:
     needs: t
@@ -194,7 +194,8 @@ async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> N
     state = await ci_stack.wait_run(run, within=180)
     assert state.status == RunStatus.FAILURE, state
     kids = combinations(state, "t")
-    assert [c.name for c in kids] == ["t-bad", "t-slow1", "t-slow2"]
+    # t-held never started: max-parallel held it back, fail-fast cancelled it.
+    assert [c.name for c in kids] == ["t-bad", "t-slow", "t-held"]
     assert [c.status for c in kids] == [JobStatus.FAILURE, JobStatus.CANCELLED, JobStatus.CANCELLED], kids
     for c in kids[1:]:
         assert c.error == "cancelled: t-bad failed (fail-fast)", c.error
@@ -204,9 +205,20 @@ async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> N
     assert report is not None and report.status == JobStatus.SUCCESS
     assert "report t=failure" in log_of(ci_stack, report)
 
+    assert not kids[2].attempts, kids[2]
+
+    # Retry of the failed combination alone: it passes now, its siblings stay cancelled, so the
+    # matrix job is cancelled; its dependent runs again and sees that.
+    response = await ci_start.retry_job(ci_stack.client, run, "t-1")
+    assert sorted(response.reset_jobs) == ["report", "t", "t-1"], response
+    state = await ci_stack.wait_run(run, within=120, until=lambda s: s.status != RunStatus.IN_PROGRESS)
+    assert [c.status for c in combinations(state, "t")] == [JobStatus.SUCCESS, JobStatus.CANCELLED, JobStatus.CANCELLED]
+    report = state.job("report")
+    assert report is not None and "report t=cancelled" in log_of(ci_stack, report)
+
     # Retry of the matrix job: its failed and cancelled combinations run again, then its dependents.
     response = await ci_start.retry_job(ci_stack.client, run, "t")
-    assert sorted(response.reset_jobs) == ["report", "t", "t-1", "t-2", "t-3"], response
+    assert sorted(response.reset_jobs) == ["report", "t", "t-2", "t-3"], response
     state = await ci_stack.wait_run(run, within=180, until=lambda s: s.status == RunStatus.SUCCESS)
     assert [c.status for c in combinations(state, "t")] == [JobStatus.SUCCESS] * 3
     report = state.job("report")
