@@ -6,6 +6,8 @@
   a third push replaces it (the second is cancelled, the group's pending member is the third),
   and the third runs after the first.
 * Another tenant naming the same group is never held back by, nor holds back, tenant A's.
+* The group outlives its orchestration worker: killed (SIGKILL) while a job holds the group and
+  another waits, a new worker carries on and the waiting job runs after the holder.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
 
 from leasehold.client.ci import start as ci_start
-from leasehold.testing.harness import register_repo_row
-from tests.ci_core.conftest import CIStack, Repo, git
+from leasehold.storage import open_store
+from leasehold.testing.harness import register_repo_row, start_worker
+from tests.ci_core.conftest import CIStack, Repo, ci_settings, git
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow, group_workflow_id
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.types.concurrency import GroupState
@@ -165,3 +171,38 @@ async def test_a_newer_pending_job_replaces_the_older_and_tenants_do_not_share(c
     assert three_job.started_at is not None and one_job.finished_at is not None
     assert three_job.started_at >= one_job.finished_at
     assert three_job.concurrency_group == "deploy-prod"
+
+
+async def test_a_group_survives_an_orchestration_worker_restart(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    settings = ci_settings(tmp_path, temporal_env.client.service_client.config.target_host)
+    logs = tmp_path / "logs"
+    orchestration = start_worker(settings, "orchestration", logs).wait_healthy(60)
+    ci = start_worker(settings, "ci", logs, "--labels", "linux").wait_healthy(60)
+    try:
+        stack = CIStack(settings, temporal_env.client, open_store(settings), logs, tmp_path)
+        repo = stack.repo("restart")
+        first = await push_run(stack, repo, QUEUED.format(tag="one", sleep=8))
+        await eventually(lambda: job_status(stack, first, JobStatus.IN_PROGRESS))
+        second = await push_run(stack, repo, QUEUED.format(tag="two", sleep=0))
+
+        async def second_pending() -> bool:
+            state = await group_state(stack, "tenant-a", "deploy-prod")
+            return state.pending is not None and state.pending.holder == run_workflow_id(second)
+
+        await eventually(second_pending)
+        orchestration.kill9()
+        orchestration = start_worker(settings, "orchestration", logs).wait_healthy(60)
+
+        one = await stack.wait_run(first, within=90)
+        two = await stack.wait_run(second, within=90)
+        assert one.status == RunStatus.SUCCESS and two.status == RunStatus.SUCCESS, (one, two)
+        one_job, two_job = one.job("d"), two.job("d")
+        assert one_job is not None and two_job is not None
+        assert one_job.finished_at is not None and two_job.started_at is not None
+        assert two_job.started_at >= one_job.finished_at
+        assert "deploy two" in job_log(stack, two)
+    finally:
+        orchestration.stop()
+        ci.stop()
