@@ -347,6 +347,7 @@ class CIRunWorkflow:
 
     def _reset_job(self, job: JobState) -> None:
         self._round_specs.pop(job.job_id, None)
+        self._cancel_reasons.pop(job.job_id, None)
         job.round += 1
         job.status = JobStatus.WAITING
         job.attempt = 0
@@ -1049,6 +1050,14 @@ class CIRunWorkflow:
         self._snapshots.changed()
         if job.matrix_of:
             self._combination_finished(job)
+        for child_id in job.combinations:
+            # A matrix job that ended before its combinations did (skipped, cancelled, or failed
+            # to expand again on a retry): none of them may stay waiting in a finished run.
+            child = self._state.job(child_id)
+            if child is not None and child.status not in JOB_FINAL_STATUSES:
+                child.status = JobStatus.SKIPPED if status == JobStatus.SUCCESS else status
+                child.finished_at = workflow.now()
+                child.error = f"its matrix job ended {status.value}"
 
     def _finish(self) -> None:
         state = self._state
