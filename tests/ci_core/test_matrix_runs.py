@@ -6,6 +6,8 @@ values and a dependent job sees the aggregated result and the outputs. ``failfas
 matrix from ``fromJSON`` over a job's output, one combination fails and fail-fast cancels the
 others (one running, one held back by ``max-parallel``); an ``always()`` job sees ``failure``;
 retrying the matrix job runs its failed and cancelled combinations again, then the dependent.
+``exprs.yml``: ``runs-on``, ``timeout-minutes`` and ``continue-on-error`` from the matrix.
+``replan.yml``: retrying the job a matrix job needs expands that matrix job again.
 """
 
 from __future__ import annotations
@@ -122,6 +124,33 @@ jobs:
 """
 
 
+# plan fails after writing a three-value matrix; t (always()) expands it. Retrying plan writes
+# two values: t expands again, reusing t-1 and t-2, and t-3 is no longer a combination.
+REPLAN = """
+on: push
+jobs:
+  plan:
+    runs-on: linux
+    outputs:
+      m: ${{ steps.p.outputs.m }}
+    steps:
+      - id: p
+        run: |
+          m='{"v":[1,2]}'
+          if [ "$GITHUB_RUN_ATTEMPT" = 1 ]; then m='{"v":[1,2,3]}'; fi
+          echo "m=$m" >> "$GITHUB_OUTPUT"
+      - run: test "$GITHUB_RUN_ATTEMPT" != 1
+  t:
+    needs: plan
+    if: always()
+    runs-on: linux
+    strategy:
+      matrix: ${{ fromJSON(needs.plan.outputs.m) }}
+    steps:
+      - run: echo "v=${{ matrix.v }}"
+"""
+
+
 def combinations(state: CIRunState, job_id: str) -> list[JobState]:
     parent = state.job(job_id)
     assert parent is not None
@@ -144,11 +173,12 @@ async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> N
             ".github/workflows/matrix.yml": MATRIX,
             ".github/workflows/failfast.yml": FAILFAST,
             ".github/workflows/exprs.yml": EXPRESSIONS,
+            ".github/workflows/replan.yml": REPLAN,
         }
     )
     push = await ci_stack.push(repo, sha)
     runs = {r.workflow_path.rsplit("/", 1)[-1]: r.run_id for r in push.runs}
-    assert sorted(runs) == ["exprs.yml", "failfast.yml", "matrix.yml"], push
+    assert sorted(runs) == ["exprs.yml", "failfast.yml", "matrix.yml", "replan.yml"], push
 
     # runs-on, timeout-minutes and continue-on-error from the matrix: the experimental
     # combination fails, is allowed to, and neither fails the run nor cancels its sibling.
@@ -223,3 +253,22 @@ async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> N
     assert [c.status for c in combinations(state, "t")] == [JobStatus.SUCCESS] * 3
     report = state.job("report")
     assert report is not None and "report t=success" in log_of(ci_stack, report)
+
+    # A dependent matrix job expands again when the job it needs is retried.
+    run = runs["replan.yml"]
+    state = await ci_stack.wait_run(run, within=120)
+    assert state.status == RunStatus.FAILURE, state
+    assert [c.matrix for c in combinations(state, "t")] == [{"v": 1}, {"v": 2}, {"v": 3}]
+    response = await ci_start.retry_job(ci_stack.client, run, "plan")
+    assert sorted(response.reset_jobs) == ["plan", "t", "t-1", "t-2", "t-3"], response
+    state = await ci_stack.wait_run(run, within=120, until=lambda s: s.status == RunStatus.SUCCESS)
+    kids = combinations(state, "t")
+    assert [(c.job_id, c.matrix, c.status) for c in kids] == [
+        ("t-1", {"v": 1}, JobStatus.SUCCESS),
+        ("t-2", {"v": 2}, JobStatus.SUCCESS),
+        ("t-3", {"v": 3}, JobStatus.SKIPPED),
+    ]
+    assert kids[2].error == "no longer a combination of the matrix"
+    assert [c.job_total for c in kids[:2]] == [2, 2]
+    t = state.job("t")
+    assert t is not None and t.status == JobStatus.SUCCESS

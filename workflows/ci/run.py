@@ -42,6 +42,19 @@ How the API drives CI (the contract; ``leasehold/client/ci/start.py`` wraps each
   awaiting approval, or a user outside the environment's approvers. Every decision (who, when,
   approve/reject, comment, round) stays in ``JobState.approvals``. Cancelling the run cancels
   jobs awaiting approval.
+* **Matrix**: a job with ``strategy.matrix`` is expanded when it becomes ready (its ``needs``
+  final, its ``if`` true): the strategy is evaluated then (``fromJSON`` over ``needs`` outputs,
+  ``github``, ``inputs``), and one ``JobState`` per combination (id ``<job>-<n>``, GitHub's
+  name, ``matrix_of``, ``matrix``, ``job_index``, ``job_total``) is listed after the matrix
+  job's own, which aggregates them (``matrix.aggregate_result``; outputs merged in finishing
+  order). ``fail-fast`` cancels the siblings of a failed combination; ``max-parallel`` holds
+  the rest waiting. Retrying a combination re-runs it; retrying the matrix job re-runs its
+  failed and cancelled ones; a retried dependent matrix job expands again.
+* **Concurrency**: ``concurrency:`` makes the run (workflow level, before any job) or a job
+  round (job level, before its slot) a member of ``CIConcurrencyGroupWorkflow`` for
+  tenant + group: granted, superseded while pending (ends cancelled without running), or
+  preempted by ``cancel-in-progress`` (cancelled like a cancel request). Membership is
+  released on every way out, like the tenant cap's slot.
 * **Logs**: attempt ``n`` of job ``j`` writes raw output chunks to
   ``ci/<tenant>/<run id>/<job id>/attempt-<n>/<seq:08d>.log`` (seq from 0, gap-free, each an
   atomic write-once put, every ~0.5 s or 64 KiB). A chunk that could not be stored after
