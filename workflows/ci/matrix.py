@@ -25,6 +25,8 @@ from workflows.ci.types.spec import StrategySpec
 # Most combinations one run may create across its matrix jobs (GitHub's per-matrix limit; it
 # also bounds the run's history: every combination is a job).
 MAX_RUN_COMBINATIONS = 256
+# Longest combination name kept (the rest is cut, with "...").
+MAX_NAME_CHARS = 256
 # Most bytes (as JSON) all combinations of one matrix (and of one run) may hold: every
 # combination's values are kept in the run's state, and a small matrix from ``fromJSON`` can
 # multiply into a large one.
@@ -178,10 +180,13 @@ def combination_name(name: str, matrix: Mapping[str, Any], context: dict[str, An
     interpolated (with ``matrix`` in its context); otherwise the values follow in brackets,
     ``build (ubuntu, 18)``."""
     if "${{" in name:
-        return interpolate(name, {**context, "matrix": dict(matrix)})
-    if not matrix:
-        return name
-    return f"{name} ({', '.join(to_text(v) for v in matrix.values())})"
+        shown = interpolate(name, {**context, "matrix": dict(matrix)})
+    elif not matrix:
+        shown = name
+    else:
+        shown = f"{name} ({', '.join(to_text(v) for v in matrix.values())})"
+    # Every combination's name is kept in the run's state: an expression must not make it huge.
+    return shown if len(shown) <= MAX_NAME_CHARS else shown[: MAX_NAME_CHARS - 3] + "..."
 
 
 def combination_ids(job_id: str, count: int, taken: set[str], start: int = 1) -> list[str]:
