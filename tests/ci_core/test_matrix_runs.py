@@ -48,7 +48,7 @@ jobs:
       - id: o
         run: |
           echo "combo os=${{ matrix.os }} node=$NODE extra=${{ matrix.extra }}"
-          echo "index=${{ strategy.job-index }}/${{ strategy.job-total }}"
+          echo "index=${{ strategy.job-index }}/${{ strategy.job-total }} job=$GITHUB_JOB/${{ github.job }}/$CI_JOB"
           echo "v=${{ matrix.os }}-${{ matrix.node }}" >> "$GITHUB_OUTPUT"
       - if: ${{ matrix.os == 'alpine' }}
         run: echo only-alpine
@@ -210,6 +210,7 @@ async def test_matrix_combinations_fail_fast_and_retry(wide_stack: CIStack) -> N
         text = log_of(ci_stack, c)
         m = c.matrix
         assert f"combo os={m['os']} node={m['node']} extra={m.get('extra', '')}\nindex={i}/4" in text, text
+        assert f"job=build/build/build-{i + 1}" in text, text
         assert ("only-alpine" in text) == (m["os"] == "alpine"), text
     # max-parallel: 1 -> no two combinations ran at the same time.
     spans = sorted((c.started_at, c.finished_at) for c in kids)

@@ -623,6 +623,7 @@ class CIRunWorkflow:
             matrix=dict(job.matrix),
             job_index=job.job_index,
             job_total=job.job_total,
+            matrix_job_id=job.matrix_of,
         )
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
 
