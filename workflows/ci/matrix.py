@@ -25,8 +25,8 @@ from workflows.ci.types.spec import StrategySpec
 # Most combinations one run may create across its matrix jobs (GitHub's per-matrix limit; it
 # also bounds the run's history: every combination is a job).
 MAX_RUN_COMBINATIONS = 256
-# Longest combination name kept (the rest is cut, with "...").
-MAX_NAME_CHARS = 256
+# Longest combination name kept (the rest is cut, with "..."); the read model keeps 255.
+MAX_NAME_CHARS = 200
 # Most bytes (as JSON) all combinations of one matrix (and of one run) may hold: every
 # combination's values are kept in the run's state, and a small matrix from ``fromJSON`` can
 # multiply into a large one.
