@@ -25,6 +25,7 @@ from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
 from orchestrator.lifecycle_schedules import ensure_lifecycle_schedules
+from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
@@ -43,6 +44,7 @@ WORKFLOWS: list[type] = [
     CIPushWorkflow,
     CIRunWorkflow,
     CITenantSemaphoreWorkflow,
+    CIConcurrencyGroupWorkflow,
     CIReconcileWorkflow,
     VideoExpiryWorkflow,
     VideoOrphanSweepWorkflow,

@@ -605,7 +605,8 @@ class _Attempt:
             "GITHUB_WORKSPACE": f"{m}/work",
             "GITHUB_RUN_ID": inp.run_id,
             "GITHUB_RUN_ATTEMPT": str(self.attempt),
-            "GITHUB_JOB": self.job.id,
+            # A combination's job id is its matrix job's, as on GitHub (``CI_JOB`` is its own).
+            "GITHUB_JOB": self.inp.matrix_job_id or self.job.id,
             "GITHUB_WORKFLOW": inp.workflow_name,
             "GITHUB_EVENT_NAME": inp.push.event,
             "GITHUB_EVENT_PATH": f"{m}/runner/event.json",
@@ -629,7 +630,7 @@ class _Attempt:
             event_path=f"{self.mount}/runner/event.json",
             run_number=str(inp.run_number or 1),
             run_attempt=str(self.attempt),
-            job=self.job.id,
+            job=inp.matrix_job_id or self.job.id,
             workflow_ref=f"{push.repo_full_name}/{inp.workflow_path}@{push.ref}",
         )
         return {

@@ -122,10 +122,6 @@ PERMISSION_LIMITS = {"id-token": {"write", "none"}, "models": {"read", "none"}}
 # Most jobs one matrix may expand to (GitHub's limit).
 MAX_MATRIX_JOBS = 256
 
-# Parsed and validated, but not run yet: a file that uses one is refused (after the whole file
-# parsed, so the message is about the feature, not an earlier parse error). A later change
-# that implements one passes it in ``parse_workflow(pending_ok=...)`` or drops it here.
-PENDING_FEATURES = frozenset({"matrix", "concurrency"})
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
 WORKFLOW_ENV_CONTEXTS = {"github", "secrets", "inputs"}
@@ -137,6 +133,8 @@ OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "inputs",
 STRATEGY_CONTEXTS = {"github", "needs", "inputs"}
 WORKFLOW_CONCURRENCY_CONTEXTS = {"github", "inputs"}
 JOB_CONCURRENCY_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
+# A job's runs-on, timeout-minutes and continue-on-error, evaluated by the run when it starts.
+JOB_START_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
 # defaults.run.working-directory: a job's defaults may use what its env may (minus secrets).
 WORKFLOW_DEFAULTS_CONTEXTS = {"github", "inputs"}
 JOB_DEFAULTS_CONTEXTS = {"github", "needs", "env", "inputs", "strategy", "matrix"}
@@ -994,18 +992,20 @@ def _permissions(ctx: _Ctx, raw: Any, line: int | None, where: str) -> str | dic
     return kept
 
 
-def _refuse_pending(ctx: _Ctx, spec: WorkflowSpec, pending_ok: frozenset[str]) -> None:
-    """Refuse what parsed but does not run yet (``PENDING_FEATURES``), naming its line and key."""
-    refused = PENDING_FEATURES - pending_ok
-    if "concurrency" in refused and spec.concurrency is not None:
-        raise ctx.fail(spec.concurrency.line, "concurrency", "concurrency groups are not supported yet")
-    for job in spec.jobs:
-        if "matrix" in refused and job.strategy is not None:
-            raise ctx.fail(job.strategy.line, f"jobs.{job.id}.strategy", "matrix runs are not supported yet")
-        if "concurrency" in refused and job.concurrency is not None:
-            raise ctx.fail(
-                job.concurrency.line, f"jobs.{job.id}.concurrency", "concurrency groups are not supported yet"
-            )
+def _start_expression(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str]) -> str | None:
+    """``timeout-minutes``/``continue-on-error`` written as one ``${{ }}`` (``${{ matrix.x }}``):
+    checked now, evaluated by the run when the job starts. ``None`` for any other value."""
+    if not isinstance(value, str) or "${{" not in value:
+        return None
+    _whole_start_expression(ctx, value, line, key, needs)
+    return value.strip()
+
+
+def _whole_start_expression(ctx: _Ctx, text: str, line: int | None, key: str, needs: list[str]) -> None:
+    found = find_interpolations(text.strip())
+    if len(found) != 1 or found[0][0] != 0 or found[0][1] != len(text.strip()):
+        raise ctx.fail(line, key, "must be a value or a single ${{ }} expression")
+    _check_text(ctx, text, line, key, JOB_START_CONTEXTS, needs)
 
 
 def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefaults) -> JobSpec:
@@ -1025,8 +1025,10 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefau
     runs_on = _string_list(ctx, raw.get("runs-on"), ln("runs-on"), f"{where}.runs-on") if "runs-on" in raw else None
     if runs_on is None:
         raise ctx.fail(raw.line, where, "a job needs 'runs-on'")
-    if not runs_on or any("${{" in label or not label.strip() for label in runs_on):
-        raise ctx.fail(ln("runs-on"), f"{where}.runs-on", "labels must be plain, non-empty strings")
+    if not runs_on or any(not label.strip() for label in runs_on):
+        raise ctx.fail(ln("runs-on"), f"{where}.runs-on", "labels must be non-empty strings")
+    for label in runs_on:
+        _check_text(ctx, label, ln("runs-on"), f"{where}.runs-on", JOB_START_CONTEXTS, needs)
     steps_raw = raw.get("steps")
     if not isinstance(steps_raw, _List) or not steps_raw:
         raise ctx.fail(ln("steps"), f"{where}.steps", "a job needs a non-empty list of steps")
@@ -1058,19 +1060,29 @@ def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefau
             text = _scalar_text(ctx, v, kline, f"{where}.outputs.{k}")
             _check_text(ctx, text, kline, f"{where}.outputs.{k}", OUTPUT_CONTEXTS, needs)
             outputs[str(k)] = text
+    name = _scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else job_id
+    _check_text(ctx, name, ln("name"), f"{where}.name", JOB_START_CONTEXTS, needs)
+    timeout_expr = _start_expression(
+        ctx, raw.get("timeout-minutes"), ln("timeout-minutes"), f"{where}.timeout-minutes", needs
+    )
+    continue_expr = _start_expression(
+        ctx, raw.get("continue-on-error"), ln("continue-on-error"), f"{where}.continue-on-error", needs
+    )
     return JobSpec(
         id=job_id,
-        name=_scalar_text(ctx, raw["name"], ln("name"), f"{where}.name") if "name" in raw else job_id,
+        name=name,
         needs=needs,
         runs_on=runs_on,
         env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", JOB_ENV_CONTEXTS, needs),
         if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", JOB_IF_CONTEXTS, needs) if "if" in raw else None,
         timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
-        if "timeout-minutes" in raw
+        if "timeout-minutes" in raw and timeout_expr is None
         else 360.0,
+        timeout_minutes_expr=timeout_expr,
         continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
-        if "continue-on-error" in raw
+        if "continue-on-error" in raw and continue_expr is None
         else False,
+        continue_on_error_expr=continue_expr,
         outputs=outputs,
         steps=steps,
         network=_bool(ctx, raw["network"], ln("network"), f"{where}.network") if "network" in raw else False,
@@ -1125,15 +1137,11 @@ def _check_graph(ctx: _Ctx, jobs: list[JobSpec], lines: dict[str, int | None]) -
             visit(job.id)
 
 
-def parse_workflow(path: str, text: str | bytes, pending_ok: frozenset[str] = frozenset()) -> WorkflowSpec:
+def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
     """Parse and validate one workflow file; raises ``WorkflowSpecError`` and nothing else,
-    whatever the bytes: one bad file must fail its own run, never the push's listing.
-
-    ``pending_ok`` names ``PENDING_FEATURES`` to accept (parsed into the spec) instead of refusing."""
+    whatever the bytes: one bad file must fail its own run, never the push's listing."""
     try:
-        spec = _parse_workflow(path, text)
-        _refuse_pending(_Ctx(path), spec, pending_ok)
-        return spec
+        return _parse_workflow(path, text)
     except WorkflowSpecError:
         raise
     except RecursionError:

@@ -132,10 +132,9 @@ def ci_settings(tmp: Path, address: str, **extra: object) -> Settings:
         temporal_address=address,
         queue_prefix=unique_prefix(),
         api_port=free_port(),
-        ci_max_concurrent_jobs=2,
         ci_log_flush_seconds=0.3,
         # The tests' repositories live under tmp (the data dir inside it stays refused).
-        **{"ci_local_repo_root": tmp, **extra},  # type: ignore[arg-type]
+        **{"ci_local_repo_root": tmp, "ci_max_concurrent_jobs": 2, **extra},  # type: ignore[arg-type]
     )
 
 

@@ -25,9 +25,10 @@ from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.environments import set_environment
 from leasehold.testing.temporal import start_local_environment
-from tests.ci_core import test_control
+from tests.ci_core import test_concurrency, test_control, test_matrix_runs
 from tests.ci_core.conftest import CIStack, Repo, engine_stack
 from tests.ci_tenancy import test_approvals
+from workflows.ci.concurrency import CIConcurrencyGroupWorkflow, group_workflow_id
 from workflows.ci.ids import push_workflow_id, run_workflow_id
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
@@ -279,6 +280,46 @@ async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[t
     result = await reconcile.result()
     assert [p.commit_sha for p in result.pushes] == [sha] and not result.errors, result
     out["reconcile-one_repo"] = reconcile
+
+    # A matrix job (include/exclude, max-parallel 1) and a dependent seeing the aggregate.
+    rid = await one_run(stack, "matrix", test_matrix_runs.MATRIX)
+    assert (await run_handle(client, rid).result()).status == RunStatus.SUCCESS
+    out["run-matrix"] = run_handle(client, rid)
+
+    # A matrix from fromJSON: one combination fails, fail-fast cancels the others; the matrix
+    # job is retried (its failed and cancelled combinations run again).
+    rid = await one_run(stack, "failfast", test_matrix_runs.FAILFAST, retry_window=30.0)
+    await until("failfast: report ran", lambda: job_is(stack, rid, "report", JobStatus.SUCCESS))
+    await ci_start.retry_job(client, rid, "t", requested_by="recorder")
+    await until("failfast: retried", lambda: job_is(stack, rid, "t", JobStatus.SUCCESS))
+    await until("failfast: report again", lambda: job_is(stack, rid, "report", JobStatus.SUCCESS))
+    await ci_start.cancel_run(client, rid)
+    assert (await run_handle(client, rid).result()).status == RunStatus.SUCCESS
+    out["run-matrix_failfast_retried"] = run_handle(client, rid)
+
+    # A workflow-level concurrency group with cancel-in-progress: the second push's run cancels
+    # the first while its job runs, then runs once the first let go (the group keeps running).
+    repo = stack.repo("concurrency")
+    text = test_concurrency.CANCEL_IN_PROGRESS
+    _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: text.format(tag="one", sleep=60)}))
+    first = state.runs[0].run_id
+    await until("concurrency: first running", lambda: job_is(stack, first, "d", JobStatus.IN_PROGRESS))
+    _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: text.format(tag="two", sleep=0)}))
+    second = state.runs[0].run_id
+    assert (await run_handle(client, first).result()).status == RunStatus.CANCELLED
+    assert (await run_handle(client, second).result()).status == RunStatus.SUCCESS
+    out["run-concurrency_preempted"] = run_handle(client, first)
+    out["run-concurrency_granted"] = run_handle(client, second)
+    group = client.get_workflow_handle_for(
+        CIConcurrencyGroupWorkflow.run, group_workflow_id(TENANT, "cip-refs/heads/main")
+    )
+
+    async def group_idle() -> bool:
+        st = await group.query(CIConcurrencyGroupWorkflow.state)
+        return st.running is None and st.pending is None and st.granted_total == 2
+
+    await until("concurrency group: both released", group_idle)
+    out["concurrency-group"] = group
     return out
 
 

@@ -21,13 +21,14 @@ from activities.ci.job import CIJobActivities
 from activities.ci.listing import CIListingActivities
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.reconcile import CIReconcileActivities
+from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
-WORKFLOWS = [CIPushWorkflow, CIRunWorkflow, CITenantSemaphoreWorkflow, CIReconcileWorkflow]
+WORKFLOWS = [CIPushWorkflow, CIRunWorkflow, CITenantSemaphoreWorkflow, CIConcurrencyGroupWorkflow, CIReconcileWorkflow]
 RECORDED = sorted(HISTORIES.glob("*.json"))
 # Activity names as histories hold them -> the activity that serves each today. A task scheduled
 # by older code may still be picked up by a worker running this code.

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from activities.ci.job import MAX_STEP_SUMMARY_BYTES, shell_argv
-from activities.ci.spec import PENDING_FEATURES, WorkflowSpecError, parse_workflow
+from activities.ci.spec import WorkflowSpecError, parse_workflow
 from leasehold.client.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from workflows.ci.event import (
@@ -36,8 +36,6 @@ from workflows.ci.matrix import MatrixError, expand_matrix
 from workflows.ci.types.push import PullRequestInfo, PushContext, PushStatus
 from workflows.ci.types.run import RunStatus
 from workflows.ci.types.spec import WorkflowSpec
-
-ALL = frozenset(PENDING_FEATURES)
 
 
 def wf(jobs: str, top: str = "", on: str = "on: push\n") -> str:
@@ -188,7 +186,6 @@ CASES = [
             "fail_fast": False,
             "max_parallel": 2,
         },
-        pending_ok=ALL,
     ),
     Case(
         "fromJSON in an axis, in include and for the whole matrix",
@@ -205,14 +202,12 @@ CASES = [
         ),
         lambda s: (s.jobs[0].strategy.matrix_expression, s.jobs[1].strategy.axes, s.jobs[1].strategy.include),
         ("${{ fromJSON(needs.a.outputs.m) }}", {"os": '${{ fromJSON(\'["x","y"]\') }}'}, "${{ fromJSON('[]') }}"),
-        pending_ok=ALL,
     ),
     Case(
-        "matrix runs are refused at the end, naming the strategy",
+        "matrix runs are accepted without opting in",
         wf(job("    strategy:\n      matrix:\n        os: [a]\n")),
-        line=5,
-        key="jobs.a.strategy",
-        words="matrix runs are not supported yet",
+        lambda s: s.jobs[0].strategy.axes,
+        {"os": ["a"]},
     ),
     Case(
         "a parse error in a matrix file is still reported as such",
@@ -338,28 +333,24 @@ CASES = [
         wf(job(), top="concurrency: ci-${{ github.ref }}\n"),
         lambda s: (s.concurrency.group, s.concurrency.cancel_in_progress),
         ("ci-${{ github.ref }}", False),
-        pending_ok=ALL,
     ),
     Case(
         "job concurrency as a mapping",
         wf(job("    concurrency:\n      group: deploy\n      cancel-in-progress: ${{ github.ref != 'main' }}\n")),
         lambda s: (s.jobs[0].concurrency.group, s.jobs[0].concurrency.cancel_in_progress),
         ("deploy", "${{ github.ref != 'main' }}"),
-        pending_ok=ALL,
     ),
     Case(
-        "concurrency is refused until the engine runs it",
+        "workflow concurrency is accepted without opting in",
         wf(job(), top="concurrency: g\n"),
-        line=2,
-        key="concurrency",
-        words="not supported yet",
+        lambda s: s.concurrency.group,
+        "g",
     ),
     Case(
-        "job concurrency is refused until the engine runs it",
+        "job concurrency is accepted without opting in",
         wf(job("    concurrency: g\n")),
-        line=5,
-        key="jobs.a.concurrency",
-        words="not supported yet",
+        lambda s: s.jobs[0].concurrency.group,
+        "g",
     ),
     Case(
         "a concurrency mapping needs a group",
@@ -418,14 +409,12 @@ CASES = [
         wf(job(), on="on:\n  push:\n    branches: [main]\n    paths: ['src/**', '!src/docs/**']\n"),
         lambda s: (s.on_push.paths, s.on_push.paths_ignore, s.on_push.branches),
         (["src/**", "!src/docs/**"], None, ["main"]),
-        pending_ok=ALL,
     ),
     Case(
         "paths-ignore parses",
         wf(job(), on="on:\n  push:\n    paths-ignore: docs/**\n"),
         lambda s: s.on_push.paths_ignore,
         ["docs/**"],
-        pending_ok=ALL,
     ),
     Case(
         "path filters are accepted without pending_ok (pushes are filtered by them)",

@@ -78,10 +78,10 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
             "uses",
         ),
         (
-            wf("  a:\n    runs-on: linux\n    strategy:\n      matrix: {x: [1]}\n    steps:\n      - run: x\n"),
+            wf("  a:\n    runs-on: linux\n    strategy:\n      fail-fast: true\n    steps:\n      - run: x\n"),
             5,
             "jobs.a.strategy",
-            "matrix",
+            "needs a 'matrix'",
         ),
         (
             wf("  a:\n    runs-on: linux\n    services:\n      db: {image: x}\n    steps:\n      - run: x\n"),

@@ -42,6 +42,19 @@ How the API drives CI (the contract; ``leasehold/client/ci/start.py`` wraps each
   awaiting approval, or a user outside the environment's approvers. Every decision (who, when,
   approve/reject, comment, round) stays in ``JobState.approvals``. Cancelling the run cancels
   jobs awaiting approval.
+* **Matrix**: a job with ``strategy.matrix`` is expanded when it becomes ready (its ``needs``
+  final, its ``if`` true): the strategy is evaluated then (``fromJSON`` over ``needs`` outputs,
+  ``github``, ``inputs``), and one ``JobState`` per combination (id ``<job>-<n>``, GitHub's
+  name, ``matrix_of``, ``matrix``, ``job_index``, ``job_total``) is listed after the matrix
+  job's own, which aggregates them (``matrix.aggregate_result``; outputs merged in finishing
+  order). ``fail-fast`` cancels the siblings of a failed combination; ``max-parallel`` holds
+  the rest waiting. Retrying a combination re-runs it; retrying the matrix job re-runs its
+  failed and cancelled ones; a retried dependent matrix job expands again.
+* **Concurrency**: ``concurrency:`` makes the run (workflow level, before any job) or a job
+  round (job level, before its slot) a member of ``CIConcurrencyGroupWorkflow`` for
+  tenant + group: granted, superseded while pending (ends cancelled without running), or
+  preempted by ``cancel-in-progress`` (cancelled like a cancel request). Membership is
+  released on every way out, like the tenant cap's slot.
 * **Logs**: attempt ``n`` of job ``j`` writes raw output chunks to
   ``ci/<tenant>/<run id>/<job id>/attempt-<n>/<seq:08d>.log`` (seq from 0, gap-free, each an
   atomic write-once put, every ~0.5 s or 64 KiB). A chunk that could not be stored after
@@ -71,6 +84,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import math
 from datetime import timedelta
 
 from temporalio import workflow
@@ -87,9 +102,35 @@ from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.ci.definitions import CIJobDefinition, CIProjectionDefinition
     from workflows import search_attributes as sa
+    from workflows.ci.concurrency import (
+        MAX_GROUP_CHARS,
+        SIGNAL_GROUP_ACQUIRE,
+        SIGNAL_GROUP_NOTICE,
+        SIGNAL_GROUP_RELEASE,
+        CIConcurrencyGroupWorkflow,
+        group_workflow_id,
+    )
     from workflows.ci.event import push_github_context
-    from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition
+    from workflows.ci.expressions import (
+        ExpressionError,
+        StatusFunctions,
+        evaluate_condition,
+        interpolate,
+        to_text,
+        truthy,
+    )
     from workflows.ci.ids import attempt_log_prefix, idempotency_key, run_workflow_id
+    from workflows.ci.matrix import (
+        MAX_MATRIX_BYTES,
+        MAX_RUN_COMBINATIONS,
+        MatrixError,
+        ResolvedStrategy,
+        aggregate_result,
+        combination_ids,
+        combination_name,
+        evaluate_value,
+        resolve_strategy,
+    )
     from workflows.ci.semaphore import (
         SIGNAL_ACQUIRE,
         SIGNAL_GRANTED,
@@ -98,6 +139,7 @@ with workflow.unsafe.imports_passed_through():
         semaphore_workflow_id,
     )
     from workflows.ci.snapshots import SnapshotWriter
+    from workflows.ci.types.concurrency import GroupNotice, GroupOutcome, GroupRelease, GroupRequest, GroupState
     from workflows.ci.types.job import (
         JOB_FATAL_ERROR,
         UPDATE_ATTEMPT_STARTED,
@@ -126,7 +168,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
     )
     from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
-    from workflows.ci.types.spec import JobSpec
+    from workflows.ci.types.spec import ConcurrencySpec, JobSpec
     from workflows.queues import (
         CI_JOB_MAX_ATTEMPTS,
         CI_JOB_SCHEDULE_TO_START_SECONDS,
@@ -138,6 +180,12 @@ with workflow.unsafe.imports_passed_through():
         ci_queue,
         orchestration_queue,
     )
+
+# Most characters of a runs-on label a job's expression may yield (a queue name is built from it).
+MAX_LABEL_CHARS = 200
+MAX_LABELS = 16
+# timeout-minutes from an expression is capped like a written one (the parser's cap: 5 days).
+MAX_JOB_MINUTES = 5 * 24 * 60.0
 
 # Attempts granted after this change carry a secrets token (older histories replay without).
 PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
@@ -203,6 +251,20 @@ class CIRunWorkflow:
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(self._write_snapshot, f"run {inp.run_id}")
         self._projecting = False
+        # Matrix jobs: the evaluated strategy of each expanded one (rebuilt by replay).
+        self._strategies: dict[str, ResolvedStrategy] = {}
+        # Concurrency groups: member key -> job id ("" for the whole run), the group's answer,
+        # the members told to cancel, the job-level group (and cancel-in-progress) per job.
+        self._group_keys: dict[str, str] = {}
+        self._group_notices: dict[str, GroupOutcome] = {}
+        self._preempted: set[str] = set()
+        self._job_groups: dict[str, tuple[str, bool]] = {}
+        # Specs as the last round of a job started them, where they differ from the file's.
+        self._round_specs: dict[str, JobSpec] = {}
+        # The run's own place in its workflow-level group this round: (group, key).
+        self._run_group: tuple[str, str] | None = None
+        # Why a job about to end cancelled was cancelled (fail-fast, a concurrency group).
+        self._cancel_reasons: dict[str, str] = {}
 
     # Queries and updates ----------------------------------------------------------------
 
@@ -254,18 +316,38 @@ class CIRunWorkflow:
     @workflow.update
     def retry_job(self, req: RetryJobRequest) -> RetryJobResponse:
         """Re-run a failed or cancelled job and every job that depends on it, as new attempts."""
-        reset = self._dependents(req.job_id)
-        for job_id in reset:
+        target = self._state.job(req.job_id)
+        assert target is not None
+        reset: list[str] = []
+        for job_id in self._dependents(req.job_id):
             job = self._state.job(job_id)
             assert job is not None
-            job.round += 1
-            job.status = JobStatus.WAITING
-            job.attempt = 0
-            job.allowed_failure = False
-            job.queued_at = job.started_at = job.finished_at = None
-            job.exit_code = None
-            job.error = None
-            job.outputs = {}
+            if job_id in reset:
+                continue
+            if job.combinations and job_id in (req.job_id, target.matrix_of):
+                # The matrix job asked for (its failed and cancelled combinations run again) or
+                # the one whose combination was asked for: it reopens, its strategy kept.
+                for child_id in job.combinations:
+                    child = self._state.job(child_id)
+                    if child is not None and (
+                        child_id == req.job_id
+                        or (job_id == req.job_id and child.status in (JobStatus.FAILURE, JobStatus.CANCELLED))
+                    ):
+                        self._reset_job(child)
+                        reset.append(child_id)
+                self._reopen(job)
+                reset.append(job_id)
+                continue
+            if job_id == req.job_id or not job.matrix_of:
+                self._reset_job(job)
+                reset.append(job_id)
+            # A dependent matrix job is expanded again (its needs' outputs may change): every
+            # combination waits for that.
+            for child_id in job.combinations:
+                child = self._state.job(child_id)
+                if child is not None and child_id not in reset:
+                    self._reset_job(child)
+                    reset.append(child_id)
         self._state.retries += 1
         self._state.cancel_requested = False
         self._state.finished_at = None
@@ -273,9 +355,26 @@ class CIRunWorkflow:
         self._retry_pending = True
         self._dirty = True
         self._snapshots.changed()
-        target = self._state.job(req.job_id)
-        assert target is not None
         return RetryJobResponse(run_id=self._inp.run_id, job_id=req.job_id, round=target.round, reset_jobs=reset)
+
+    def _reset_job(self, job: JobState) -> None:
+        self._round_specs.pop(job.job_id, None)
+        self._cancel_reasons.pop(job.job_id, None)
+        job.round += 1
+        job.status = JobStatus.WAITING
+        job.attempt = 0
+        job.allowed_failure = False
+        job.queued_at = job.started_at = job.finished_at = None
+        job.exit_code = None
+        job.error = None
+        job.outputs = {}
+
+    def _reopen(self, job: JobState) -> None:
+        """A matrix job some of whose combinations run again: it is in progress until they end."""
+        job.status = JobStatus.IN_PROGRESS
+        job.allowed_failure = False
+        job.finished_at = None
+        job.error = None
 
     @retry_job.validator
     def _validate_retry(self, req: RetryJobRequest) -> None:
@@ -342,8 +441,13 @@ class CIRunWorkflow:
                 type=ApprovalRejectedReason.NOT_APPROVER,
             )
 
+    def _spec_of(self, job_id: str) -> JobSpec | None:
+        """The declared job a job state runs (a combination runs its matrix job's)."""
+        job = self._state.job(job_id)
+        return self._jobs.get(job.matrix_of if job is not None and job.matrix_of else job_id)
+
     def _approval_rule(self, job_id: str) -> EnvironmentRule | None:
-        spec = self._jobs.get(job_id)
+        spec = self._spec_of(job_id)
         if spec is None or spec.environment is None:
             return None
         rule = self._inp.environments.get(spec.environment.lower())
@@ -375,8 +479,12 @@ class CIRunWorkflow:
             return self._state
         while True:
             self._retry_pending = False
-            await self._execute()
+            self._run_group = None
+            if inp.spec.concurrency is None or await self._enter_run_group():
+                await self._execute()
             self._finish()
+            if self._run_group is not None:
+                self._leave_group(*self._run_group)
             try:
                 await workflow.wait_condition(
                     lambda: self._retry_pending, timeout=timedelta(seconds=inp.push.retry_window_seconds)
@@ -424,6 +532,10 @@ class CIRunWorkflow:
         if task is not None:
             # Cancellation is handled, not propagated: later awaits (always() jobs) must work.
             task.uncancel()
+        self._cancel_jobs()
+
+    def _cancel_jobs(self) -> None:
+        """Cancel the run: running jobs are told to stop, waiting ones stop waiting."""
         self._state.cancel_requested = True
         for job_id, handle in list(self._handles.items()):
             self._cancelling.add(job_id)
@@ -442,13 +554,17 @@ class CIRunWorkflow:
         progressed = True
         while progressed:
             progressed = False
-            for job in self._state.jobs:
+            # A copy: expanding a matrix job adds its combinations to the list.
+            for job in list(self._state.jobs):
                 if job.status != JobStatus.WAITING:
                     continue
                 needs = [self._state.job(n) for n in job.needs]
                 if any(n is None or n.status not in JOB_FINAL_STATUSES for n in needs):
                     continue
-                spec = self._jobs[job.job_id]
+                if job.matrix_of and not self._combination_may_start(job):
+                    continue
+                spec = self._spec_of(job.job_id)
+                assert spec is not None
                 try:
                     run_it = evaluate_condition(spec.if_expr, self._job_status_functions(job), self._job_context(job))
                 except ExpressionError as exc:
@@ -458,6 +574,10 @@ class CIRunWorkflow:
                 if not run_it:
                     status = JobStatus.CANCELLED if self._state.cancel_requested else JobStatus.SKIPPED
                     self._finish_job(job, status)
+                    progressed = True
+                    continue
+                if spec.strategy is not None and not job.matrix_of:
+                    self._expand(job, spec)
                     progressed = True
                     continue
                 if self._approval_rule(job.job_id) is not None and not any(
@@ -471,6 +591,18 @@ class CIRunWorkflow:
     def _start_job(self, job: JobState, spec: JobSpec) -> None:
         inp = self._inp
         assert inp.spec is not None
+        if spec.concurrency is not None:
+            try:
+                self._job_groups[job.job_id] = self._evaluate_group(spec.concurrency, self._job_group_context(job))
+            except ExpressionError as exc:
+                self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{spec.id}.concurrency: {exc}")
+                return
+            job.concurrency_group = self._job_groups[job.job_id][0]
+        try:
+            spec = self._specialise(job, spec)
+        except ExpressionError as exc:
+            self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{spec.id}: {exc}")
+            return
         job.status = JobStatus.QUEUED
         job.queued_at = workflow.now()
         self._snapshots.changed()
@@ -488,8 +620,49 @@ class CIRunWorkflow:
             round=job.round,
             secrets_allowed=self._state.secrets_allowed,
             run_number=inp.run_number,
+            matrix=dict(job.matrix),
+            job_index=job.job_index,
+            job_total=job.job_total,
+            matrix_job_id=job.matrix_of,
         )
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
+
+    def _specialise(self, job: JobState, spec: JobSpec) -> JobSpec:
+        """The spec this job round runs: a combination as a job of its own (its id for log keys,
+        secrets and attempts; its name), and ``runs-on``, ``timeout-minutes`` and
+        ``continue-on-error`` expressions evaluated (``${{ matrix.x }}``). Kept for the round's
+        result (``continue-on-error``)."""
+        update: dict[str, object] = {}
+        if job.matrix_of:
+            update.update(id=job.job_id, name=job.name)
+        needs_context = any("${{" in label for label in spec.runs_on)
+        if needs_context or spec.timeout_minutes_expr or spec.continue_on_error_expr:
+            context = self._job_group_context(job)
+            if needs_context:
+                labels: list[str] = []
+                for label in spec.runs_on:
+                    value = evaluate_value(label, dict(context))
+                    labels.extend(to_text(v) for v in (value if isinstance(value, list) else [value]))
+                if not 0 < len(labels) <= MAX_LABELS or any(not x.strip() or len(x) > MAX_LABEL_CHARS for x in labels):
+                    raise ExpressionError(f"runs-on evaluated to {labels!r}: labels must be non-empty and short")
+                update["runs_on"] = labels
+                job.runs_on = labels
+            if spec.timeout_minutes_expr:
+                minutes = evaluate_value(spec.timeout_minutes_expr, dict(context))
+                try:
+                    number = float(minutes)
+                except (TypeError, ValueError):
+                    number = math.nan
+                if not number > 0:
+                    raise ExpressionError(f"timeout-minutes evaluated to {minutes!r}, not a positive number")
+                update["timeout_minutes"] = min(number, MAX_JOB_MINUTES)
+            if spec.continue_on_error_expr:
+                update["continue_on_error"] = truthy(evaluate_value(spec.continue_on_error_expr, dict(context)))
+        if not update:
+            return spec
+        specialised = spec.model_copy(update=update)
+        self._round_specs[job.job_id] = specialised
+        return specialised
 
     def _start_activity(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
         inp = self._inp
@@ -518,7 +691,15 @@ class CIRunWorkflow:
         the slot is released on every way out of here."""
         key = f"{job_id}#{round_}"
         capped = self._inp.push.max_concurrent_jobs is not None
+        group = self._job_groups.get(job_id)
         try:
+            if group is not None:
+                outcome = await self._enter_group(group[0], key, group[1], job_id)
+                if outcome is None:
+                    raise asyncio.CancelledError
+                if outcome != GroupOutcome.GRANTED or key in self._preempted:
+                    self._record_cancelled(job_id, round_, self._group_reason(group[0]))
+                    return
             if capped:
                 await self._acquire_slot(job_id, key)
             if job_id in self._abort_wait:
@@ -538,6 +719,8 @@ class CIRunWorkflow:
             if capped:
                 self._granted.discard(key)
                 self._releases.append(asyncio.create_task(self._release_slot(key)))
+            if group is not None:
+                self._leave_group(group[0], key)
 
     async def _acquire_slot(self, job_id: str, key: str) -> None:
         inp = self._inp
@@ -573,6 +756,244 @@ class CIRunWorkflow:
     def slot_granted(self, grant: SlotGrant) -> None:
         """The tenant semaphore granted a slot to a job round."""
         self._granted.add(grant.key)
+
+    # Matrix jobs ----------------------------------------------------------------------------
+
+    def _expand(self, job: JobState, spec: JobSpec) -> None:
+        """A ready matrix job: evaluate its strategy now (``fromJSON`` over ``needs`` outputs, as
+        GitHub does when the job starts) and list one job per combination after it. A retried
+        dependent matrix job reuses its combinations' ids by index."""
+        assert spec.strategy is not None
+        context = self._strategy_context(job)
+        existing = list(job.combinations)
+        # The run's bounds hold across all its matrix jobs (a retried one's own count again).
+        others = sum(len(j.combinations) for j in self._state.jobs if j is not job)
+        other_bytes = sum(
+            len(json.dumps(j.matrix, default=str))
+            for j in self._state.jobs
+            if j.matrix_of and j.matrix_of != job.job_id
+        )
+        try:
+            resolved = resolve_strategy(
+                spec.strategy, context, MAX_RUN_COMBINATIONS - others, MAX_MATRIX_BYTES - other_bytes
+            )
+            names = [combination_name(spec.name, combo, context) for combo in resolved.combinations]
+        except (MatrixError, ExpressionError) as exc:
+            self._finish_job(job, JobStatus.FAILURE, error=f"jobs.{job.job_id}.strategy: {exc}")
+            return
+        self._strategies[job.job_id] = resolved
+        total = len(resolved.combinations)
+        taken = {j.job_id for j in self._state.jobs}
+        ids = existing[:total] + combination_ids(
+            job.job_id, max(0, total - len(existing)), taken, start=len(existing) + 1
+        )
+        added: list[JobState] = []
+        for index, (child_id, combo, name) in enumerate(zip(ids, resolved.combinations, names, strict=True)):
+            child = self._state.job(child_id)
+            if child is None:
+                child = JobState(
+                    job_id=child_id,
+                    name=name,
+                    needs=list(job.needs),
+                    runs_on=list(spec.runs_on),
+                    idempotency_key=idempotency_key(self._inp.run_id, child_id),
+                    environment=spec.environment,
+                    secret_names=list(spec.secrets),
+                    matrix_of=job.job_id,
+                )
+                added.append(child)
+            child.name = name
+            child.matrix = dict(combo)
+            child.job_index = index
+            child.job_total = total
+        at = self._state.jobs.index(job) + 1 + len(existing)
+        self._state.jobs[at:at] = added
+        job.combinations = existing + [c.job_id for c in added]
+        self._reopen(job)
+        job.queued_at = workflow.now()
+        for stale_id in existing[total:]:
+            stale = self._state.job(stale_id)
+            if stale is not None and stale.status not in JOB_FINAL_STATUSES:
+                stale.status = JobStatus.SKIPPED
+                stale.finished_at = workflow.now()
+                stale.error = "no longer a combination of the matrix"
+        self._dirty = True
+        self._snapshots.changed()
+
+    def _combination_may_start(self, job: JobState) -> bool:
+        """Only once its matrix job is expanded, and while fewer than ``max-parallel`` siblings run."""
+        parent = self._state.job(job.matrix_of or "")
+        if parent is None or parent.status != JobStatus.IN_PROGRESS:
+            return False
+        resolved = self._strategies.get(parent.job_id)
+        if resolved is None or resolved.max_parallel is None:
+            return True
+        active = (JobStatus.QUEUED, JobStatus.IN_PROGRESS, JobStatus.AWAITING_APPROVAL)
+        running = sum(1 for c in parent.combinations if (s := self._state.job(c)) is not None and s.status in active)
+        return running < resolved.max_parallel
+
+    def _combination_finished(self, job: JobState) -> None:
+        parent = self._state.job(job.matrix_of or "")
+        if parent is None:
+            return
+        # GitHub takes a matrix job's outputs from the combinations in the order they finish:
+        # a later one's value replaces an earlier one's for the same name.
+        parent.outputs.update({k: v for k, v in job.outputs.items() if v})
+        resolved = self._strategies.get(parent.job_id)
+        if job.status == JobStatus.FAILURE and not job.allowed_failure and resolved is not None and resolved.fail_fast:
+            self._fail_fast(parent, job)
+        self._aggregate(parent)
+
+    def _fail_fast(self, parent: JobState, failed: JobState) -> None:
+        """``fail-fast``: one combination failed, so the others still waiting or running are cancelled."""
+        reason = f"cancelled: {failed.name} failed (fail-fast)"
+        for child_id in parent.combinations:
+            child = self._state.job(child_id)
+            if child is None or child is failed or child.status in JOB_FINAL_STATUSES:
+                continue
+            self._cancel_reasons[child_id] = reason
+            if child_id in self._handles:
+                self._cancelling.add(child_id)
+                self._handles[child_id].cancel()
+            elif child_id in self._tasks:
+                self._abort_wait.add(child_id)
+            else:
+                self._finish_job(child, JobStatus.CANCELLED)
+
+    def _aggregate(self, parent: JobState) -> None:
+        """A matrix job's status is its combinations': final once all are (``aggregate_result``)."""
+        children = [c for c in (self._state.job(i) for i in parent.combinations) if c is not None]
+        if parent.status in JOB_FINAL_STATUSES or any(c.status not in JOB_FINAL_STATUSES for c in children):
+            return
+        results = ["success" if c.allowed_failure else c.status.value for c in children]
+        status = JobStatus(aggregate_result(results))
+        failed = sum(1 for r in results if r == "failure")
+        started = [c.started_at for c in children if c.started_at is not None]
+        parent.started_at = min(started) if started else parent.started_at
+        self._finish_job(parent, status, error=f"{failed} of {len(children)} combinations failed" if failed else None)
+
+    def _strategy_context(self, job: JobState) -> dict[str, object]:
+        """Where a strategy is evaluated: ``github``, ``needs``, ``inputs``."""
+        return {**self._job_context(job), "inputs": dict(self._inp.push.inputs)}
+
+    # Concurrency groups ---------------------------------------------------------------------
+
+    def _job_group_context(self, job: JobState) -> dict[str, object]:
+        context = self._strategy_context(job)
+        context["matrix"] = dict(job.matrix)
+        context["strategy"] = {"job-index": job.job_index, "job-total": job.job_total} if job.matrix_of else {}
+        return context
+
+    def _evaluate_group(self, spec: ConcurrencySpec, context: dict[str, object]) -> tuple[str, bool]:
+        group = interpolate(spec.group, dict(context))[:MAX_GROUP_CHARS]
+        if not group.strip():
+            raise ExpressionError("the concurrency group evaluated to an empty name")
+        cancel = spec.cancel_in_progress
+        if isinstance(cancel, str):
+            cancel = truthy(evaluate_value(cancel, dict(context)))
+        return group, bool(cancel)
+
+    def _group_reason(self, group: str) -> str:
+        return f"cancelled: a newer run is waiting in concurrency group {group!r}"
+
+    async def _enter_group(self, group: str, key: str, cancel_in_progress: bool, job_id: str) -> GroupOutcome | None:
+        """Ask the tenant's group for a place and wait for its answer (``None``: stopped waiting
+        because the job was cancelled meanwhile). ``job_id`` is "" for the whole run."""
+        inp = self._inp
+        self._group_keys[key] = job_id
+        req = GroupRequest(holder=workflow.info().workflow_id, key=key, cancel_in_progress=cancel_in_progress)
+        group_id = group_workflow_id(inp.push.tenant_id, group)
+        try:
+            await workflow.get_external_workflow_handle(group_id).signal(SIGNAL_GROUP_ACQUIRE, req)
+        except FailureError:
+            # No such group yet (or it ended idle): start it holding this request.
+            try:
+                await workflow.start_child_workflow(
+                    CIConcurrencyGroupWorkflow.run,
+                    GroupState(tenant_id=inp.push.tenant_id, group=group, pending=req),
+                    id=group_id,
+                    task_queue=orchestration_queue(inp.push.queue_prefix),
+                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                )
+            except WorkflowAlreadyStartedError:
+                await workflow.get_external_workflow_handle(group_id).signal(SIGNAL_GROUP_ACQUIRE, req)
+        await workflow.wait_condition(lambda: key in self._group_notices or bool(job_id and job_id in self._abort_wait))
+        return self._group_notices.get(key)
+
+    def _leave_group(self, group: str, key: str) -> None:
+        self._releases.append(asyncio.create_task(self._release_group(group, key)))
+
+    async def _release_group(self, group: str, key: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(group_workflow_id(self._inp.push.tenant_id, group)).signal(
+                SIGNAL_GROUP_RELEASE, GroupRelease(holder=workflow.info().workflow_id, key=key)
+            )
+        except FailureError:
+            workflow.logger.warning("concurrency group gone; nothing to release for %s", key)
+
+    @workflow.signal(name=SIGNAL_GROUP_NOTICE)
+    def group_notice(self, notice: GroupNotice) -> None:
+        """A concurrency group's answer: granted, superseded while pending, or preempted while running."""
+        if notice.key not in self._group_keys:
+            return
+        job_id = self._group_keys[notice.key]
+        if notice.outcome == GroupOutcome.PREEMPTED:
+            self._preempted.add(notice.key)
+            reason = f"cancelled by a newer run in concurrency group {notice.group!r} (cancel-in-progress)"
+            if not job_id:
+                current = self._run_group is not None and self._run_group[1] == notice.key
+                if current and self._state.finished_at is None and not self._state.cancel_requested:
+                    self._state.error = reason
+                    self._cancel_jobs()
+            elif job_id in self._handles:
+                self._cancel_reasons[job_id] = reason
+                self._cancelling.add(job_id)
+                self._handles[job_id].cancel()
+            elif job_id in self._tasks:
+                self._cancel_reasons[job_id] = reason
+                self._abort_wait.add(job_id)
+        else:
+            self._group_notices.setdefault(notice.key, notice.outcome)
+        self._dirty = True
+
+    async def _enter_run_group(self) -> bool:
+        """Workflow-level ``concurrency``: the run waits for its place before any job starts.
+        False when it must not run (superseded while pending, cancelled while waiting, or its
+        group could not be evaluated); its jobs have been ended then."""
+        inp = self._inp
+        assert inp.spec is not None and inp.spec.concurrency is not None
+        context: dict[str, object] = {
+            "github": push_github_context(inp.push, inp.run_id, self._state.workflow_name),
+            "inputs": dict(inp.push.inputs),
+        }
+        try:
+            group, cancel = self._evaluate_group(inp.spec.concurrency, context)
+        except ExpressionError as exc:
+            self._end_unstarted(JobStatus.FAILURE, f"concurrency: {exc}")
+            return False
+        self._state.concurrency_group = group
+        key = f"@run#{self._state.retries}"
+        self._run_group = (group, key)
+        try:
+            outcome = await self._enter_group(group, key, cancel, "")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            self._state.cancel_requested = True
+            self._end_unstarted(JobStatus.CANCELLED, "cancelled while waiting for its concurrency group")
+            return False
+        if outcome == GroupOutcome.GRANTED and key not in self._preempted:
+            return True
+        self._state.cancel_requested = True
+        self._end_unstarted(JobStatus.CANCELLED, self._group_reason(group))
+        return False
+
+    def _end_unstarted(self, status: JobStatus, reason: str) -> None:
+        self._state.error = reason
+        for job in self._state.jobs:
+            if job.status not in JOB_FINAL_STATUSES:
+                self._finish_job(job, status, error=reason)
 
     # Recording ----------------------------------------------------------------------------
 
@@ -634,10 +1055,23 @@ class CIRunWorkflow:
         job.finished_at = workflow.now()
         if error is not None:
             job.error = error
-        spec = self._jobs.get(job.job_id)
+        if status == JobStatus.CANCELLED and job.job_id in self._cancel_reasons:
+            job.error = self._cancel_reasons.pop(job.job_id)
+        # As the round ran it: continue-on-error may have come from an expression.
+        spec = self._round_specs.get(job.job_id) or self._spec_of(job.job_id)
         job.allowed_failure = status == JobStatus.FAILURE and spec is not None and spec.continue_on_error
         self._dirty = True
         self._snapshots.changed()
+        if job.matrix_of:
+            self._combination_finished(job)
+        for child_id in job.combinations:
+            # A matrix job that ended before its combinations did (skipped, cancelled, or failed
+            # to expand again on a retry): none of them may stay waiting in a finished run.
+            child = self._state.job(child_id)
+            if child is not None and child.status not in JOB_FINAL_STATUSES:
+                child.status = JobStatus.SKIPPED if status == JobStatus.SUCCESS else status
+                child.finished_at = workflow.now()
+                child.error = f"its matrix job ended {status.value}"
 
     def _finish(self) -> None:
         state = self._state
@@ -708,6 +1142,10 @@ class CIRunWorkflow:
     def _dependents(self, job_id: str) -> list[str]:
         """``job_id`` and every job that needs it, directly or not, in file order."""
         found = {job_id}
+        job = self._state.job(job_id)
+        if job is not None and job.matrix_of:
+            # A combination's result is part of its matrix job's, which its dependents need.
+            found.add(job.matrix_of)
         changed = True
         while changed:
             changed = False

@@ -76,6 +76,9 @@ class JobActivityInput(PushScoped):
     matrix: dict[str, Any] = Field(default_factory=dict)
     job_index: int = 0
     job_total: int = 1
+    # For a combination: the matrix job's id (``GITHUB_JOB``, ``github.job``); ``job.id`` is the
+    # combination's own (``<job>-<n>``: logs, secrets, attempts).
+    matrix_job_id: str | None = None
     # ``github.run_number``: the run's number among the runs of its repository and workflow
     # file, when the run knows it (None: 1).
     run_number: int | None = None

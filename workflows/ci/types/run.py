@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -121,6 +122,16 @@ class JobState(BaseModel):
     approvals: list[ApprovalDecision] = Field(default_factory=list)
     # Names of the secrets the job declares: the most its attempts' tokens can fetch.
     secret_names: list[str] = Field(default_factory=list)
+    # A matrix job (``strategy``) runs as one job per combination, listed after it: the matrix
+    # job's own state aggregates theirs (``needs`` on it waits for all of them). A combination
+    # names its matrix job in ``matrix_of`` and carries its values, index and count.
+    combinations: list[str] = Field(default_factory=list)
+    matrix_of: str | None = None
+    matrix: dict[str, Any] = Field(default_factory=dict)
+    job_index: int = 0
+    job_total: int = 1
+    # The job-level ``concurrency`` group it ran in (evaluated), if any.
+    concurrency_group: str | None = None
 
     def current_attempt(self) -> JobAttemptState | None:
         """The attempt the state points at (the winning one once finished)."""
@@ -155,6 +166,8 @@ class CIRunState(BaseModel):
     # False when the run builds code from a fork: its jobs get no secrets (``notice`` says so).
     secrets_allowed: bool = True
     notice: str | None = None
+    # The workflow-level ``concurrency`` group (evaluated), if the file has one.
+    concurrency_group: str | None = None
 
     def job(self, job_id: str) -> JobState | None:
         for j in self.jobs:

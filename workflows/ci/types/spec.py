@@ -198,6 +198,11 @@ class JobSpec(BaseModel):
     # ``permissions:`` as written ("read-all", "write-all" or scope -> read/write/none).
     # Informational: leasehold issues jobs no token.
     permissions: str | dict[str, str] | None = None
+    # ``timeout-minutes`` / ``continue-on-error`` written as one ``${{ }}`` (``${{ matrix.x }}``),
+    # evaluated by the run when the job starts (then the plain fields hold the result). A
+    # ``runs-on`` label may hold expressions too, evaluated then as well.
+    timeout_minutes_expr: str | None = None
+    continue_on_error_expr: str | None = None
 
 
 class WorkflowSpec(BaseModel):
