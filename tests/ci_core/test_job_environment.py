@@ -55,8 +55,6 @@ class Case:
     line: int | None = None
     key: str | None = None
     words: str = ""
-    # Accept the pending features (to read what they parsed into).
-    pending_ok: frozenset[str] = frozenset()
 
 
 def shells(spec: WorkflowSpec) -> list[tuple[str, str | None]]:
@@ -417,7 +415,7 @@ CASES = [
         ["docs/**"],
     ),
     Case(
-        "path filters are accepted without pending_ok (pushes are filtered by them)",
+        "path filters are accepted (pushes are filtered by them)",
         wf(job(), on="on:\n  push:\n    paths-ignore: docs/**\n"),
         lambda s: s.on_push.paths_ignore,
         ["docs/**"],
@@ -533,11 +531,11 @@ CASES = [
 def test_job_environment_parsing(case: Case) -> None:
     path = ".github/workflows/env.yml"
     if case.line is None and case.key is None:
-        spec = parse_workflow(path, case.text, pending_ok=case.pending_ok)
+        spec = parse_workflow(path, case.text)
         assert case.read(spec) == case.value
         return
     with pytest.raises(WorkflowSpecError) as err:
-        parse_workflow(path, case.text, pending_ok=case.pending_ok)
+        parse_workflow(path, case.text)
     e = err.value.error
     assert (e.file, e.line, e.key) == (path, case.line, case.key), e.render()
     assert case.words in e.message, e.render()

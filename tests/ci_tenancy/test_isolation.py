@@ -120,6 +120,12 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/runs/{run}/jobs/{job}/logs/stream"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/logs/stream"
     ),
+    ("GET", "/v1/runs/{run}/jobs/{job}/summary"): expect_404(
+        "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/summary"
+    ),
+    ("POST", "/v1/repos/{repo_id}/dispatches"): expect_404(
+        "POST", lambda v: f"/v1/repos/{v.pushed.repo_id}/dispatches", {"workflow": "ci.yml", "ref": "main"}
+    ),
     ("PUT", "/v1/secrets/{name}"): secret_put_stays_in_b,
     ("GET", "/v1/secrets"): expect_absent("/v1/secrets"),
     ("DELETE", "/v1/secrets/{name}"): expect_404("DELETE", lambda v: "/v1/secrets/A_TOKEN"),
