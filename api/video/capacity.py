@@ -49,6 +49,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.video.definitions import PROJECT_VIDEO_JOB
 from activities.video.generation import GENERATE_VIDEO
 from api.schemas.video import CapacityFigures, VideoQueue
 from api.video.eta import (
@@ -88,6 +89,11 @@ POLLER_FRESH_SECONDS = 75.0
 # it, a generating job is planned at the step last seen: a fleet that large has samples enough).
 DESCRIBE_CONCURRENCY = 8
 MAX_DESCRIBED_RUNNING = 256
+# Below this many waiting jobs a submit between two snapshots is placed by an exact re-plan
+# (about a millisecond); above, by updating the snapshot's plan (``api.video.eta.place``).
+PLACE_EXACT_BELOW = 200
+# Waiting jobs described per refresh because the plan put them next (see ``_next_up``).
+MAX_DESCRIBED_NEXT = 64
 # Completion rate window.
 COMPLETION_WINDOW_SECONDS = 300.0
 # A submit this process accepted counts (against its user's cap, and as a waiting user of its
@@ -175,6 +181,7 @@ class CapacityTracker:
         self._last_busy: dict[str, float] = {}
         self._recent: dict[str, _Recent] = {}
         self._plans: dict[str, tuple[float, QueuePlan | None]] = {}
+        self._exact: dict[str, tuple[tuple[float, frozenset[str]], QueuePlan | None]] = {}
         self._refreshed = asyncio.Event()
         # Who this replica is to the lease, and when the publication it plans from was made.
         self.identity = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -275,6 +282,10 @@ class CapacityTracker:
         # Only generating jobs are described (their progress, worker and heartbeat are in the
         # engine alone): as many as there are workers, not as many as wait.
         generating = [row for row in rows if row.generating][:MAX_DESCRIBED_RUNNING]
+        # A job a worker just took still reads ``queued`` until the workflow's snapshot lands
+        # (a second or so): the waiting jobs the last plan put first are described too, so the
+        # worker counts as busy and the job as started as soon as the engine knows.
+        generating += self._next_up([row for row in rows if not row.generating], model)
         gate = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
 
         async def describe(row: OpenJob) -> tuple[str, Any]:
@@ -309,10 +320,10 @@ class CapacityTracker:
                 job_id, job.created_at, job.fairness_key, job.fairness_weight, tier, shape, now
             )
             arrived.append((job_id, job.created_at, job.fairness_key, job.fairness_weight))
-            if not row.generating:
+            desc = described.get(job_id)
+            if not row.generating and desc is None:
                 queued.append(job)
                 continue
-            desc = described.get(job_id)
             if desc is None:
                 # Not described (past the budget, or the describe failed): generating, as its
                 # row says, at the step last seen.
@@ -426,6 +437,15 @@ class CapacityTracker:
         self._plans.pop(model, None)
         self._prune_recent(model, now, open_ids)
         self._export(self.figures(model))
+
+    def _next_up(self, waiting: list[OpenJob], model: str) -> list[OpenJob]:
+        """The waiting jobs most likely handed to a worker since the last plan: those it put
+        first, and jobs it had not seen (an idle worker takes a new job at once)."""
+        planned = self._plans.get(model)
+        starts = planned[1].starts if planned is not None and planned[1] is not None else {}
+        count = min(MAX_DESCRIBED_NEXT, 2 * self.snapshots[model].workers_serving + 4)
+        order = sorted(waiting, key=lambda row: (starts.get(row.job.job_id, (0, 0.0))[1], row.job.created_at))
+        return order[:count]
 
     async def _describe_queue(self, model: str) -> Any:
         request = DescribeTaskQueueRequest(
@@ -556,12 +576,29 @@ class CapacityTracker:
         planned = self.plan(model)
         if planned is None:
             return None
+        unseen = [j for j in self._unseen(model) if j.job_id != job.job_id]
+        extra = unseen if job.job_id in planned.starts else [*unseen, job]
+        if len(planned.starts) + len(extra) < PLACE_EXACT_BELOW:
+            # A small queue re-plans in about a millisecond: exact beats placed there.
+            key = (self.snapshots[model].taken_at, frozenset(j.job_id for j in extra))
+            cached = self._exact.get(model)
+            if cached is None or cached[0] != key:
+                exact = plan(
+                    self.snapshots[model],
+                    self.costs[model],
+                    extra=extra,
+                    arrivals=self._streams(model),
+                    shadow=self.shadows[model],
+                )
+                cached = (key, exact)
+                self._exact[model] = cached
+            if cached[1] is not None and job.job_id in cached[1].starts:
+                return cached[1].starts[job.job_id]
         if job.job_id in planned.starts:
             return planned.starts[job.job_id]
         order = (job.created_at, job.job_id)
         earlier = sorted(
-            (j for j in self._unseen(model) if j.job_id != job.job_id and (j.created_at, j.job_id) < order),
-            key=lambda j: (j.created_at, j.job_id),
+            (j for j in unseen if (j.created_at, j.job_id) < order), key=lambda j: (j.created_at, j.job_id)
         )
         return place(planned, job, earlier, self.costs[model])
 
@@ -741,4 +778,7 @@ async def stop_capacity(app: FastAPI) -> None:
 
 
 def _has_other_activity(desc: Any) -> bool:
-    return any(p.activity_type.name != GENERATE_VIDEO for p in desc.raw_description.pending_activities)
+    """Whether the workflow runs its clean-up (any activity but generation and its read-model writes)."""
+    return any(
+        p.activity_type.name not in (GENERATE_VIDEO, PROJECT_VIDEO_JOB) for p in desc.raw_description.pending_activities
+    )

@@ -51,7 +51,7 @@ from api.errors import ApiError
 from api.video.admission import Admission, admit, check_queued_cap, queued_limit
 from api.video.capacity import CapacityTracker
 from api.video.memo import MEMO_KEY, JobMemo
-from api.video.views import JobView
+from api.video.views import JobView, row_view
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import VideoDeletion
 from leasehold.records.video.jobs import VideoJobRecord
@@ -69,8 +69,6 @@ START_TIMEOUT = timedelta(seconds=5)
 SHED_RETRY_AFTER_SECONDS = 2
 # Rows the outbox starter takes per pass.
 OUTBOX_BATCH = 200
-# What a job without a stored lifetime lives (the workflow's own default).
-DEFAULT_EXPIRES_AFTER_SECONDS: int = VideoJobInput.model_fields["expires_after_seconds"].default
 # The client closed the connection before its job was reserved (nginx's code for it).
 CLIENT_CLOSED = 499
 
@@ -189,40 +187,6 @@ def mark_started(db: sessionmaker, job_ids: list[str]) -> None:
         session.execute(update(VideoJobRecord).where(VideoJobRecord.job_id.in_(job_ids)).values(engine_started=True))
 
 
-# Views of rows --------------------------------------------------------------------------
-
-
-def view_of_record(record: VideoJobRecord, principal: Principal) -> JobView:
-    """The job as its row says (the caller is its owner: checked by whoever read the row)."""
-    state = VideoJobState.model_validate(record.state)
-    memo = JobMemo(
-        **state.request.model_dump(),
-        request_hash=record.request_hash,
-        created_at=_aware(record.created_at).timestamp(),
-        expires_after_seconds=DEFAULT_EXPIRES_AFTER_SECONDS,
-        fairness_key=record.fairness_key,
-        fairness_weight=record.fairness_weight,
-    )
-    try:
-        status = VideoStatus(record.status)
-    except ValueError:
-        status = VideoStatus.COMPLETED  # expired: it completed, its content is gone
-    view = JobView(
-        job_id=record.job_id,
-        memo=memo,
-        owner=principal,
-        status=status,
-        attempt=state.attempts_started,
-        completed_at=state.completed_at,
-        expires_at=state.expires_at,
-        state=state,
-        start_time=_aware(record.created_at),
-    )
-    if status is VideoStatus.COMPLETED:
-        view.progress = 100
-    return view
-
-
 # The submit -----------------------------------------------------------------------------
 
 
@@ -258,6 +222,7 @@ class VideoSubmission:
             if keyed:
                 replay = await asyncio.to_thread(self._replay, job_id, digest)
                 if replay is not None:
+                    replay.estimate = self.capacity.estimate(replay)
                     return replay
             await self.capacity.ready()
             # Refusals for capacity (no worker, a free wait too long) come first: they need no lock.
@@ -267,17 +232,13 @@ class VideoSubmission:
             now = datetime.now(UTC)
             reserved = await asyncio.to_thread(self._reserve, job_id, request, digest, admission, now)
             if isinstance(reserved, JobView):
-                return reserved  # the same key raced in from elsewhere and won
-            view = JobView(
-                job_id=job_id,
-                memo=memo_of(reserved),
-                owner=self.principal,
-                status=VideoStatus.QUEUED,
-                start_time=now,
-            )
+                # The same key raced in from another replica and won: that job, as a replay.
+                reserved.estimate = self.capacity.estimate(reserved)
+                return reserved
+            job_input, view = reserved
             self.capacity.record_submit(view)
             try:
-                await start_job(self.client, self.settings, reserved)
+                await start_job(self.client, self.settings, job_input)
             except RPCError as exc:
                 # Acknowledged all the same: the row is committed and the outbox starts it.
                 log.warning("start of %s deferred to the outbox: %s", job_id, exc.status)
@@ -313,7 +274,7 @@ class VideoSubmission:
                 "use a new key for a different video",
                 "Idempotency-Key",
             )
-        return view_of_record(record, self.principal)
+        return row_view(record, self.principal)
 
     def _lock_user(self, session: Session) -> None:
         connection = session.connection()
@@ -327,7 +288,7 @@ class VideoSubmission:
 
     def _reserve(
         self, job_id: str, request: VideoRequest, digest: str, admission: Admission, now: datetime
-    ) -> VideoJobInput | JobView:
+    ) -> tuple[VideoJobInput, JobView] | JobView:
         principal = self.principal
         with self.db() as session:
             self._lock_user(session)
@@ -372,8 +333,11 @@ class VideoSubmission:
                 fairness_weight=admission.fairness_weight,
             )
             session.add(record)
+            session.flush()
+            # Read before the commit expires the row's attributes.
+            reserved = job_input_of(record, self.settings), row_view(record, principal)
             session.commit()
-            return job_input_of(record, self.settings)
+            return reserved
 
 
 # The outbox -----------------------------------------------------------------------------

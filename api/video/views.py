@@ -16,9 +16,12 @@ it, by way of ``row_view``:
    ``Completed`` -> ``completed``.
 3. **The pending generation activity** decides an ``in_progress`` row whose execution was
    described (``api.video.live``, at most once a second per job): ``in_progress`` while an
-   attempt runs on a worker, ``queued`` otherwise, which includes a preempted job waiting for
-   its next attempt. The row's ``in_progress`` (from the worker's ``generation_started``
-   signal) only says that an attempt started at some point.
+   attempt runs on a worker, ``queued`` while one waits to run, which includes a preempted job
+   waiting for its next attempt. The row's ``in_progress`` (from the worker's
+   ``generation_started`` signal) only says that an attempt started at some point. With no
+   generation pending at all, generation has ended and the workflow is recording the outcome
+   (cleanup, then its last snapshot): the job stays ``in_progress`` at 99 % until the row
+   holds the outcome, so progress never goes backwards on the way to it.
 4. **The row's ``queued``/``in_progress``** answers otherwise: a queued job (nothing runs yet,
    so it is not described), a describe that failed, or an execution the engine no longer has.
 
@@ -208,6 +211,10 @@ class JobView:
 DEFAULT_EXPIRES_AFTER_SECONDS: int = VideoJobInput.model_fields["expires_after_seconds"].default
 
 
+# 100 means done; a job whose generation ended is still being recorded.
+FINISHING_PROGRESS = 99
+
+
 def memo_of_row(record: VideoJobRecord, state: VideoJobState) -> JobMemo:
     """What the job *is*, from its row: the request, its hash, when and how it was dispatched."""
     return JobMemo(
@@ -234,8 +241,10 @@ def row_view(
     state = VideoJobState.model_validate(record.state)
     recorded = _VIDEO_STATUSES.get(record.status, state.status)
     generating = None
-    if execution_status == WorkflowExecutionStatus.RUNNING:
-        generating = generation is not None and generation.started
+    if execution_status == WorkflowExecutionStatus.RUNNING and generation is not None:
+        generating = generation.started
+    # Generation ended; the outcome is on its way to the row (rule 3).
+    finishing = execution_status == WorkflowExecutionStatus.RUNNING and generation is None
     view = JobView(
         job_id=record.job_id,
         memo=memo_of_row(record, state),
@@ -256,7 +265,9 @@ def row_view(
         if progress is not None and progress.total_steps > 0:
             step = progress.step if generation.started else progress.checkpoint_step
             # 100 means done; a job at its last step is still encoding.
-            view.progress = min(99, int(100 * step / progress.total_steps))
+            view.progress = min(FINISHING_PROGRESS, int(100 * step / progress.total_steps))
+    if finishing and view.status is VideoStatus.IN_PROGRESS:
+        view.progress = FINISHING_PROGRESS
     if view.status in (VideoStatus.COMPLETED, VideoStatus.EXPIRED):
         view.progress = 100
         if view.expires_at is None and view.completed_at is not None:

@@ -8,6 +8,7 @@ import asyncio
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
+from activities.video.generation import GENERATE_VIDEO
 from tests.video_admission.conftest import (
     FREE_CAP,
     PAID_CAP,
@@ -31,9 +32,17 @@ async def _all_generations_waiting(client: Client, job_ids: list[str]) -> bool:
 
 
 async def _generation_done_at(client: Client, job_id: str) -> float:
-    """When the job's generation activity completed (server time)."""
+    """When the job's generation activity completed (server time); the workflow's other
+    activities (read-model writes) complete too, earlier."""
+    generation: set[int] = set()
     async for event in client.get_workflow_handle(f"video-{job_id}").fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == GENERATE_VIDEO:
+                generation.add(event.event_id)
+        if (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+            and event.activity_task_completed_event_attributes.scheduled_event_id in generation
+        ):
             return event.event_time.ToDatetime().timestamp()
     raise AssertionError(f"{job_id} has no completed generation")
 

@@ -1,6 +1,7 @@
-"""Admission from the read model: the capacity tracker plans with every open job from SQL
-(no cap, waiting jobs never described), one replica measures under a lease while the others
-plan from what it publishes, and a submit between two snapshots is placed without re-planning.
+"""Admission from the read model: the capacity tracker plans with every open job from SQL (no
+cap; waiting jobs are not described, but for the few next in line), one replica measures under
+a lease while the others plan from what it publishes, and a submit between two snapshots is
+placed without re-planning.
 
 Real dev server and real databases (SQLite and Postgres); no workers run, so the rows are made
 as the submit path and the workflow's snapshots make them.
@@ -153,9 +154,12 @@ async def test_every_open_job_is_planned_and_only_generating_ones_described(
     assert len(snapshot.queued) == QUEUED_JOBS
     assert [j.job_id for j in snapshot.queued] == sorted(j.job_id for j in snapshot.queued)
     assert {r.job_id for r in snapshot.running} == {f"video_r{i:05d}" for i in range(GENERATING_JOBS)}
-    # Waiting jobs cost no engine call; each generating one is described once.
-    assert sum(calls.calls.values()) == GENERATING_JOBS
-    assert set(calls.calls) == {workflow_id(f"video_r{i:05d}") for i in range(GENERATING_JOBS)}
+    # Each generating job is described once; of the waiting ones only the few the plan puts
+    # next (a worker may have just taken them): no worker serves here, so at most 4.
+    generating = {workflow_id(f"video_r{i:05d}") for i in range(GENERATING_JOBS)}
+    assert generating <= set(calls.calls)
+    assert all(n == 1 for n in calls.calls.values())
+    assert len(set(calls.calls) - generating) <= 4
     # The fairness data the submit wrote is what the plans use.
     first = snapshot.queued[0]
     assert first.fairness_key == f"paid/{first.tenant_id}/{first.user_id}"

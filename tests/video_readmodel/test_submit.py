@@ -276,3 +276,28 @@ async def test_disconnected_client_starts_nothing(submit_settings: Settings) -> 
         assert created.status_code == 200, created.text
         assert calls.calls["start_workflow"] == 1
         assert len(_jobs_of(submit_settings, tenant)) == 1
+
+
+async def test_overload_is_shed_with_retry_after(submit_settings: Settings) -> None:
+    tenant = _tenant("tenant-shed")
+    settings = submit_settings.model_copy(update={"video_submit_max_in_flight": 2})
+    headers = {"Authorization": f"Bearer {_key(settings, tenant)}"}
+    app = create_app(settings)
+    async with serving(app) as url:
+        tracker = app.state.video_capacity
+        ready = tracker.ready
+
+        async def slow_ready() -> None:
+            await asyncio.sleep(1.0)  # submits pile up in flight
+            await ready()
+
+        tracker.ready = slow_ready
+        async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+            answers = await asyncio.gather(*(http.post(f"{url}/v1/videos", json=BODY) for _ in range(5)))
+    statuses = Counter(a.status_code for a in answers)
+    assert statuses == {200: 2, 503: 3}, [a.text for a in answers]
+    shed = next(a for a in answers if a.status_code == 503)
+    assert shed.headers["Retry-After"] == "2"
+    assert shed.json()["error"]["code"] == "overloaded"
+    # Shed submits left nothing behind.
+    assert len(_jobs_of(settings, tenant)) == 2
