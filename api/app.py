@@ -16,6 +16,7 @@ from api.body_limits import BodyLimitMiddleware, BodyLimits
 from api.ci.startup import start_ci
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
+from api.principal_cache import PrincipalCache
 from api.routers import files, health
 from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets
 from api.routers.video import capacity, videos
@@ -99,6 +100,7 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app)
     app.state.auth_throttle = FailedAuthThrottle(settings.api_auth_failures_per_minute)
+    app.state.principals = PrincipalCache(settings.api_principal_cache_seconds)
 
     app.add_middleware(BodyLimitMiddleware, limits=body_limits(settings))
     # Added last, so outermost: it sees every answer, a body limit's early 413 included.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
@@ -11,6 +12,7 @@ from temporalio.client import Client
 
 from api.auth_throttle import FailedAuthThrottle, client_key
 from api.errors import ApiError
+from api.principal_cache import PrincipalCache
 from api.video.capacity import CapacityTracker
 from leasehold.records.api_keys import Principal, lookup
 from leasehold.records.ci.secrets import Keyring
@@ -18,19 +20,19 @@ from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_client(request: Request) -> Client:
+async def get_client(request: Request) -> Client:
     return request.app.state.temporal
 
 
-def get_db(request: Request) -> sessionmaker:
+async def get_db(request: Request) -> sessionmaker:
     return request.app.state.db
 
 
-def get_store(request: Request) -> ObjectStore:
+async def get_store(request: Request) -> ObjectStore:
     return request.app.state.store
 
 
@@ -65,11 +67,12 @@ def note_failed_auth(request: Request) -> None:
     _throttle(request).record_failure(_client(request))
 
 
-def get_principal(
+async def get_principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 ) -> Principal:
     """The caller of an ``Authorization: Bearer <key>`` request; 401 otherwise, 429 after
-    too many wrong keys from one address."""
+    too many wrong keys from one address. A valid key is trusted for a moment
+    (``api_principal_cache_seconds``) without asking the database again."""
     refuse_if_throttled(request)
     key = credentials.credentials.strip() if credentials is not None else ""
     if not key:
@@ -80,7 +83,13 @@ def get_principal(
             "missing API key: send 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    principal = lookup(request.app.state.db, key)
+    cache: PrincipalCache = request.app.state.principals
+    principal = cache.get(key)
+    if principal is not None:
+        return principal
+    principal = await asyncio.to_thread(lookup, request.app.state.db, key)
+    if principal is not None:
+        cache.put(key, principal)
     if principal is None:
         note_failed_auth(request)
         raise ApiError(401, "invalid_api_key", "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
@@ -94,7 +103,7 @@ StoreDep = Annotated[ObjectStore, Depends(get_store)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def get_keyring(request: Request) -> Keyring:
+async def get_keyring(request: Request) -> Keyring:
     """The process's CI secrets keyring (loaded in the app's lifespan, ``api.ci.startup``); the
     secrets routers, the repositories' webhook secrets and the job-secrets broker share it."""
     return request.app.state.secrets_keyring
@@ -103,7 +112,7 @@ def get_keyring(request: Request) -> Keyring:
 KeyringDep = Annotated[Keyring, Depends(get_keyring)]
 
 
-def get_capacity(request: Request) -> CapacityTracker:
+async def get_capacity(request: Request) -> CapacityTracker:
     """The process's video capacity tracker (created in the app's lifespan)."""
     return request.app.state.video_capacity
 

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     # Failed API-key or webhook-signature attempts one client address may make per minute
     # before it gets 429 (a token bucket in each API replica; 0 turns throttling off).
     api_auth_failures_per_minute: int = 20
+    # How long an API process trusts a valid key's principal before asking the database again
+    # (so a status read costs no auth query); a revoked key stops working within this many
+    # seconds. 0 asks on every request.
+    api_principal_cache_seconds: float = 1.0
     # Bearer token that opens the API's /metrics; unset, the API serves no metrics.
     metrics_token: SecretStr | None = None
 

@@ -100,7 +100,11 @@ def test_cli_created_key_works_and_revocation_takes_effect(api: str, api_setting
     assert principal is not None and principal.tier == "paid"
     with factory.begin() as session:
         session.execute(update(ApiKey).where(ApiKey.id == principal.key_id).values(revoked_at=datetime.now(UTC)))
-    resp = httpx.get(f"{api}{AUTHED}", headers=headers, timeout=10)
+    revoked_at = time.monotonic()
+    # The API trusts a valid key for api_principal_cache_seconds (1 s by default), no longer.
+    while (resp := httpx.get(f"{api}{AUTHED}", headers=headers, timeout=10)).status_code == 200:
+        assert time.monotonic() - revoked_at < api_settings.api_principal_cache_seconds + 1.0
+        time.sleep(0.05)
     assert resp.status_code == 401
     assert _error(resp)["code"] == "invalid_api_key"
 
