@@ -18,7 +18,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ci.snapshots import SnapshotWriter
+    from workflows.ci.types.projection import current_snapshot_version
+    from workflows.snapshots import SnapshotWriter
 
 WRITE_SECONDS = 0.5
 BURST = 20
@@ -62,7 +63,7 @@ class SnapshotProbe:
         self._value = 0
         self._done = False
         self._writes: list[tuple[int, int]] = []
-        self._writer = SnapshotWriter(self._write, "probe")
+        self._writer = SnapshotWriter(self._write, "probe", lambda: current_snapshot_version(workflow.info()))
 
     @workflow.signal
     def bump(self) -> None:

@@ -19,8 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.ci.ids import push_id, run_id, run_workflow_id
     from workflows.ci.run import CIRunWorkflow
-    from workflows.ci.snapshots import SnapshotWriter
-    from workflows.ci.types.projection import CIPushSnapshot
+    from workflows.ci.types.projection import CIPushSnapshot, current_snapshot_version
     from workflows.ci.types.push import (
         DISPATCH_REJECTED,
         PUSH_GIT_FAILED,
@@ -41,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ci_control_queue,
         orchestration_queue,
     )
+    from workflows.snapshots import SnapshotWriter
 
 # Pushes started after this change write their state to the read model (``ci_pushes``) when
 # they start and when they end; older histories replay without those activities.
@@ -56,7 +56,9 @@ class CIPushWorkflow:
         self._inp = inp
         push = inp.push
         self._state = CIPushState(push_id=push_id(push.repo_id, push.commit_sha, push.ref, push.dispatch_key))
-        self._snapshots = SnapshotWriter(self._write_snapshot, f"push {self._state.push_id}")
+        self._snapshots = SnapshotWriter(
+            self._write_snapshot, f"push {self._state.push_id}", lambda: current_snapshot_version(workflow.info())
+        )
         self._projecting = False
 
     @workflow.query

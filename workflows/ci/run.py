@@ -138,7 +138,6 @@ with workflow.unsafe.imports_passed_through():
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
     )
-    from workflows.ci.snapshots import SnapshotWriter
     from workflows.ci.types.concurrency import GroupNotice, GroupOutcome, GroupRelease, GroupRequest, GroupState
     from workflows.ci.types.job import (
         JOB_FATAL_ERROR,
@@ -150,7 +149,7 @@ with workflow.unsafe.imports_passed_through():
         JobResult,
         NeedResult,
     )
-    from workflows.ci.types.projection import CIRunSnapshot
+    from workflows.ci.types.projection import CIRunSnapshot, current_snapshot_version
     from workflows.ci.types.push import EnvironmentRule
     from workflows.ci.types.run import (
         JOB_FINAL_STATUSES,
@@ -180,6 +179,7 @@ with workflow.unsafe.imports_passed_through():
         ci_queue,
         orchestration_queue,
     )
+    from workflows.snapshots import SnapshotWriter
 
 # Most characters of a runs-on label a job's expression may yield (a queue name is built from it).
 MAX_LABEL_CHARS = 200
@@ -249,7 +249,9 @@ class CIRunWorkflow:
         self._releases: list[asyncio.Task[None]] = []
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
-        self._snapshots = SnapshotWriter(self._write_snapshot, f"run {inp.run_id}")
+        self._snapshots = SnapshotWriter(
+            self._write_snapshot, f"run {inp.run_id}", lambda: current_snapshot_version(workflow.info())
+        )
         self._projecting = False
         # Matrix jobs: the evaluated strategy of each expanded one (rebuilt by replay).
         self._strategies: dict[str, ResolvedStrategy] = {}

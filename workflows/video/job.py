@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         VIDEO_PROJECTION_RETRY,
         VIDEO_PROJECTION_TIMEOUT,
     )
+    from workflows.snapshots import SnapshotWriter
     from workflows.video.types import (
         CleanupInput,
         GenerateInput,
@@ -77,13 +78,12 @@ class VideoJobWorkflow:
         # The job's facts are the input's own (one model, not a field-by-field copy).
         facts = {name: getattr(input, name) for name in VideoJobFacts.model_fields}
         self._state = VideoJobState(**facts, status=VideoStatus.QUEUED, created_at=input.created_at)
-        # The read model's writer: on (patched), a newer snapshot waits (dirty), one is being
-        # written (writing), the final one was written (closed).
-        self._project = False
-        self._dirty = False
-        self._writing = False
-        self._closed = False
-        self._writer: asyncio.Task[None] | None = None
+        # The read model's writer (started only where the read-model patch is on); versions
+        # are the history length, which only grows within the one execution a job ever has.
+        self._snapshots = SnapshotWriter(
+            self._write_snapshot, f"video {input.job_id}", lambda: workflow.info().get_current_history_length()
+        )
+        self._housekeeping_queue = input.housekeeping_queue
 
     @workflow.query
     def state(self) -> VideoJobState:
@@ -99,62 +99,24 @@ class VideoJobWorkflow:
         """
         if event.attempt > self._state.attempts_started:
             self._state.attempts_started = event.attempt
-            self._changed()
+            self._snapshots.changed()
         if self._state.status is VideoStatus.QUEUED:
             self._set_status(VideoStatus.IN_PROGRESS)
 
     def _set_status(self, status: VideoStatus) -> None:
         self._state.status = status
         workflow.upsert_search_attributes([sa.JOB_STATE.value_set(status.value)])
-        self._changed()
+        self._snapshots.changed()
 
-    def _changed(self) -> None:
-        """The state changed: the read model gets a snapshot (coalesced with other changes)."""
-        if not self._closed:
-            self._dirty = True
-
-    async def _write_snapshots(self, input: VideoJobInput) -> None:
-        """The read model's one writer: whenever the state changed, write its newest snapshot.
-
-        One write at a time, so the versions it sends only grow and a burst of transitions
-        while a write is in flight costs one more write, not one per transition.
-        """
-        while True:
-            await workflow.wait_condition(lambda: self._dirty and not self._closed)
-            self._dirty = False
-            self._writing = True
-            snapshot = ProjectVideoJobInput(
-                state=self._state.model_copy(deep=True),
-                version=workflow.info().get_current_history_length(),
-            )
-            try:
-                await workflow.execute_activity_method(
-                    VideoProjectionDefinition.project_video_job,
-                    snapshot,
-                    task_queue=input.housekeeping_queue,
-                    start_to_close_timeout=VIDEO_PROJECTION_TIMEOUT,
-                    retry_policy=VIDEO_PROJECTION_RETRY,
-                )
-            except ActivityError as err:
-                # Retried without limit, so only a non-retryable error lands here; the job's
-                # outcome must not wait on its mirror, and the next transition writes again.
-                workflow.logger.warning("read model write of %s failed: %s", input.job_id, err.cause or err)
-            finally:
-                self._writing = False
-
-    async def _flush(self) -> None:
-        """Write the last snapshot before the workflow closes; nothing is written after it.
-
-        Shielded like ``_cleanup``: a cancel that lands now must not leave the row behind the outcome.
-        """
-        if not self._project:
-            return
-        flushed = asyncio.ensure_future(workflow.wait_condition(lambda: not self._dirty and not self._writing))
-        try:
-            await asyncio.shield(flushed)
-        except asyncio.CancelledError:
-            await flushed
-        self._closed = True
+    async def _write_snapshot(self, version: int) -> None:
+        """One read-model write of the state as it is now (``SnapshotWriter`` calls it)."""
+        await workflow.execute_activity_method(
+            VideoProjectionDefinition.project_video_job,
+            ProjectVideoJobInput(state=self._state.model_copy(deep=True), version=version),
+            task_queue=self._housekeeping_queue,
+            start_to_close_timeout=VIDEO_PROJECTION_TIMEOUT,
+            retry_policy=VIDEO_PROJECTION_RETRY,
+        )
 
     @workflow.run
     async def run(self, input: VideoJobInput) -> VideoJobState:
@@ -169,9 +131,7 @@ class VideoJobWorkflow:
         )
         self._state.started_at = workflow.now()
         if workflow.patched(READ_MODEL_PATCH):
-            self._project = True
-            self._changed()  # accepted: the first snapshot (queued, engine started)
-            self._writer = asyncio.create_task(self._write_snapshots(input))
+            self._snapshots.start()  # accepted: the first snapshot (queued, engine started)
         prefix = job_object_prefix(input.job_id)
         try:
             result = await workflow.execute_activity_method(
@@ -198,7 +158,7 @@ class VideoJobWorkflow:
             await self._cleanup(input, keep=[])
             self._state.completed_at = workflow.now()
             self._set_status(VideoStatus.CANCELLED)
-            await self._flush()
+            await self._snapshots.flush()
             raise
         except ActivityError as err:
             # The server delivers a cancel to the activity only when this workflow asked for
@@ -207,7 +167,7 @@ class VideoJobWorkflow:
                 await self._cleanup(input, keep=[])
                 self._state.completed_at = workflow.now()
                 self._set_status(VideoStatus.CANCELLED)
-                await self._flush()
+                await self._snapshots.flush()
                 raise CancelledError("job cancelled") from err
             code, message = _failure_reason(err)
             self._state.error_code = code
@@ -215,12 +175,12 @@ class VideoJobWorkflow:
             await self._cleanup(input, keep=[])
             self._state.completed_at = workflow.now()
             self._set_status(VideoStatus.FAILED)
-            await self._flush()
+            await self._snapshots.flush()
             return self._state
         self._record(input, result)
         await self._cleanup(input, keep=[result.video_key, result.thumbnail_key])
         self._set_status(VideoStatus.COMPLETED)
-        await self._flush()
+        await self._snapshots.flush()
         return self._state
 
     def _record(self, input: VideoJobInput, result: GenerateResult) -> None:

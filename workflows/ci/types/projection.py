@@ -7,8 +7,12 @@ of the same execution arrive late, twice or out of order, and the newest one win
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from temporalio.workflow import Info
 
 from workflows.ci.types.push import CIPushState
 from workflows.ci.types.run import CIRunState
@@ -34,6 +38,11 @@ def snapshot_version(execution_started: datetime, history_length: int) -> int:
     """
     started_ms = max(0, int(execution_started.timestamp() * 1000) - _EPOCH_MS)
     return (started_ms << _HISTORY_BITS) | min(history_length, (1 << _HISTORY_BITS) - 1)
+
+
+def current_snapshot_version(info: Info) -> int:
+    """``snapshot_version`` of the running execution now (call with ``workflow.info()``)."""
+    return snapshot_version(info.workflow_start_time, info.get_current_history_length())
 
 
 class CIRunSnapshot(BaseModel):

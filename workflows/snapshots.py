@@ -1,12 +1,12 @@
-"""``SnapshotWriter``: how a CI workflow keeps its row of the read model up to date without
-ever making its work wait for it.
+"""``SnapshotWriter``: how a workflow (a video job, a CI run or push) keeps its row of the read
+model up to date without ever making its work wait for it.
 
 Every transition calls ``changed()`` (a counter; no command). One background coroutine
 writes the newest snapshot whenever something changed since the last write, with at most one
 write in flight: a burst of transitions while a write runs costs one more write, not one
 each. ``flush()`` writes what is left and returns once the read model holds the final state;
-the workflow calls it on every way out. Versions come from ``snapshot_version``, taken in the
-same workflow task as the snapshot, so a later write always carries a larger version.
+the workflow calls it on every way out. The version comes from the workflow's ``version()``,
+taken in the same workflow task as the snapshot, so a later write always carries a larger one.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-with workflow.unsafe.imports_passed_through():
-    from workflows.ci.types.projection import snapshot_version
-
 
 class SnapshotWriter:
     """Coalesces a workflow's state changes into read-model writes, one at a time."""
 
-    def __init__(self, write: Callable[[int], Awaitable[object]], what: str) -> None:
-        # ``write(version)`` schedules the projection activity with the state as it is now.
+    def __init__(self, write: Callable[[int], Awaitable[object]], what: str, version: Callable[[], int]) -> None:
+        # ``write(version)`` schedules the projection activity with the state as it is now;
+        # ``version()`` numbers it (it must grow within the execution).
         self._write = write
+        self._version = version
         self._what = what
         self._changes = 0
         self._written = 0
@@ -61,10 +60,8 @@ class SnapshotWriter:
             if self._changes == self._written:
                 return
             target = self._changes
-            info = workflow.info()
-            version = snapshot_version(info.workflow_start_time, info.get_current_history_length())
             try:
-                await self._write(version)
+                await self._write(self._version())
             except ActivityError as err:
                 # Retried with backoff until its schedule-to-close ran out: the database was
                 # down that long. The next change writes the whole state again.
