@@ -20,7 +20,9 @@ from sqlalchemy.orm import Session
 LIFECYCLE_VERSION = 2**62
 
 
-def _insert(session: Session, table: Table) -> Any:
+def dialect_insert(session: Session, table: Any) -> Any:
+    """An INSERT of ``table`` in the session's dialect, which has ``on_conflict_do_*`` on both
+    SQLite and Postgres (SQLAlchemy's generic insert has neither)."""
     if session.get_bind().dialect.name == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
@@ -39,7 +41,7 @@ def write_versioned(session: Session, table: Table, key: dict[str, Any], values:
         if changed.rowcount:  # type: ignore[attr-defined]
             return True
         inserted = session.execute(
-            _insert(session, table).values(**row).on_conflict_do_nothing(index_elements=list(key))
+            dialect_insert(session, table).values(**row).on_conflict_do_nothing(index_elements=list(key))
         )
         if inserted.rowcount:  # type: ignore[attr-defined]
             return True

@@ -16,11 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Table, and_, delete, insert, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
-from leasehold.records.versioned import write_versioned
+from leasehold.records.versioned import dialect_insert, write_versioned
 
 
 class CIPushRecord(Base):
@@ -118,12 +117,6 @@ class CIAttemptRecord(Base):
 # Writes (the projection activities) ---------------------------------------------------------
 
 
-def _upsert(session: Session, table: Table) -> Any:
-    if session.get_bind().dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
-
-
 # What compaction sets on an attempt row; a run snapshot knows nothing of it and never clears it.
 _COMPACTION_COLUMNS = frozenset({"log_object_key", "log_index", "compacted_at"})
 
@@ -164,7 +157,7 @@ def write_run(
     ]
     if changed:
         table: Table = CIAttemptRecord.__table__  # type: ignore[assignment]
-        statement = _upsert(session, table)
+        statement = dialect_insert(session, table)
         columns = {k: statement.excluded[k] for k in changed[0] if k not in _COMPACTION_COLUMNS}
         session.execute(
             statement.on_conflict_do_update(index_elements=["run_id", "job_id", "attempt"], set_=columns), changed

@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, String, or_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
+from leasehold.records.versioned import dialect_insert
 
 
 class CapacitySnapshot(Base):
@@ -48,9 +48,8 @@ def try_lead(db: sessionmaker, deployment: str, owner: str, lease_seconds: float
         )
         if renewed.rowcount:  # type: ignore[attr-defined]
             return True
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
         inserted = session.execute(
-            dialect.insert(CapacitySnapshot)
+            dialect_insert(session, CapacitySnapshot)
             .values(deployment=deployment, owner=owner, lease_expires_at=expires)
             .on_conflict_do_nothing(index_elements=["deployment"])
         )
