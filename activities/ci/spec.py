@@ -440,7 +440,6 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
     values: dict[str, list[str] | None] = {}
     for key in PUSH_KEYS:
         values[key] = _patterns(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
-    paths_key = "paths" if "paths" in push else "paths-ignore" if "paths-ignore" in push else None
     return PushFilter(
         enabled=True,
         branches=values["branches"],
@@ -449,7 +448,7 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
         tags_ignore=values["tags-ignore"],
         paths=values["paths"],
         paths_ignore=values["paths-ignore"],
-        paths_line=push.key_lines.get(paths_key) if paths_key else None,
+        paths_line=_paths_line(push),
     )
 
 
@@ -595,7 +594,6 @@ def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
             raise ctx.fail(
                 pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
             )
-    paths_key = "paths" if "paths" in pr else "paths-ignore" if "paths-ignore" in pr else None
     return PushFilter(
         enabled=True,
         branches=values["branches"],
@@ -603,8 +601,14 @@ def _pull_request_filter(ctx: _Ctx, on: Any) -> PushFilter:
         types=values["types"],
         paths=values["paths"],
         paths_ignore=values["paths-ignore"],
-        paths_line=pr.key_lines.get(paths_key) if paths_key else None,
+        paths_line=_paths_line(pr),
     )
+
+
+def _paths_line(event: _Map) -> int | None:
+    """The line of an event's ``paths`` (or ``paths-ignore``) filter, for errors about it."""
+    key = "paths" if "paths" in event else "paths-ignore" if "paths-ignore" in event else None
+    return event.key_lines.get(key) if key else None
 
 
 def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool:
