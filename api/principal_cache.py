@@ -9,11 +9,10 @@ bounded in size, so a flood of distinct valid keys cannot grow it without limit.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import OrderedDict
 
-from leasehold.records.api_keys import Principal
+from leasehold.records.api_keys import Principal, key_hash
 
 MAX_ENTRIES = 10_000
 
@@ -26,14 +25,10 @@ class PrincipalCache:
         self._max = max_entries
         self._entries: OrderedDict[str, tuple[Principal, float]] = OrderedDict()
 
-    @staticmethod
-    def _id(key: str) -> str:
-        return hashlib.sha256(key.encode()).hexdigest()
-
     def get(self, key: str) -> Principal | None:
         if self._ttl <= 0:
             return None
-        ident = self._id(key)
+        ident = key_hash(key)
         entry = self._entries.get(ident)
         if entry is None:
             return None
@@ -46,7 +41,7 @@ class PrincipalCache:
     def put(self, key: str, principal: Principal) -> None:
         if self._ttl <= 0:
             return
-        ident = self._id(key)
+        ident = key_hash(key)
         self._entries[ident] = (principal, time.monotonic() + self._ttl)
         self._entries.move_to_end(ident)
         while len(self._entries) > self._max:

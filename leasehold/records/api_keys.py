@@ -29,7 +29,8 @@ class Principal:
     key_id: str
 
 
-def _hash(key: str) -> str:
+def key_hash(key: str) -> str:
+    """What is stored of a key (and what a cache of principals may key on)."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -49,7 +50,7 @@ def create_key(factory: sessionmaker, tenant_id: str, user_id: str, tier: str) -
     key_id = secrets.token_hex(8)
     key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
     with factory.begin() as session:
-        session.add(ApiKey(id=key_id, key_hash=_hash(key), tenant_id=tenant_id, user_id=user_id, tier=tier))
+        session.add(ApiKey(id=key_id, key_hash=key_hash(key), tenant_id=tenant_id, user_id=user_id, tier=tier))
     return key
 
 
@@ -58,7 +59,7 @@ def lookup(factory: sessionmaker, key: str) -> Principal | None:
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     with factory() as session:
-        row = session.scalar(select(ApiKey).where(ApiKey.key_hash == _hash(key)))
+        row = session.scalar(select(ApiKey).where(ApiKey.key_hash == key_hash(key)))
     if row is None or row.revoked_at is not None:
         return None
     return Principal(tenant_id=row.tenant_id, user_id=row.user_id, tier=row.tier, key_id=row.id)  # type: ignore[arg-type]
