@@ -236,23 +236,16 @@ def unterminated(text: str) -> bool:
     return "${{" in text[tail:]
 
 
-def strip_wrapper(text: str) -> str:
-    """``if:`` may be written as ``${{ expr }}`` or bare ``expr``."""
-    stripped = text.strip()
-    spans = find_interpolations(stripped)
-    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(stripped):
-        return spans[0][2]
-    return stripped
-
-
 def condition_expression(text: str) -> str:
     """The expression an ``if:`` value means. Bare or wholly wrapped: that expression. Text
     around ``${{ }}`` makes GitHub read the whole value as a string template, i.e.
     ``format('text {0}', expr)``: truthy whenever it is not empty."""
     stripped = text.strip()
     spans = find_interpolations(stripped)
-    if not spans or (len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(stripped)):
-        return strip_wrapper(stripped)
+    if not spans:
+        return stripped
+    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(stripped):
+        return spans[0][2]
     parts: list[str] = []
     args: list[str] = []
     pos = 0
