@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client, TLSConfig
+import dataclasses
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleAlreadyRunningError,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+    TLSConfig,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from leasehold.settings import Settings
@@ -35,3 +44,20 @@ async def connect(settings: Settings, identity: str | None = None, lazy: bool = 
         identity=identity,
         lazy=lazy,
     )
+
+
+async def ensure_schedule(client: Client, schedule_id: str, schedule: Schedule) -> bool:
+    """Create ``schedule``, or bring an existing one to it; ``True`` if it was created.
+
+    Idempotent (every worker calls it at start). An existing schedule keeps its state, so an
+    operator's pause and its note outlive a worker restart."""
+    try:
+        await client.create_schedule(schedule_id, schedule)
+        return True
+    except ScheduleAlreadyRunningError:
+
+        def replace(current: ScheduleUpdateInput) -> ScheduleUpdate:
+            return ScheduleUpdate(schedule=dataclasses.replace(schedule, state=current.description.schedule.state))
+
+        await client.get_schedule_handle(schedule_id).update(replace)
+        return False

@@ -12,7 +12,6 @@ start changes nothing).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,16 +21,14 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
 )
 
 from leasehold.settings import Settings
+from leasehold.temporal import ensure_schedule
 from workflows.lifecycle.ci_compaction import CILogCompactionWorkflow
 from workflows.lifecycle.ci_retention import CIRetentionWorkflow
 from workflows.lifecycle.types import LifecycleInput
@@ -122,16 +119,7 @@ async def ensure_lifecycle_schedules(client: Client, settings: Settings) -> list
     for item in lifecycle_schedules(settings):
         sid = schedule_id(settings, item.name)
         schedule = _schedule(settings, item)
-        try:
-            await client.create_schedule(sid, schedule)
-            log.info("created lifecycle schedule %s (every %s)", sid, item.every)
-        except ScheduleAlreadyRunningError:
-
-            def replace(current: ScheduleUpdateInput, schedule: Schedule = schedule) -> ScheduleUpdate:
-                # An operator's pause (and its note) outlives a worker restart.
-                return ScheduleUpdate(schedule=dataclasses.replace(schedule, state=current.description.schedule.state))
-
-            await client.get_schedule_handle(sid).update(replace)
-            log.info("updated lifecycle schedule %s (every %s)", sid, item.every)
+        created = await ensure_schedule(client, sid, schedule)
+        log.info("%s lifecycle schedule %s (every %s)", "created" if created else "updated", sid, item.every)
         ids.append(sid)
     return ids

@@ -13,13 +13,10 @@ from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
     WorkflowHandle,
 )
 from temporalio.common import (
@@ -30,6 +27,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from leasehold.temporal import ensure_schedule
 from workflows import search_attributes as sa
 from workflows.ci.ids import push_id, push_workflow_id, run_workflow_id
 from workflows.ci.push import CIPushWorkflow
@@ -158,18 +156,8 @@ def _reconcile_schedule(queue_prefix: str, interval_seconds: float) -> Schedule:
 
 
 async def ensure_reconcile_schedule(client: Client, queue_prefix: str, interval_seconds: float) -> str:
-    """Create the reconciler's schedule, or bring an existing one to this interval; idempotent
-    (every CI worker calls it at start). Returns the schedule id."""
+    """Create the reconciler's schedule, or bring an existing one to this interval (keeping an
+    operator's pause); idempotent (every CI worker calls it at start). Returns the schedule id."""
     schedule_id = reconcile_schedule_id(queue_prefix)
-    wanted = _reconcile_schedule(queue_prefix, interval_seconds)
-    try:
-        await client.create_schedule(schedule_id, wanted)
-    except ScheduleAlreadyRunningError:
-
-        def update(current: ScheduleUpdateInput) -> ScheduleUpdate | None:
-            if current.description.schedule.spec.intervals == wanted.spec.intervals:
-                return None
-            return ScheduleUpdate(schedule=wanted)
-
-        await client.get_schedule_handle(schedule_id).update(update)
+    await ensure_schedule(client, schedule_id, _reconcile_schedule(queue_prefix, interval_seconds))
     return schedule_id
