@@ -16,7 +16,6 @@ import yaml
 
 from activities.ci.action_refs import DOCKER_REFUSED, ActionRefError, is_builtin, parse_uses, safe_parts
 from activities.ci.spec import (
-    DISABLED_COMMANDS,
     MAX_WORKFLOW_BYTES,
     SHELLS,
     WorkflowSpecError,
@@ -29,6 +28,7 @@ from activities.ci.spec import (
     _List,
     _Loader,
     _Map,
+    _run_script,
     _scalar_text,
     _step_id,
 )
@@ -261,12 +261,7 @@ def _step(ctx: _Ctx, index: int, raw: Any, line: int | None) -> StepSpec:
         raise ctx.fail(ln("with"), f"{where}.with", "'with' belongs to 'uses:' steps")
     if "run" not in raw:
         raise ctx.fail(raw.line, where, "a step needs 'run:' or 'uses:'")
-    run = _scalar_text(ctx, raw["run"], ln("run"), f"{where}.run")
-    if not run.strip():
-        raise ctx.fail(ln("run"), f"{where}.run", "must not be empty")
-    disabled = DISABLED_COMMANDS.search(run)
-    if disabled:
-        raise ctx.fail(ln("run"), f"{where}.run", f"the '::{disabled.group(1)}::' workflow command is disabled")
+    run = _run_script(ctx, raw["run"], ln("run"), f"{where}.run")
     _check_text(ctx, run, ln("run"), f"{where}.run", ACTION_CONTEXTS, None)
     if "shell" not in raw:
         raise ctx.fail(raw.line, f"{where}.shell", "a composite action's 'run:' step needs 'shell' (as on GitHub)")

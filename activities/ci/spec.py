@@ -622,6 +622,24 @@ def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool
     return True
 
 
+def _run_script(ctx: _Ctx, value: Any, line: int | None, key: str) -> str:
+    """A step's ``run:`` text (a workflow's or a composite action's): not empty, and none of the
+    workflow commands GitHub disabled (printing one would silently do nothing)."""
+    run = _scalar_text(ctx, value, line, key)
+    if not run.strip():
+        raise ctx.fail(line, key, "must not be empty")
+    disabled = DISABLED_COMMANDS.search(run)
+    if disabled:
+        replacement = {"set-env": "$GITHUB_ENV", "set-output": "$GITHUB_OUTPUT", "add-path": "$GITHUB_PATH"}
+        raise ctx.fail(
+            line,
+            key,
+            f"the '::{disabled.group(1)}::' workflow command is disabled (as on GitHub); "
+            f"write to {replacement[disabled.group(1)]} instead",
+        )
+    return run
+
+
 def _step(
     ctx: _Ctx, job_id: str, index: int, raw: Any, line: int | None, needs: list[str], defaults: _RunDefaults
 ) -> StepSpec:
@@ -637,18 +655,7 @@ def _step(
 
     if "run" not in raw:
         raise ctx.fail(raw.line, where, "a step needs 'run:' or 'uses:'")
-    run = _scalar_text(ctx, raw["run"], ln("run"), f"{where}.run")
-    if not run.strip():
-        raise ctx.fail(ln("run"), f"{where}.run", "must not be empty")
-    disabled = DISABLED_COMMANDS.search(run)
-    if disabled:
-        replacement = {"set-env": "$GITHUB_ENV", "set-output": "$GITHUB_OUTPUT", "add-path": "$GITHUB_PATH"}
-        raise ctx.fail(
-            ln("run"),
-            f"{where}.run",
-            f"the '::{disabled.group(1)}::' workflow command is disabled (as on GitHub); "
-            f"write to {replacement[disabled.group(1)]} instead",
-        )
+    run = _run_script(ctx, raw["run"], ln("run"), f"{where}.run")
     _check_text(ctx, run, ln("run"), f"{where}.run", STEP_CONTEXTS, needs)
     step_id = _step_id(ctx, raw, where, ln("id")) if "id" in raw else None
     # A step's own shell and working-directory win over defaults.run (the job's, then the workflow's).
