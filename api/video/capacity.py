@@ -94,6 +94,8 @@ MAX_DESCRIBED_RUNNING = 256
 PLACE_EXACT_BELOW = 200
 # Waiting jobs described per refresh because the plan put them next (see ``_next_up``).
 MAX_DESCRIBED_NEXT = 64
+# The refresh yields to the event loop this often while it walks the open jobs.
+YIELD_EVERY_ROWS = 256
 # Completion rate window.
 COMPLETION_WINDOW_SECONDS = 300.0
 # A submit this process accepted counts (against its user's cap, and as a waiting user of its
@@ -221,7 +223,10 @@ class CapacityTracker:
         at, data = latest
         if self._published_at is not None and at <= self._published_at:
             return False
-        self.load_json(data)
+        for model, snapshot in self.load_json(data).items():
+            await self._install(model, snapshot)
+            if snapshot.measured:
+                self._export(self.figures(model))
         self._published_at = at
         self._refreshed.set()
         return True
@@ -238,8 +243,11 @@ class CapacityTracker:
             for model in self.specs
         }
 
-    def load_json(self, data: dict[str, Any]) -> None:
-        """Plan from a publication of ``to_json`` (models this replica does not serve are skipped)."""
+    def load_json(self, data: dict[str, Any]) -> dict[str, ModelSnapshot]:
+        """Take the costs, arrivals and fairness state of a publication of ``to_json``, and
+        return its snapshots by model for ``_install`` (models this replica does not serve are
+        skipped)."""
+        snapshots: dict[str, ModelSnapshot] = {}
         for model, published_model in data.items():
             if model not in self.specs:
                 continue
@@ -247,12 +255,10 @@ class CapacityTracker:
             self.costs[model].load_json(published_model["costs"])
             self.arrivals[model].load_json(published_model["arrivals"])
             self.shadows[model].load_json(published_model["shadow"])
-            self.snapshots[model] = snapshot
-            self._plans.pop(model, None)
             open_ids = {j.job_id for j in snapshot.queued} | {j.job_id for j in snapshot.running}
             self._prune_recent(model, snapshot.taken_at, open_ids)
-            if snapshot.measured:
-                self._export(self.figures(model))
+            snapshots[model] = snapshot
+        return snapshots
 
     async def ready(self) -> None:
         """Wait (briefly) for the first measurement of a freshly started process."""
@@ -313,7 +319,9 @@ class CapacityTracker:
         heartbeat_fresh = self.settings.video_heartbeat_timeout_seconds + max(
             HEARTBEAT_GRACE_SECONDS, self.settings.video_capacity_refresh_seconds
         )
-        for row in rows:
+        for index, row in enumerate(rows):
+            if index and index % YIELD_EVERY_ROWS == 0:
+                await asyncio.sleep(0)  # thousands of rows: let requests in between
             job = row.job
             job_id, tier, shape = job.job_id, job.tier, job.shape
             self.arrivals[model].observe(
@@ -433,10 +441,24 @@ class CapacityTracker:
         if log.isEnabledFor(logging.DEBUG):
             waiting = sorted((p, j) for j, p in shadow.passes.items())
             log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
-        self.snapshots[model] = snapshot
-        self._plans.pop(model, None)
+        await self._install(model, snapshot)
         self._prune_recent(model, now, open_ids)
         self._export(self.figures(model))
+
+    async def _install(self, model: str, snapshot: ModelSnapshot) -> None:
+        """Make ``snapshot`` current with its queue plan computed beforehand, in a thread.
+
+        The plan of thousands of waiting jobs takes tens of milliseconds; computed lazily, the
+        first request after each refresh paid for it on the event loop, and every request in
+        flight waited with it (the status reads' p99). The thread only reads: the costs and the
+        fairness shadow change in this task alone, which awaits it.
+        """
+        streams = self._streams(model, snapshot.taken_at)
+        computed = await asyncio.to_thread(
+            plan, snapshot, self.costs[model], arrivals=streams, shadow=self.shadows[model]
+        )
+        self.snapshots[model] = snapshot
+        self._plans[model] = (snapshot.taken_at, computed)
 
     def _next_up(self, waiting: list[OpenJob], model: str) -> list[OpenJob]:
         """The waiting jobs most likely handed to a worker since the last plan: those it put
@@ -602,10 +624,11 @@ class CapacityTracker:
         )
         return place(planned, job, earlier, self.costs[model])
 
-    def _streams(self, model: str) -> list[ArrivalStream]:
+    def _streams(self, model: str, taken_at: float | None = None) -> list[ArrivalStream]:
         caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
         # Rates as of the snapshot the plan starts from: the plan's clock starts there too.
-        return self.arrivals[model].streams(self.costs[model], caps, self.snapshots[model].taken_at)
+        at = self.snapshots[model].taken_at if taken_at is None else taken_at
+        return self.arrivals[model].streams(self.costs[model], caps, at)
 
     def expected_wait(self, model: str, tier: str, weight: float) -> float | None:
         """Queue wait of a new job of ``tier`` from a new user; ``None`` with no worker serving."""
