@@ -120,6 +120,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/runs/{run}/jobs/{job}/logs/stream"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/logs/stream"
     ),
+    ("GET", "/v1/runs/{run}/jobs/{job}/annotations"): expect_404(
+        "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/annotations"
+    ),
     ("GET", "/v1/runs/{run}/jobs/{job}/summary"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/summary"
     ),

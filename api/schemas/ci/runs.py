@@ -286,6 +286,38 @@ class LogPage(BaseModel):
     has_more: bool = False
 
 
+# Annotations ---------------------------------------------------------------------------------
+
+
+class AnnotationOut(BaseModel):
+    """One ``::error``/``::warning``/``::notice`` an attempt's step printed (masked, bounded)."""
+
+    ordinal: int = Field(description="its place among the attempt's annotations, from 1")
+    step: int
+    level: str
+    message: str
+    title: str | None = None
+    file: str | None = None
+    line: int | None = None
+    end_line: int | None = None
+    column: int | None = None
+    end_column: int | None = None
+
+
+class AnnotationPage(BaseModel):
+    """``GET /v1/runs/{id}/jobs/{job}/annotations``: one page of an attempt's annotations, from
+    the read model (they outlive the engine's retention, as logs do). Ask again with
+    ``after=next_after`` while ``has_more``."""
+
+    object: Literal["list"] = "list"
+    run_id: str
+    job_id: str
+    attempt: int | None
+    data: list[AnnotationOut] = Field(default_factory=list)
+    has_more: bool = False
+    next_after: int | None = None
+
+
 # Environments and approvals ----------------------------------------------------------------
 
 
