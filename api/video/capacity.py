@@ -46,11 +46,12 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from activities.video.definitions import PROJECT_VIDEO_JOB
 from activities.video.generation import GENERATE_VIDEO
+from activities.video.projection import close_lost_job
 from api.schemas.video import CapacityFigures, VideoQueue
 from api.video.eta import (
     PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
@@ -94,6 +95,11 @@ MAX_DESCRIBED_RUNNING = 256
 PLACE_EXACT_BELOW = 200
 # Waiting jobs described per refresh because the plan put them next (see ``_next_up``).
 MAX_DESCRIBED_NEXT = 64
+# Executions closed without their workflow's last snapshot, and the row's error code for each.
+LOST_EXECUTION_CODES = {
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+}
 # The refresh yields to the event loop this often while it walks the open jobs.
 YIELD_EVERY_ROWS = 256
 # Completion rate window.
@@ -303,6 +309,10 @@ class CapacityTracker:
                     return row.job.job_id, None
 
         described = dict(await asyncio.gather(*(describe(row) for row in generating)))
+        lost = await self._close_lost(described)
+        if lost:
+            rows = [row for row in rows if row.job.job_id not in lost]
+            open_ids -= lost
         queue_desc = await tq_task
         completions = await count_task
 
@@ -459,6 +469,27 @@ class CapacityTracker:
         )
         self.snapshots[model] = snapshot
         self._plans[model] = (snapshot.taken_at, computed)
+
+    async def _close_lost(self, described: dict[str, Any]) -> set[str]:
+        """Close the rows of described jobs whose execution was terminated or timed out.
+
+        Such a workflow never writes its last snapshot, so its row would stay open, counting
+        against its owner's cap and taking a turn in every plan. Every generating job is
+        described at each refresh and every waiting one once it is next in line, so each is
+        found in time, at no extra engine call.
+        """
+        lost: set[str] = set()
+        for job_id, desc in described.items():
+            if desc is None or desc.status not in LOST_EXECUTION_CODES:
+                continue
+            code = LOST_EXECUTION_CODES[desc.status]
+            closed = await asyncio.to_thread(
+                close_lost_job, self.db, job_id, desc.history_length, desc.close_time, code
+            )
+            if closed:
+                log.warning("video job %s: its execution was %s outside leasehold; row closed", job_id, code)
+            lost.add(job_id)
+        return lost
 
     def _next_up(self, waiting: list[OpenJob], model: str) -> list[OpenJob]:
         """The waiting jobs most likely handed to a worker since the last plan: those it put
