@@ -312,6 +312,14 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
             if place is not None:
                 out.position, out.ahead = place + 1, place
                 blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place)))
+            elif not in_group_queue and not any(h.holder == holder and h.key == key for h in sem.holders):
+                # Neither waiting nor holding: its request (or its grant) is in flight right now.
+                blockers.append(
+                    QueueBlockerOut(
+                        reason=QueueReason.STARTING,
+                        message=f"asking for a slot ({len(sem.holders)} of {sem.limit} slots of your tenant in use)",
+                    )
+                )
             elif in_group_queue and len(sem.holders) >= sem.limit:
                 # It asks for a slot once its group lets it in; the cap is full meanwhile.
                 blockers.append(

@@ -67,10 +67,14 @@ def test_job_in_a_concurrency_group_behind_another_run_then_the_full_cap() -> No
     assert out.position is None and (out.slots_in_use, out.slot_limit) == (2, 2)
     assert out.concurrency_group == "prod"
 
-    # Once it is the group's running member and holds a slot, only a worker is left.
+    # Let in by its group, its slot request not seen by the semaphore yet: in flight.
     facts.groups["prod"] = GroupState(
         tenant_id="t1", group="prod", running=GroupRequest(holder=run_workflow_id(RUN), key="deploy#0")
     )
+    assert reasons(explain_job(state, deploy, facts, NOW)) == ["starting"]
+    # Holding a slot, only a worker is left.
+    assert isinstance(facts.semaphore, SemaphoreState)
+    facts.semaphore.holders[1] = SlotRequest(holder=run_workflow_id(RUN), key="deploy#0", limit=2)
     assert reasons(explain_job(state, deploy, facts, NOW)) == ["worker"]
 
 
