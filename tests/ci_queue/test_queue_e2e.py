@@ -3,8 +3,9 @@
 A tenant held at its cap (one slot, taken by a long job) pushes a run with a job the worker
 serves and one whose labels no worker serves: both explain that they wait for a slot, with
 their places in line, and the second also that no worker serves its labels (and which label
-sets are served). Another tenant's run waits for an approval, for ``needs``, and for a worker
-on its labels; it is never shown the first tenant's labels, and it gets 404 for that run.
+sets are served). Another tenant's run waits for an approval, for ``needs``, for a worker on
+its labels, and behind another job in its concurrency group; it is never shown the first
+tenant's labels, and it gets 404 for that run.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ jobs:
     steps: [{run: "true"}]
   nowhere:
     runs-on: pool-none
+    steps: [{run: "true"}]
+  first:
+    runs-on: pool-none
+    concurrency: one-at-a-time
+    steps: [{run: "true"}]
+  second:
+    runs-on: pool-none
+    concurrency: one-at-a-time
     steps: [{run: "true"}]
 """
 
@@ -136,6 +145,8 @@ def test_approval_needs_and_worker_explanations(queue_stack: CIStack) -> None:
                 and job(r, "deploy")["status"] == "awaiting_approval"
                 and job(r, "nowhere")["status"] == "queued"
                 and (job(r, "nowhere")["queue"] or {}).get("reason") == "no_worker"
+                and {(job(r, j)["queue"] or {}).get("reason") for j in ("first", "second")}
+                == {"no_worker", "concurrency_group"}
                 and r
             ),
         )
@@ -148,9 +159,16 @@ def test_approval_needs_and_worker_explanations(queue_stack: CIStack) -> None:
         # Queued, holding a slot of its (default, roomy) cap: it waits only for a worker.
         assert reasons(nowhere) == ["no_worker"]
         assert nowhere["queue"]["position"] is None and nowhere["queue"]["slots_in_use"] >= 1
+        # One of the two group members holds the group (and waits for a worker); the other
+        # waits in the group behind it.
+        inside, behind = sorted((job(run, "first"), job(run, "second")), key=lambda j: reasons(j)[0] != "no_worker")
+        assert reasons(behind) == ["concurrency_group", "no_worker"]
+        assert behind["queue"]["concurrency_group"] == "one-at-a-time"
+        running_in_it = f"{pushed.run_id} (job {inside['id']}) is running in it"
+        assert behind["queue"]["message"] == f"this job waits in concurrency group 'one-at-a-time': {running_in_it}"
         # The worker pool serving ``linux`` is never named to this tenant: none of its jobs
         # asks for it and the deployment lists only ``big+linux`` (which has no worker).
-        for j in (deploy, after, nowhere):
+        for j in (deploy, after, nowhere, inside, behind):
             assert j["queue"]["served_labels"] == []
         assert "linux" not in nowhere["queue"]["message"]
     finally:
