@@ -171,6 +171,13 @@ class Settings(BaseSettings):
     # (its URLs obey the clone URL rules above), or an absolute directory holding git
     # repositories at <dir>/<owner>/<repo> (offline and air-gapped deployments).
     ci_actions_source: str = "https://github.com/{owner}/{repo}"
+    # "Why is my job queued" (api.ci.queue_explanation): the engine records a queued job's
+    # explanation reads (the tenant's cap, concurrency groups, which label sets have workers)
+    # are kept this long per API process; and the runs-on label sets this deployment's CI
+    # workers serve, labels joined by "+" ("linux,linux+gpu"), probed to tell a job whose labels
+    # no worker serves which ones are (empty: the one set in ci_labels).
+    ci_queue_cache_seconds: float = Field(default=2.0, ge=0, le=60)
+    ci_queue_label_sets: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Video admission. Paid and free jobs share each model's workers through Temporal fairness:
     # dispatch shares follow these weights while both tiers have a backlog (no tier starves).
@@ -236,6 +243,16 @@ class Settings(BaseSettings):
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         # Env vars arrive as "a,b" as often as JSON lists; accept both (NoDecode leaves JSON to us).
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("ci_queue_label_sets", mode="before")
+    @classmethod
+    def _split_label_sets(cls, value: Any) -> Any:
+        # "linux,linux+gpu" (what to_env writes) or a JSON list of such strings.
         if isinstance(value, str):
             if value.lstrip().startswith("["):
                 return json.loads(value)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from api.ci.queue_explanation import QueueExplainerDep
 from api.ci.runs import (
     QUERY_TIMEOUT_SECONDS,
     RUN_UNAVAILABLE,
@@ -74,9 +75,27 @@ _DECISION_STATUS = {
 
 
 @router.get("/v1/runs/{run}")
-async def get_run(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RunOut:
-    """A run with its jobs: statuses, attempts, timings, exit codes and errors."""
-    return RunOut.from_state(await load_run(db, client, principal, run))
+async def get_run(
+    run: str, principal: PrincipalDep, client: ClientDep, db: DbDep, explainer: QueueExplainerDep
+) -> RunOut:
+    """A run with its jobs: statuses, attempts, timings, exit codes and errors; each job not
+    started yet says what it waits for (``queue``)."""
+    state = await load_run(db, client, principal, run)
+    return RunOut.from_state(state, await explainer.explain(state))
+
+
+@router.get("/v1/runs/{run}/jobs/{job}")
+async def get_job(
+    run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep, explainer: QueueExplainerDep
+) -> JobOut:
+    """One job of a run, as in the run; while it has not started, ``queue`` says what it waits for."""
+    check_job_id(job)
+    state = await load_run(db, client, principal, run)
+    found = state.job(job)
+    if found is None:
+        raise not_found("job")
+    queues = await explainer.explain(state, only=job)
+    return JobOut.from_state(found, queues.get(job))
 
 
 @router.get(
