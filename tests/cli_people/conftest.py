@@ -4,10 +4,16 @@ run the real ``leasehold`` CLI as a subprocess against it, with only an API URL 
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import secrets
+import select
+import struct
 import subprocess
 import sys
+import termios
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -56,6 +62,41 @@ class Person:
             timeout=timeout,
         )
 
+    def run_in_terminal(self, *args: str, timeout: float = CLI_TIMEOUT) -> tuple[int, str]:
+        """``leasehold ARGS`` with stdout and stderr on a pseudo-terminal (160 columns), as a
+        person at a terminal runs it; (exit code, everything it wrote there)."""
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+        env = {k: v for k, v in self.env(TERM="xterm-256color").items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+        try:
+            proc = subprocess.Popen(
+                self.argv(*args), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+            )
+        finally:
+            os.close(slave)
+        output = bytearray()
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([master], [], [], 0.5)
+                if not ready:
+                    continue
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every writer closed the terminal
+                    break
+                if not data:
+                    break
+                output += data
+            else:
+                raise AssertionError(f"{args} still writing after {timeout}s: {bytes(output[-2000:])!r}")
+            return proc.wait(timeout=30), output.decode(errors="replace")
+        finally:
+            os.close(master)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
     def start(self, *args: str, **env: str) -> subprocess.Popen[str]:
         """``leasehold ARGS`` in the background, its stdout and stderr as pipes."""
         return subprocess.Popen(
@@ -67,6 +108,29 @@ class Person:
             stderr=subprocess.PIPE,
             text=True,
         )
+
+
+def run_all(
+    *calls: tuple[Person, tuple[str, ...]], timeout: float = CLI_TIMEOUT
+) -> list[subprocess.CompletedProcess[str]]:
+    """Several independent CLI calls at once (each one a real process); their results in order.
+
+    Most of a short call is the interpreter starting, so calls that do not depend on each
+    other run side by side to keep the package's wall time down.
+    """
+    procs = [(who.start(*argv), argv) for who, argv in calls]
+    results = []
+    deadline = time.monotonic() + timeout
+    try:
+        for proc, argv in procs:
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append(subprocess.CompletedProcess(list(argv), proc.returncode, out, err))
+    finally:
+        for proc, _argv in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+    return results
 
 
 def person(stack: CIStack, url: str | None = None) -> Person:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import push_workflow, wait_for
-from tests.cli_people.conftest import Person, assert_one_line_error, person
+from tests.cli_people.conftest import Person, assert_one_line_error, person, run_all
 from tests.faults import TcpProxy
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ def _follow_with_a_drop(me: Person, rid: str, proxy: TcpProxy) -> tuple[int, lis
     reader.start()
     try:
         assert seen.wait(120), f"line 15 never came; so far: {lines}"
-        before_cut = len(lines)
+        before_cut = sum(1 for line in lines if line.startswith("line "))
         proxy.cut()
         time.sleep(1.0)
         proxy.restore()
@@ -89,49 +89,53 @@ def test_runs_follow_resume_exit_codes_retry_and_cancel(people_stack: CIStack) -
     assert [line for line in lines if line.startswith("line ")] == EXPECTED, (lines, stderr)
     assert "reconnecting" in stderr and proxy.forwarded >= 2, (stderr, proxy.forwarded)
     assert "Traceback" not in stderr
+
+    other = person(people_stack)
+    stored, as_json, failed, got, table, *refused = run_all(
+        (me, ("runs", "logs", rid, "talk")),
+        (me, ("runs", "logs", rid, "talk", "--json")),
+        # A failed job: its log, then exit 1.
+        (me, ("runs", "logs", rid, "fail", "--follow")),
+        (me, ("runs", "get", rid, "--json")),
+        (me, ("runs", "get", rid)),
+        # Another tenant: not found (3), for the run and its log.
+        (other, ("runs", "get", rid)),
+        (other, ("runs", "logs", rid, "talk", "--follow")),
+        (other, ("runs", "cancel", rid)),
+    )
     # Exactly the stored log, the runner's own lines included: nothing twice, nothing missing.
-    stored = me.run("runs", "logs", rid, "talk")
     assert stored.returncode == 0 and stored.stdout.splitlines() == lines, (stored.stdout, lines)
-
-    # A failed job: its log, then exit 1.
-    failed = me.run("runs", "logs", rid, "fail", "--follow")
-    assert failed.returncode == 1, failed.stderr
-    assert "about to fail" in failed.stdout
-
     # The stored log as JSON lines: the same text, then its end.
-    events = [json.loads(line) for line in me.run("runs", "logs", rid, "talk", "--json").stdout.splitlines()]
+    events = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert "".join(e["text"] for e in events if e["event"] == "log") == stored.stdout
     assert events[-1]["event"] == "end" and events[-1]["status"] == "success"
-
-    # get and list: one JSON document each.
-    got = me.run("runs", "get", rid, "--json")
+    assert failed.returncode == 1, failed.stderr
+    assert "about to fail" in failed.stdout
     assert got.returncode == 0, got.stderr
-    run = json.loads(got.stdout)
-    statuses = {j["id"]: j["status"] for j in run["jobs"]}
+    statuses = {j["id"]: j["status"] for j in json.loads(got.stdout)["jobs"]}
     assert (statuses["talk"], statuses["fail"]) == ("success", "failure"), statuses
+    assert table.returncode == 0 and "fail\tfailure" in table.stdout, table.stdout
+    for result in refused:
+        assert result.returncode == 3, (result.args, result.stderr)
+        assert_one_line_error(result, "not found")
+
+    # At a terminal: rich tables of the run and its jobs.
+    code, screen = me.run_in_terminal("runs", "get", rid)
+    assert code == 0 and "┃" in screen and "failure" in screen and "Traceback" not in screen, screen
 
     def listed() -> bool:
         page = json.loads(me.run("runs", "list", "--repo", pushed.repo_id, "--json").stdout)
         return rid in [r["id"] for r in page["data"]]
 
-    assert wait_for("the run in runs list", listed, timeout=30, interval=1.0)
-    table = me.run("runs", "get", rid)
-    assert table.returncode == 0 and "fail\tfailure" in table.stdout, table.stdout
-
-    # Another tenant: not found (3), for the run and its log.
-    other = person(people_stack)
-    for argv in (("runs", "get", rid), ("runs", "logs", rid, "talk", "--follow"), ("runs", "cancel", rid)):
-        refused = other.run(*argv)
-        assert refused.returncode == 3, (argv, refused.stderr)
-        assert_one_line_error(refused, "not found")
+    assert wait_for("the run in runs list", listed, timeout=30, interval=0.5)
 
     # Retry without a job: the failed one. A job that passed cannot be retried: 7, one line.
     retried = me.run("runs", "retry", rid, "--json")
     assert retried.returncode == 0, retried.stderr
     assert [a["job_id"] for a in json.loads(retried.stdout)["data"]] == ["fail"]
-    refused = me.run("runs", "retry", rid, "talk")
-    assert refused.returncode == 7, refused.stderr
-    assert_one_line_error(refused)
+    refused_retry = me.run("runs", "retry", rid, "talk")
+    assert refused_retry.returncode == 7, refused_retry.stderr
+    assert_one_line_error(refused_retry)
 
     # Cancel while `hang` runs: its follower ends with 5.
     follower = me.start("runs", "logs", rid, "hang", "--follow")

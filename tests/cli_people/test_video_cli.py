@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import av
@@ -10,7 +11,7 @@ import pytest
 
 from leasehold.devserver import free_port
 from tests.ci_api.conftest import CIStack
-from tests.cli_people.conftest import FAST_STEPS, MODEL, SIZE, SLOW_STEPS, assert_one_line_error, person
+from tests.cli_people.conftest import FAST_STEPS, MODEL, SIZE, SLOW_STEPS, assert_one_line_error, person, run_all
 
 pytestmark = pytest.mark.slow
 
@@ -40,81 +41,93 @@ def test_create_watch_downloads_a_playable_mp4(people_stack: CIStack, tmp_path: 
         assert (stream.codec_context.width, stream.codec_context.height) == (180, 320)
     assert frames >= 1
 
-    # --json: stdout is exactly one JSON document, for get, a watch of a finished job, list.
-    got = me.run("video", "get", video_id, "--json")
+    other = person(people_stack)
+    got, watched, listed, plain, thumb, again, *refused = run_all(
+        # --json: stdout is exactly one JSON document, for get, a watch of a finished job, list.
+        (me, ("video", "get", video_id, "--json")),
+        (me, ("video", "get", video_id, "--watch", "--no-download", "--json")),
+        (me, ("video", "list", "--json", "--limit", "5")),
+        (me, ("video", "list")),
+        # The thumbnail variant, into a directory, named by its media type; the video again.
+        (me, ("video", "download", video_id, "--variant", "thumbnail", "-o", str(tmp_path), "--json")),
+        (me, ("video", "download", video_id, "-o", str(tmp_path / "again.mp4"))),
+        # Another tenant's key sees no such video.
+        (other, ("video", "get", video_id)),
+        (other, ("video", "download", video_id, "-o", str(tmp_path / "x"))),
+        (other, ("video", "cancel", video_id)),
+    )
     assert got.returncode == 0, got.stderr
     video = json.loads(got.stdout)
     assert (video["id"], video["status"], video["progress"]) == (video_id, "completed", 100)
-    watched = me.run("video", "get", video_id, "--watch", "--no-download", "--json")
     assert watched.returncode == 0, watched.stderr
     assert json.loads(watched.stdout)["status"] == "completed"
-    listed = me.run("video", "list", "--json", "--limit", "5")
     assert listed.returncode == 0, listed.stderr
     assert video_id in [v["id"] for v in json.loads(listed.stdout)["data"]]
-    plain = me.run("video", "list")
     assert plain.returncode == 0 and plain.stdout.splitlines()[0].startswith("id\tstatus"), plain.stdout
     assert any(line.startswith(f"{video_id}\tcompleted\t100%") for line in plain.stdout.splitlines())
 
-    # The thumbnail variant, into a directory, named by its media type.
-    thumb = me.run("video", "download", video_id, "--variant", "thumbnail", "-o", str(tmp_path), "--json")
     assert thumb.returncode == 0, thumb.stderr
     saved = json.loads(thumb.stdout)
     path = Path(saved["path"])
     assert path.parent == tmp_path and path.stat().st_size == saved["bytes"] > 0
     head = path.read_bytes()[:12]
     assert head.startswith(b"\xff\xd8") or head.startswith(b"\x89PNG") or head[8:12] == b"WEBP", head
-    again = me.run("video", "download", video_id, "-o", str(tmp_path / "again.mp4"))
     assert again.returncode == 0 and (tmp_path / "again.mp4").read_bytes() == data
 
-    # Another tenant's key sees no such video.
-    other = person(people_stack)
-    for argv in (("video", "get", video_id), ("video", "download", video_id), ("video", "cancel", video_id)):
-        refused = other.run(*argv, "-o", str(tmp_path / "x")) if argv[1] == "download" else other.run(*argv)
-        assert refused.returncode == 3, (argv, refused.stderr)
-        assert_one_line_error(refused, "not found")
+    for result in refused:
+        assert result.returncode == 3, (result.args, result.stderr)
+        assert_one_line_error(result, "not found")
     assert not (tmp_path / "x").exists()
+
+    # At a terminal: the rich progress bar (to 100 %) and a rich table.
+    code, screen = me.run_in_terminal("video", "get", video_id, "--watch", "--no-download")
+    assert code == 0 and "100%" in screen and "━" in screen and "Traceback" not in screen, screen
+    code, screen = me.run_in_terminal("video", "list", "--limit", "3")
+    assert code == 0 and video_id in screen and "┃" in screen, screen
 
 
 def test_exit_codes_say_what_happened(people_stack: CIStack, tmp_path: Path) -> None:
     me = person(people_stack)
-    # A bad key: 4, the API's message, no traceback.
-    bad_key = me.run("video", "list", LEASEHOLD_API_KEY="sk-not-a-key")
+    created, bad_key, no_key, missing, bad_size, traversal, unreachable = run_all(
+        (me, ("video", "create", "--prompt", "a long one", "--model", MODEL, "--size", SIZE, "--seconds", "1",
+              "--steps", str(SLOW_STEPS), "--json")),
+        (replace(me, key="sk-not-a-key"), ("video", "list")),
+        (replace(me, key=""), ("runs", "list")),
+        (me, ("video", "get", "video_0000000000000000")),
+        (me, ("video", "create", "--prompt", "x", "--size", "huge", "--json")),
+        (me, ("video", "get", "../runs")),
+        (replace(me, url=f"http://127.0.0.1:{free_port()}"), ("video", "list")),
+    )  # fmt: skip
+    # A bad key: 4, the API's message, no traceback; no key at all: 4 too.
     assert bad_key.returncode == 4, bad_key.stderr
     assert_one_line_error(bad_key)
-    no_key = me.run("runs", "list", LEASEHOLD_API_KEY="")
     assert no_key.returncode == 4 and "LEASEHOLD_API_KEY" in no_key.stderr
     # Not found: 3.
-    missing = me.run("video", "get", "video_0000000000000000")
     assert missing.returncode == 3, missing.stderr
     assert_one_line_error(missing, "not found")
     # The API refuses a field: 2, naming the field.
-    bad_size = me.run("video", "create", "--prompt", "x", "--size", "huge", "--json")
     assert bad_size.returncode == 2, bad_size.stderr
     assert_one_line_error(bad_size, "size")
     # An id that would change the URL path never leaves the CLI.
-    traversal = me.run("video", "get", "../runs")
     assert traversal.returncode == 2 and "not a video id" in traversal.stderr
     # Nothing listens: 6.
-    unreachable = me.run("video", "list", LEASEHOLD_API_URL=f"http://127.0.0.1:{free_port()}")
     assert unreachable.returncode == 6, unreachable.stderr
     assert_one_line_error(unreachable, "did not answer")
 
     # Cancelled: 5, and the JSON of the cancelled job on stdout.
-    created = me.run(
-        "video", "create", "--prompt", "a long one", "--model", MODEL, "--size", SIZE, "--seconds", "1",
-        "--steps", str(SLOW_STEPS), "--json",
-    )  # fmt: skip
     assert created.returncode == 0, created.stderr
     video_id = json.loads(created.stdout)["id"]
     cancelled = me.run("video", "cancel", video_id, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["id"] == video_id
-    watched = me.run("video", "get", video_id, "--watch", "-o", str(tmp_path / "never.mp4"), "--json")
+    never = tmp_path / "never.mp4"
+    watched, content = run_all(
+        (me, ("video", "get", video_id, "--watch", "-o", str(never), "--json")),
+        # It has no content: the API refuses the download (409: 7), and no file is left.
+        (me, ("video", "download", video_id, "-o", str(never))),
+    )
     assert watched.returncode == 5, watched.stderr
     assert json.loads(watched.stdout)["status"] == "cancelled"
-    assert not (tmp_path / "never.mp4").exists()
-    # It has no content: the API refuses the download (409: 7), and no file is left.
-    content = me.run("video", "download", video_id, "-o", str(tmp_path / "never.mp4"))
     assert content.returncode == 7, content.stderr
     assert_one_line_error(content)
-    assert not (tmp_path / "never.mp4").exists()
+    assert not never.exists() and list(tmp_path.iterdir()) == []
