@@ -272,14 +272,13 @@ def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
     if human():
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         shown = Table(title=title, show_lines=False)
         for column in columns:
             shown.add_column(column)
         for row in rows:
             # Text from the API is shown as it is, never as rich markup.
-            from rich.text import Text
-
             shown.add_row(*(Text(_printable(cell)) for cell in row))
         Console().print(shown)
         return

@@ -25,7 +25,6 @@ from cli.remote import (
     command,
     failure_of,
     fields,
-    human,
     note,
     print_json,
     read_events,
@@ -86,13 +85,13 @@ class _Display:
             self.progress.stop()
 
     def show(self, video: dict[str, Any]) -> None:
-        detail = _detail(video)
+        status, progress, detail = str(video.get("status")), int(video.get("progress") or 0), _detail(video)
         if self.progress is not None:
-            self.progress.update(self.task, completed=int(video.get("progress") or 0), detail=detail)
+            self.progress.update(self.task, completed=progress, detail=" · ".join([status, *detail]))
             return
         if self.quiet:
             return
-        line = f"{self.video_id} {video.get('status')} {video.get('progress', 0)}% {detail}"
+        line = " ".join([self.video_id, status, f"{progress}%", *detail])
         if line != self.last_line:
             note(line)
             self.last_line = line
@@ -104,18 +103,19 @@ class _Display:
             note(text)
 
 
-def _detail(video: dict[str, Any]) -> str:
+def _detail(video: dict[str, Any]) -> list[str]:
+    """What a person wants to know besides status and progress: queue place, attempt, ETA."""
     status = str(video.get("status"))
-    parts = [status]
+    parts = []
     queue = video.get("queue")
     if status == "queued" and isinstance(queue, dict):
         parts.append(f"position {queue.get('position')} ({queue.get('ahead')} ahead)")
-    if video.get("attempt", 0) > 1:
+    if int(video.get("attempt") or 0) > 1:
         parts.append(f"attempt {video['attempt']}")
     if status not in TERMINAL:
         eta = video.get("eta_seconds")
         parts.append(f"ETA {seconds_text(eta)}" if eta is not None else f"no ETA: {video.get('eta_reason') or '-'}")
-    return " · ".join(parts)
+    return parts
 
 
 def watch(api: Api, video_id: str, display: _Display, reconnect_within: float = 60.0) -> dict[str, Any]:
@@ -341,7 +341,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         for v in page.get("data", [])
     ]
     table("videos", ["id", "status", "progress", "eta", "model", "size", "seconds", "prompt"], rows)
-    if page.get("has_more") and human():
+    if page.get("has_more"):
         note(f"more: leasehold video list --after {page.get('last_id')}")
     return int(Exit.OK)
 
