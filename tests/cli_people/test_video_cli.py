@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,12 +115,44 @@ def test_exit_codes_say_what_happened(people_stack: CIStack, tmp_path: Path) -> 
     assert unreachable.returncode == 6, unreachable.stderr
     assert_one_line_error(unreachable, "did not answer")
 
-    # Cancelled: 5, and the JSON of the cancelled job on stdout.
+    # While the slow job holds the only GPU worker, a second one waits: its watch shows the
+    # queue position, then runs to completion once the slow one is cancelled.
     assert created.returncode == 0, created.stderr
     video_id = json.loads(created.stdout)["id"]
-    cancelled = me.run("video", "cancel", video_id, "--json")
-    assert cancelled.returncode == 0, cancelled.stderr
-    assert json.loads(cancelled.stdout)["id"] == video_id
+    second = me.run(
+        "video", "create", "--prompt", "next in line", "--model", MODEL, "--size", SIZE, "--seconds", "1",
+        "--steps", str(FAST_STEPS), "--json",
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    second_id = json.loads(second.stdout)["id"]
+    watcher = me.start("video", "get", second_id, "--watch", "--no-download")
+    progress: list[str] = []
+    queued = threading.Event()
+
+    def read() -> None:
+        assert watcher.stderr is not None
+        for line in watcher.stderr:
+            progress.append(line.rstrip("\n"))
+            if line.startswith(f"{second_id} queued "):
+                queued.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert queued.wait(60), progress
+        # Cancelled: 5, and the JSON of the cancelled job on stdout.
+        cancelled = me.run("video", "cancel", video_id, "--json")
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert json.loads(cancelled.stdout)["id"] == video_id
+        assert watcher.wait(timeout=120) == 0, progress
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait(timeout=10)
+    reader.join(timeout=10)
+    waiting = [line for line in progress if line.startswith(f"{second_id} queued ")]
+    assert waiting and all(" position " in line for line in waiting), progress
+    assert f"{second_id} completed 100%" in progress, progress
     never = tmp_path / "never.mp4"
     watched, content = run_all(
         (me, ("video", "get", video_id, "--watch", "-o", str(never), "--json")),
