@@ -80,10 +80,11 @@ def failure_of(response: httpx.Response) -> CliFailure:
     except (ValueError, KeyError, TypeError):
         pass
     # Control characters from a server could rewrite the terminal; show them escaped.
-    return CliFailure(_printable(message), code)
+    return CliFailure(printable(message), code)
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """``text`` with every non-printable character (escape sequences, newlines) shown escaped."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
@@ -128,7 +129,7 @@ class Api:
 
     def unreachable(self, exc: Exception) -> CliFailure:
         reason = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
-        return CliFailure(f"the API at {self.base_url} did not answer ({_printable(reason)})", Exit.UNREACHABLE)
+        return CliFailure(f"the API at {self.base_url} did not answer ({printable(reason)})", Exit.UNREACHABLE)
 
     def close(self) -> None:
         self.http.close()
@@ -160,7 +161,7 @@ def command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
         try:
             return int(func(args))
         except CliFailure as exc:
-            print(f"leasehold: error: {exc.message}", file=sys.stderr)
+            print(f"leasehold: error: {printable(exc.message)}", file=sys.stderr)
             return int(exc.code)
         except BrokenPipeError:
             # `leasehold runs logs ... | head`: the reader left; nothing more to say.
@@ -263,8 +264,9 @@ def print_json(value: Any) -> None:
 
 
 def note(text: str) -> None:
-    """A line for the person, on stderr (stdout stays the command's result)."""
-    print(text, file=sys.stderr, flush=True)
+    """A line for the person, on stderr (stdout stays the command's result); text from the API
+    or a job cannot drive the terminal."""
+    print(printable(text), file=sys.stderr, flush=True)
 
 
 def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
@@ -279,12 +281,12 @@ def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
             shown.add_column(column)
         for row in rows:
             # Text from the API is shown as it is, never as rich markup.
-            shown.add_row(*(Text(_printable(cell)) for cell in row))
+            shown.add_row(*(Text(printable(cell)) for cell in row))
         Console().print(shown)
         return
     print("\t".join(columns))
     for row in rows:
-        print("\t".join(_printable(cell).replace("\t", " ") for cell in row))
+        print("\t".join(printable(cell).replace("\t", " ") for cell in row))
 
 
 def fields(pairs: list[tuple[str, Any]]) -> None:
@@ -299,11 +301,11 @@ def fields(pairs: list[tuple[str, Any]]) -> None:
         grid.add_column(style="bold")
         grid.add_column()
         for name, value in shown:
-            grid.add_row(Text(name), Text(_printable(value)))
+            grid.add_row(Text(name), Text(printable(value)))
         Console().print(grid)
         return
     for name, value in shown:
-        print(f"{name}: {_printable(value)}")
+        print(f"{name}: {printable(value)}")
 
 
 def seconds_text(seconds: float | None) -> str:

@@ -27,6 +27,7 @@ from cli.remote import (
     fields,
     note,
     print_json,
+    printable,
     read_events,
     seconds_text,
     table,
@@ -98,7 +99,7 @@ class _Display:
 
     def say(self, text: str) -> None:
         if self.progress is not None:
-            self.progress.console.print(text, markup=False, highlight=False)
+            self.progress.console.print(printable(text), markup=False, highlight=False)
         else:
             note(text)
 
