@@ -109,6 +109,36 @@ def test_a_job_no_class_holds_is_422_naming_the_field(class_stack: ClassStack) -
     assert caller.http.get("/v1/videos").json()["data"] == []
 
 
+def test_eta_is_that_of_the_jobs_class(class_stack: ClassStack) -> None:
+    caller = class_stack.caller()
+    # The small worker is busy with a long job; the large one is idle.
+    slow = create(caller, SMALL_JOB, steps=1000)
+    waiting: dict[str, Any] | None = None
+    try:
+        wait_until(lambda: class_stack.capacity(caller)["small"]["running"] == 1, 60, "the small worker busy")
+        waiting = create(caller, SMALL_JOB)
+        seen = wait_until(
+            lambda: (v := status(caller, waiting["id"]))["queue"] is not None and v["eta_seconds"] is not None and v,
+            20,
+            "an ETA for the waiting job",
+        )
+        # It waits for its own class's worker: the idle large worker is not counted for it.
+        assert seen["status"] == "queued"
+        assert seen["queue"]["workers_serving"] == 1
+        assert "on small GPUs" in seen["queue"]["reason"] and "busy" in seen["queue"]["reason"]
+        capacity = wait_until(
+            lambda: (c := class_stack.capacity(caller))["small"]["queued"] == 1 and c,
+            10,
+            "the waiting job measured on its class",
+        )
+        assert capacity["small"]["running"] == 1
+        assert capacity["large"]["queued"] == capacity["large"]["running"] == 0
+    finally:
+        for video in (slow, waiting):
+            if video is not None:
+                caller.http.post(f"/v1/videos/{video['id']}/cancel")
+
+
 def test_small_job_falls_back_to_large_when_small_has_no_worker(class_stack: ClassStack) -> None:
     caller = class_stack.caller()
     wait_until(
