@@ -137,12 +137,19 @@ def test_eta_is_that_of_the_jobs_class(class_stack: ClassStack) -> None:
         for video in (slow, waiting):
             if video is not None:
                 caller.http.post(f"/v1/videos/{video['id']}/cancel")
+        # Cancelled means the worker stopped (the workflow waits for it): the next test starts idle.
+        for video in (slow, waiting):
+            if video is not None:
+                wait_until(lambda v=video: status(caller, v["id"])["status"] == "cancelled", 30, "cancelled")
 
 
 def test_small_job_falls_back_to_large_when_small_has_no_worker(class_stack: ClassStack) -> None:
     caller = class_stack.caller()
+    # Idle, as measured: no job of an earlier test still counts as running on it.
     wait_until(
-        lambda: class_stack.capacity(caller)["small"]["workers_serving"] == 1, 60, "the small worker is measured"
+        lambda: (c := class_stack.capacity(caller)["small"])["workers_serving"] == 1 and c["running"] == 0,
+        60,
+        "the small worker is measured idle",
     )
     # Keep the small worker busy, then reclaim it (SIGTERM: the preemption notice). A busy worker
     # does not poll, so it drops out of the count as soon as its job stops heartbeating.
