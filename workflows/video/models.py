@@ -35,6 +35,10 @@ class VideoModelSpec:
     # Sampler steps per job unless a request asks for another count (tests do, to run longer).
     default_steps: int
     max_steps: int
+    # GPU memory a job needs per frame x pixel (bytes), measured for each model: a job of F
+    # frames of WxH needs F x W x H x this, and goes to the smallest GPU class that holds it
+    # (leasehold.gpu_classes). 0: unmeasured, every job fits the smallest class.
+    memory_bytes_per_frame_pixel: float = 0.0
 
     def accepts_size(self, size: str) -> bool:
         return size in self.sizes
@@ -62,6 +66,9 @@ PROCEDURAL_V1 = VideoModelSpec(
     fps=8,
     default_steps=50,
     max_steps=1000,
+    # Measured on CPU (peak RSS growth of init, steps and decode of one job): 13-17 bytes per
+    # frame-pixel between 0.5 and 8.4 M frame-pixels, most of it the decoded RGB video.
+    memory_bytes_per_frame_pixel=16.0,
 )
 
 MODELS: dict[str, VideoModelSpec] = {spec.name: spec for spec in (PROCEDURAL_V1,)}
