@@ -130,7 +130,7 @@ def test_a_preemption_loses_at_most_one_checkpoint_interval(plan_settings: Setti
 
 
 def test_gangs_run_all_or_nothing(plan_settings: Settings) -> None:
-    gang = built_in("gang").model_copy(update={"horizon_seconds": 3600.0, "warmup_seconds": 600.0})
+    gang = built_in("gang").model_copy(update={"horizon_seconds": 2400.0, "warmup_seconds": 600.0})
     result = simulate(gang, plan_settings, record_attempts=True)
     gangs = [a for a in result.attempts if a.gpus_needed > 1]
     assert gangs and any(a.outcome != "completed" for a in gangs)
@@ -149,7 +149,7 @@ def test_gangs_run_all_or_nothing(plan_settings: Settings) -> None:
 
 
 def test_backfilling_shortens_waits_behind_gangs(plan_settings: Settings) -> None:
-    gang = built_in("gang").model_copy(update={"horizon_seconds": 3600.0, "warmup_seconds": 600.0})
+    gang = built_in("gang").model_copy(update={"horizon_seconds": 2400.0, "warmup_seconds": 600.0})
     with_backfill = simulate(gang, plan_settings)
     without = simulate(gang.model_copy(update={"backfill": False}), plan_settings)
     assert with_backfill.backfilled > 0 and without.backfilled == 0
