@@ -144,6 +144,7 @@ class TierFigures:
     failed: int = 0
     open: int = 0
     dispatched: int = 0  # hand-outs from the backlog (by pass) in the window
+    contended: int = 0  # of those, made while the other tier had jobs waiting too
     waits: list[float] = field(default_factory=list)
     predicted: list[float] = field(default_factory=list)
     eta_errors: list[float] = field(default_factory=list)
@@ -225,6 +226,7 @@ class _Queue:
         self.counters: dict[str, float] = {}
         self.backlog: list[tuple[float, int, SimJob]] = []
         self.waiting = 0  # live backlog entries
+        self.waiting_tier: dict[str, int] = {t: 0 for t in TIERS}
         self.idle: dict[int, Gpu] = {}
         self.alive = 0  # GPUs serving (not leaving)
         self.running: set[SimJob] = set()
@@ -267,8 +269,11 @@ class Simulation:
         settings: Settings,
         checkpoint_interval: float | None = None,
         record_attempts: bool = False,
+        trace: Iterable[tuple[float, str, str]] | None = None,
     ) -> None:
         self.sc = scenario
+        # Submits to replay instead of drawing them: (seconds from the start, tier, user).
+        self.trace = sorted(trace) if trace is not None else None
         self.settings = settings
         self.ckpt = checkpoint_interval or scenario.checkpoint_interval_seconds or settings.checkpoint_interval_seconds
         self.refresh = scenario.refresh_seconds or settings.video_capacity_refresh_seconds
@@ -359,9 +364,13 @@ class Simulation:
                     self._at(wave.at_seconds + n * step, _RECLAIM, i, None)
                 if wave.restore_after_seconds is not None:
                     self._at(wave.at_seconds + wave.over_seconds + wave.restore_after_seconds, _RESTORE, i, count)
-        for index, load in enumerate(self.sc.tiers):
-            if load.per_second > 0:
-                self._at(self.load_rng.expovariate(load.per_second), _ARRIVAL, index, None)
+        if self.trace is not None:
+            for at, tier, user in self.trace:
+                self._at(at, _ARRIVAL, -1, (tier, user))
+        else:
+            for index, load in enumerate(self.sc.tiers):
+                if load.per_second > 0:
+                    self._at(self.load_rng.expovariate(load.per_second), _ARRIVAL, index, None)
         self._at(0.0, _REFRESH)
         end = self.sc.horizon_seconds + self.sc.drain_seconds
         while self.events:
@@ -370,7 +379,10 @@ class Simulation:
                 break
             self.now = at
             if kind == _ARRIVAL:
-                self._arrival(cast(int, a))
+                if b is not None:
+                    self._submit(*cast(tuple[str, str], b))
+                else:
+                    self._arrival(cast(int, a))
             elif kind == _FINISH:
                 self._finish(cast(SimJob, a), cast(int, b))
             elif kind == _RELEASE:
@@ -506,6 +518,8 @@ class Simulation:
         x = self.load_rng.random()
         home_index = next((i for i, edge in enumerate(self.region_cdf) if x < edge), len(self.region_cdf) - 1)
         home = self.sc.regions[home_index]
+        if self.sc.routing == "home":
+            return self.queues[queue_name(gpu_class, home.name)], 0.0, home.name
         candidates: list[tuple[float, _Queue, float]] = []
         for region in self.sc.regions:
             queue = self.queues.get(queue_name(gpu_class, region.name))
@@ -594,6 +608,7 @@ class Simulation:
         job.pass_ = pass_
         job.in_backlog = True
         queue.waiting += 1
+        queue.waiting_tier[job.tier] += 1
         self._waiting_changed(1)
         heapq.heappush(queue.backlog, (pass_, job.id, job))
         self._dispatch(queue)
@@ -617,9 +632,13 @@ class Simulation:
     def _take_from_backlog(self, queue: _Queue, job: SimJob) -> None:
         job.in_backlog = False
         queue.waiting -= 1
+        queue.waiting_tier[job.tier] -= 1
         self._waiting_changed(-1)
         if self.window_start <= self.now < self.window_end:
-            self.result.tier(job.tier).dispatched += 1
+            figures = self.result.tier(job.tier)
+            figures.dispatched += 1
+            if any(count for tier, count in queue.waiting_tier.items() if tier != job.tier):
+                figures.contended += 1
         self._start(queue, job, direct=False)
 
     def _backfill(self, queue: _Queue, gang: SimJob) -> None:
@@ -967,6 +986,8 @@ def simulate(
     settings: Settings,
     checkpoint_interval: float | None = None,
     record_attempts: bool = False,
+    trace: Iterable[tuple[float, str, str]] | None = None,
 ) -> RunResult:
-    """Run ``scenario`` once under ``settings`` (``checkpoint_interval`` overrides both's)."""
-    return Simulation(scenario, settings, checkpoint_interval, record_attempts).run()
+    """Run ``scenario`` once under ``settings`` (``checkpoint_interval`` overrides both's);
+    ``trace`` replays recorded submits instead of the scenario's arrivals."""
+    return Simulation(scenario, settings, checkpoint_interval, record_attempts, trace).run()

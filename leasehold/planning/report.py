@@ -337,14 +337,14 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
     given_share = _spot_share(scenario)
     for share in (given_share, 0.0):
         if share == given_share:
-            result = search.result  # the fleet's own run
+            result = search.result  # the fleet's own run (plotted as "fleet")
         else:
             data = scenario.model_dump()
             spot: dict[str, Any] = next((p for p in data["pools"] if p["purchase"] == "preemptible"), {})
             keep = ("preemptions_per_gpu_hour", "warning_seconds", "warned_share", "replace_seconds")
             data["pools"] = seed_pools(fleet, share, **{k: spot[k] for k in keep if k in spot})
             result = simulate(parse_scenario(data, f"seed-spot-{share:g}"), settings)
-        report.results[f"spot-{share:g}"] = result
+            report.results[f"spot-{share:g}"] = result
         s = summarise(result)
         report.lines.append(
             f"{share:.0%} spot: {_usd(s.cost_per_video)} per video, {_usd(s.cost_per_useful_gpu_hour)} per useful "

@@ -136,6 +136,9 @@ class Scenario(_Strict):
     refresh_seconds: float | None = Field(default=None, gt=0.0)
     # Gangs: while one waits for its GPUs, smaller jobs that end before it could start anyway run.
     backfill: bool = True
+    # Regions: route each job to the region with the least expected wait plus its data's move
+    # ("eta"), or always run it where its data is ("home").
+    routing: Literal["eta", "home"] = "eta"
     # The wait the fleet search sizes for, and at which percentile, for every tier.
     target_wait_seconds: float | None = Field(default=None, gt=0.0)
     target_percentile: float = Field(default=90.0, gt=0.0, le=100.0)

@@ -129,7 +129,7 @@ REGIONS: dict[str, Any] = {
         {"name": "ap", "data_share": 0.1, "remote_penalty_seconds": 45.0},
     ],
     "pools": [
-        {"gpu_class": "h100", "region": "us", "purchase": "reserved", "gpus": 40, "usd_per_gpu_hour": 2.50},
+        {"gpu_class": "h100", "region": "us", "purchase": "reserved", "gpus": 44, "usd_per_gpu_hour": 2.50},
         {"gpu_class": "h100", "region": "eu", "purchase": "reserved", "gpus": 24, "usd_per_gpu_hour": 2.80},
         {
             "gpu_class": "h100",
@@ -142,6 +142,7 @@ REGIONS: dict[str, Any] = {
             "warned_share": 0.5,
         },
     ],
+    "checkpoint_interval_seconds": 30.0,
     "checkpoint_write_seconds": 2.0,
     "resume_seconds": 5.0,
     "refresh_seconds": 10.0,
