@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli import ci, environments, plans, readmodel, repos, runs, secrets, video
+from cli import ci, environments, plan, plans, readmodel, repos, runs, secrets, video
 from cli.common import UsageError, command_settings
 from leasehold.settings import Settings
 
@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--tier", required=True, metavar="{paid,free}")
     create.set_defaults(func=cmd_keys_create)
 
-    # The CI admin commands and the people's commands (video, runs: through the API), each
-    # module adding its own subcommands; listed here, in help order.
-    for module in (ci, environments, plans, repos, secrets, readmodel, video, runs):
+    # The CI admin commands, the people's commands (video, runs: through the API) and the
+    # capacity planner, each module adding its own subcommands; listed here, in help order.
+    for module in (ci, environments, plans, repos, secrets, readmodel, video, runs, plan):
         module.add_commands(sub)
     return parser
 

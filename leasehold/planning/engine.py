@@ -1,0 +1,993 @@
+"""A discrete-event simulation of the video scheduler, on the policies the deployment runs.
+
+What is simulated, and where its rule comes from (imported, not restated):
+
+* **Admission**: every submit goes through ``api.video.admission.admit`` (the free tier's
+  wait threshold, the tier weight split among the tier's waiting users, the 503 when no worker
+  serves) and ``check_queued_cap`` (the per-user cap, 429), in that order as
+  ``api.video.submit`` calls them, with ``Settings`` for every number. ``admit`` reads its
+  capacity from ``SimulatedCapacity``, which answers the same four questions the
+  ``CapacityTracker`` answers, from the simulated state.
+* **The ETA** a submit is told and the free tier's expected wait are ``api.video.eta.plan`` /
+  ``place`` over a ``ModelSnapshot`` of the simulated queue, taken every refresh as the
+  capacity leader does (``PLACE_EXACT_BELOW`` decides between an exact re-plan and a placement).
+* **Dispatch order** is Temporal's fairness as ``api.video.eta`` models it: a task that finds a
+  worker polling is matched at once; one that waits gets ``next_pass`` of its key and waiting
+  tasks go out in pass order (ties by arrival).
+* **Preemption and retry**: a warned worker checkpoints at the notice and fails its attempt at
+  once (``worker_gpu.main``); a killed one is noticed after ``video_heartbeat_timeout_seconds``;
+  either attempt is retried after ``VIDEO_GENERATE_RETRY``'s backoff, up to its maximum
+  attempts, and resumes from the last checkpoint written every ``checkpoint_interval_seconds``.
+
+What is the simulator's own: arrivals (Poisson per tier, users uniform, bursts), run times
+(gamma around each shape's mean), GPU pools with preemption notices (Poisson per GPU-hour),
+replacements and reclaim waves, prices, and the two things the engine does not do today,
+on paper: gangs (N GPUs of a class at once, all or nothing, with EASY backfilling) and regions
+(a queue per GPU class and region, jobs routed by expected wait plus the cost of moving their
+data, or kept home by residency). Everything random draws from one seeded generator, so a run
+is reproducible and two runs of a sweep see the same arrivals (common random numbers).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import cast
+
+from api.errors import ApiError
+from api.video.admission import admit, check_queued_cap, queued_limit
+from api.video.capacity import PLACE_EXACT_BELOW, CapacityTracker
+from api.video.eta import (
+    ArrivalLog,
+    FairnessShadow,
+    JobCosts,
+    ModelSnapshot,
+    QueuedJob,
+    QueuePlan,
+    RunningJob,
+    next_pass,
+    place,
+    plan,
+)
+from api.video.eta import JobShape as EtaShape
+from leasehold.planning.scenario import Pool, Scenario, ScheduledPreemption
+from leasehold.records.api_keys import Principal
+from leasehold.settings import Settings
+from workflows.queues import VIDEO_GENERATE_RETRY
+from workflows.video.models import PROCEDURAL_V1
+
+# Progress is reported to the plan in this many steps (the plan's ``RunningJob.step``).
+PLAN_STEPS = 1000
+# Backfill looks this far down the backlog for jobs that fit before a waiting gang.
+BACKFILL_LOOKAHEAD = 64
+# A pool whose GPUs are all gone checks again for preemptions this often.
+IDLE_POOL_RECHECK_SECONDS = 60.0
+
+TIERS = ("paid", "free")
+
+# Event kinds, in tie order at one instant: GPUs leave and join before work moves.
+_GONE, _JOIN, _RECLAIM, _RESTORE, _PREEMPT, _SCHEDULED, _FINISH, _RELEASE, _RETRY, _ARRIVAL, _REFRESH = range(11)
+
+
+@dataclass(eq=False)
+class Gpu:
+    """One GPU worker: polling its queue, generating, or on its way out."""
+
+    id: int
+    pool: int
+    queue: str
+    joined: float
+    job: SimJob | None = None
+    leaving: bool = False
+    slot: int = -1  # index in its pool's list of GPUs that can still be taken back
+
+
+@dataclass(eq=False)
+class SimJob:
+    """One accepted job and what happened to it."""
+
+    id: int
+    tier: str
+    user: str
+    key: str
+    weight: float
+    shape: int
+    gpus: int
+    work: float  # GPU-seconds of steps (per GPU of a gang)
+    queue: str
+    arrived: float
+    measured: bool
+    penalty: float = 0.0  # seconds of data transfer per attempt (run outside its data's region)
+    home: str = ""  # the region holding its data
+    done: float = 0.0  # work saved in the newest checkpoint
+    started: float | None = None
+    ended: float | None = None
+    outcome: str = "open"
+    attempts: int = 0
+    preemptions: int = 0
+    predicted_wait: float | None = None
+    pass_: float | None = None
+    in_backlog: bool = False
+    token: int = 0  # the current attempt (a finish event of an older one is stale)
+    workers: list[Gpu] = field(default_factory=list)
+    attempt_started: float = 0.0
+    attempt_end: float = 0.0
+    attempt_resumes: bool = False
+
+
+@dataclass
+class Attempt:
+    """One attempt of a job, as a test inspects it (recorded on request only)."""
+
+    job: int
+    gpus_needed: int
+    gpus_held: int
+    started: float
+    ended: float
+    outcome: str  # completed | preempted | killed
+    lost_work: float  # per GPU
+    checkpoint_interval: float
+
+
+@dataclass
+class TierFigures:
+    """One tier's submits, refusals and waits (jobs submitted in the measured window)."""
+
+    submitted: int = 0
+    accepted: int = 0
+    refused_429: int = 0
+    refused_503: int = 0
+    completed: int = 0
+    failed: int = 0
+    open: int = 0
+    dispatched: int = 0  # hand-outs from the backlog (by pass) in the window
+    contended: int = 0  # of those, made while the other tier had jobs waiting too
+    waits: list[float] = field(default_factory=list)
+    predicted: list[float] = field(default_factory=list)
+    eta_errors: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    """Everything one run measured over its window ``[warmup, horizon]``."""
+
+    scenario: Scenario
+    checkpoint_interval: float
+    window: float
+    tiers: dict[str, TierFigures]
+    held_gpu_seconds: dict[int, float]  # by pool index
+    busy_gpu_seconds: float
+    useful_gpu_seconds: float
+    lost_gpu_seconds: float  # computed then thrown away (since the last checkpoint)
+    overhead_gpu_seconds: float  # checkpoint writes, resumes, data transfer, gang members idling
+    preemptions: int  # attempts ended by a preemption or reclaim
+    jobs_preempted: int
+    lost_per_preemption: list[float]
+    cost_usd: float
+    completed_in_window: int
+    accepted_total: int
+    completed_total: int
+    failed_total: int
+    open_at_end: int
+    mean_waiting: float  # time-average of jobs waiting for a worker
+    mean_busy: float  # time-average of GPUs generating
+    accepted_per_second: float
+    mean_work_per_job: float  # measured mean GPU-seconds of steps per accepted job
+    remote_jobs: int
+    backfilled: int  # jobs started ahead of a waiting gang
+    series: list[tuple[float, int, int, int, int, float | None]]  # t, waiting paid, free, busy, alive, free ETA
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def tier(self, name: str) -> TierFigures:
+        return self.tiers.setdefault(name, TierFigures())
+
+
+class _WaitingUsers:
+    """The users of a tier with jobs waiting, as ``admit`` uses them (add one, count them)
+    without copying the set per submit."""
+
+    def __init__(self, base: dict[tuple[str, str], int]) -> None:
+        self._base = base
+        self._extra: set[tuple[str, str]] = set()
+
+    def add(self, user: tuple[str, str]) -> None:
+        if user not in self._base:
+            self._extra.add(user)
+
+    def __len__(self) -> int:
+        return len(self._base) + len(self._extra)
+
+
+class KnownCosts(JobCosts):
+    """The plan's cost model where run times are known: each scenario shape's mean."""
+
+    def __init__(self, means: list[float]) -> None:
+        super().__init__(PROCEDURAL_V1)
+        self._means = means
+
+    def run_seconds(self, shape: EtaShape) -> float:
+        return self._means[shape.frames]
+
+    def remaining_seconds(self, shape: EtaShape, step: int) -> float:
+        return self._means[shape.frames] * max(0, PLAN_STEPS - step) / PLAN_STEPS
+
+
+class _Queue:
+    """One task queue: a GPU class in a region (a model's queue in the engine today)."""
+
+    def __init__(self, name: str, gpu_class: str, region: str) -> None:
+        self.name = name
+        self.gpu_class = gpu_class
+        self.region = region
+        self.ack = 0.0
+        self.counters: dict[str, float] = {}
+        self.backlog: list[tuple[float, int, SimJob]] = []
+        self.waiting = 0  # live backlog entries
+        self.waiting_tier: dict[str, int] = {t: 0 for t in TIERS}
+        self.idle: dict[int, Gpu] = {}
+        self.alive = 0  # GPUs serving (not leaving)
+        self.running: set[SimJob] = set()
+        # Users with never-started jobs waiting, per tier (what admission counts).
+        self.waiting_users: dict[str, dict[tuple[str, str], int]] = {t: {} for t in TIERS}
+        self.arrivals = ArrivalLog()
+        self.expected: dict[str, float | None] = {}
+        self.snapshot = ModelSnapshot(model=name, taken_at=0.0)
+
+
+class SimulatedCapacity:
+    """What ``admit`` asks a ``CapacityTracker``, answered from the simulation."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+
+    @property
+    def snapshots(self) -> dict[str, ModelSnapshot]:
+        return {name: q.snapshot for name, q in self._sim.queues.items()}
+
+    def active_users(self, model: str, tier: str) -> _WaitingUsers:
+        return _WaitingUsers(self._sim.queues[model].waiting_users[tier])
+
+    def tier_weight(self, tier: str) -> float:
+        settings = self._sim.settings
+        return settings.video_paid_weight if tier == "paid" else settings.video_free_weight
+
+    def expected_wait(self, model: str, tier: str, weight: float) -> float | None:
+        # The estimate of the latest refresh (the tracker re-places per submit; between two
+        # refreshes the simulated queue moves by a refresh's worth of events).
+        return self._sim.queues[model].expected.get(tier)
+
+
+class Simulation:
+    """One run of a scenario under a deployment's settings."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        settings: Settings,
+        checkpoint_interval: float | None = None,
+        record_attempts: bool = False,
+        trace: Iterable[tuple[float, str, str]] | None = None,
+    ) -> None:
+        self.sc = scenario
+        # Submits to replay instead of drawing them: (seconds from the start, tier, user).
+        self.trace = sorted(trace) if trace is not None else None
+        self.settings = settings
+        self.ckpt = checkpoint_interval or scenario.checkpoint_interval_seconds or settings.checkpoint_interval_seconds
+        self.refresh = scenario.refresh_seconds or settings.video_capacity_refresh_seconds
+        self.record_attempts = record_attempts
+        self.rng = random.Random(scenario.seed)
+        # Arrivals and run times draw from their own generator, so changing the fleet or the
+        # checkpoint interval does not change the workload.
+        self.load_rng = random.Random(scenario.seed * 7919 + 1)
+        self.now = 0.0
+        self.events: list[tuple[float, int, int, object, object]] = []
+        self._seq = 0
+        self.queues: dict[str, _Queue] = {}
+        for pool in scenario.pools:
+            name = queue_name(pool.gpu_class, pool.region)
+            if name not in self.queues:
+                self.queues[name] = _Queue(name, pool.gpu_class, pool.region)
+        self.pool_gpus: list[list[Gpu]] = [[] for _ in scenario.pools]
+        self.pool_target: list[int] = [p.gpus for p in scenario.pools]
+        self._gpu_ids = 0
+        self._job_ids = 0
+        self.capacity = SimulatedCapacity(self)
+        self.user_waiting: dict[str, int] = {}
+        self.costs = KnownCosts([s.gpu_seconds for s in scenario.shapes])
+        # The plan's shape of each scenario shape (``KnownCosts`` keys its means by ``frames``).
+        self.eta_shapes = [EtaShape(steps=PLAN_STEPS, frames=i, width=1, height=1) for i in range(len(scenario.shapes))]
+        share_total = sum(s.share for s in scenario.shapes)
+        self.shape_cdf = list(_cumulative([s.share / share_total for s in scenario.shapes]))
+        self.probe_shape = max(range(len(scenario.shapes)), key=lambda i: scenario.shapes[i].share)
+        regions = scenario.regions
+        self.region_cdf = list(_cumulative([r.data_share for r in regions])) if regions else []
+        self.window_start = scenario.warmup_seconds
+        self.window_end = scenario.horizon_seconds
+        self.result = RunResult(
+            scenario=scenario,
+            checkpoint_interval=self.ckpt,
+            window=self.window_end - self.window_start,
+            tiers={t.tier: TierFigures() for t in scenario.tiers},
+            held_gpu_seconds={i: 0.0 for i in range(len(scenario.pools))},
+            busy_gpu_seconds=0.0,
+            useful_gpu_seconds=0.0,
+            lost_gpu_seconds=0.0,
+            overhead_gpu_seconds=0.0,
+            preemptions=0,
+            jobs_preempted=0,
+            lost_per_preemption=[],
+            cost_usd=0.0,
+            completed_in_window=0,
+            accepted_total=0,
+            completed_total=0,
+            failed_total=0,
+            open_at_end=0,
+            mean_waiting=0.0,
+            mean_busy=0.0,
+            accepted_per_second=0.0,
+            mean_work_per_job=0.0,
+            remote_jobs=0,
+            backfilled=0,
+            series=[],
+        )
+        self._waiting_area = 0.0
+        self._waiting_now = 0
+        self._waiting_since = 0.0
+        self._accepted_in_window = 0
+        self._work_in_window = 0.0
+        self.jobs: list[SimJob] = []
+
+    # Event plumbing ------------------------------------------------------------------------
+
+    def _at(self, at: float, kind: int, a: object = None, b: object = None) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (at, kind, self._seq, a, b))
+
+    def run(self) -> RunResult:
+        """Run to the horizon, then drain; return the figures."""
+        for i, pool in enumerate(self.sc.pools):
+            for _ in range(pool.gpus):
+                self._join(i)
+            if pool.purchase == "preemptible" and pool.preemptions_per_gpu_hour > 0:
+                self._next_preemption(i)
+            for scheduled in pool.preemptions:
+                self._at(scheduled.at_seconds, _SCHEDULED, i, scheduled)
+            for wave in pool.reclaims:
+                count = round(pool.gpus * wave.share)
+                if count <= 0:
+                    continue
+                step = wave.over_seconds / count
+                for n in range(count):
+                    self._at(wave.at_seconds + n * step, _RECLAIM, i, None)
+                if wave.restore_after_seconds is not None:
+                    self._at(wave.at_seconds + wave.over_seconds + wave.restore_after_seconds, _RESTORE, i, count)
+        if self.trace is not None:
+            for at, tier, user in self.trace:
+                self._at(at, _ARRIVAL, -1, (tier, user))
+        else:
+            for index, load in enumerate(self.sc.tiers):
+                if load.per_second > 0:
+                    self._at(self.load_rng.expovariate(load.per_second), _ARRIVAL, index, None)
+        self._at(0.0, _REFRESH)
+        end = self.sc.horizon_seconds + self.sc.drain_seconds
+        while self.events:
+            at, kind, _seq, a, b = heapq.heappop(self.events)
+            if at > end:
+                break
+            self.now = at
+            if kind == _ARRIVAL:
+                if b is not None:
+                    self._submit(*cast(tuple[str, str], b))
+                else:
+                    self._arrival(cast(int, a))
+            elif kind == _FINISH:
+                self._finish(cast(SimJob, a), cast(int, b))
+            elif kind == _RELEASE:
+                self._release(cast(list[Gpu], a))
+            elif kind == _RETRY:
+                self._enqueue(cast(SimJob, a))
+            elif kind == _PREEMPT:
+                self._preempt_random(cast(int, a), replace=True)
+                self._next_preemption(cast(int, a))
+            elif kind == _SCHEDULED:
+                scheduled = cast(ScheduledPreemption, b)
+                if not scheduled.replaced:
+                    self.pool_target[cast(int, a)] -= 1
+                self._preempt_random(cast(int, a), replace=scheduled.replaced, warned=scheduled.warned)
+            elif kind == _RECLAIM:
+                self.pool_target[cast(int, a)] -= 1
+                self._preempt_random(cast(int, a), replace=False)
+            elif kind == _RESTORE:
+                self.pool_target[cast(int, a)] += cast(int, b)
+                for _ in range(cast(int, b)):
+                    self._at(self.now + self.sc.pools[cast(int, a)].replace_seconds, _JOIN, a, None)
+            elif kind == _JOIN:
+                gpu = self._join(cast(int, a))
+                self._dispatch(self.queues[gpu.queue])
+            elif kind == _GONE:
+                self._gone(cast(Gpu, a))
+            elif kind == _REFRESH:
+                self._refresh()
+                if self.now < self.sc.horizon_seconds or self._open_jobs():
+                    self._at(self.now + self.refresh, _REFRESH)
+        return self._finish_run(min(self.now, end))
+
+    def _open_jobs(self) -> bool:
+        return self.result.accepted_total > self.result.completed_total + self.result.failed_total
+
+    # The fleet -----------------------------------------------------------------------------
+
+    def _join(self, pool_index: int) -> Gpu:
+        pool = self.sc.pools[pool_index]
+        self._gpu_ids += 1
+        gpu = Gpu(self._gpu_ids, pool_index, queue_name(pool.gpu_class, pool.region), self.now)
+        members = self.pool_gpus[pool_index]
+        gpu.slot = len(members)
+        members.append(gpu)
+        queue = self.queues[gpu.queue]
+        queue.alive += 1
+        queue.idle[gpu.id] = gpu
+        return gpu
+
+    def _next_preemption(self, pool_index: int) -> None:
+        pool = self.sc.pools[pool_index]
+        alive = len(self.pool_gpus[pool_index])
+        if alive == 0:
+            self._at(self.now + IDLE_POOL_RECHECK_SECONDS, _PREEMPT, pool_index, None)
+            return
+        rate = pool.preemptions_per_gpu_hour * alive / 3600.0
+        self._at(self.now + self.rng.expovariate(rate), _PREEMPT, pool_index, None)
+
+    def _preempt_random(self, pool_index: int, replace: bool, warned: bool | None = None) -> None:
+        """The cloud takes one GPU of the pool back (a notice, or a kill without one)."""
+        members = self.pool_gpus[pool_index]
+        if not members:
+            return
+        # A busy GPU if there is one when the time is scheduled (a calibration kills a worker
+        # that is generating); at random otherwise.
+        busy = [g for g in members if g.job is not None] if warned is not None else []
+        gpu = (busy or members)[self.rng.randrange(len(busy or members))]
+        pool = self.sc.pools[pool_index]
+        if warned is None:
+            warned = self.rng.random() < pool.warned_share
+        warned = warned and pool.warning_seconds >= self.sc.checkpoint_write_seconds
+        self._take_back(gpu, pool, warned)
+        if replace:
+            self._at(self.now + pool.replace_seconds, _JOIN, pool_index, None)
+
+    def _take_back(self, gpu: Gpu, pool: Pool, warned: bool) -> None:
+        members = self.pool_gpus[gpu.pool]
+        last = members.pop()
+        if last is not gpu:
+            members[gpu.slot] = last
+            last.slot = gpu.slot
+        gpu.leaving = True
+        queue = self.queues[gpu.queue]
+        queue.alive -= 1
+        queue.idle.pop(gpu.id, None)
+        job = gpu.job
+        if job is not None:
+            self._interrupt(job, gpu, warned)
+        # Paid for until the machine is gone: the warning's length, or now.
+        self._at(self.now + (pool.warning_seconds if warned else 0.0), _GONE, gpu, None)
+
+    def _gone(self, gpu: Gpu) -> None:
+        self._held(gpu, self.now)
+        gpu.job = None
+
+    def _held(self, gpu: Gpu, until: float) -> None:
+        self.result.held_gpu_seconds[gpu.pool] += self._overlap(gpu.joined, until)
+
+    # Jobs ----------------------------------------------------------------------------------
+
+    def _arrival(self, tier_index: int) -> None:
+        load = self.sc.tiers[tier_index]
+        if self.now < self.sc.horizon_seconds:
+            self._at(self.now + self.load_rng.expovariate(load.per_second), _ARRIVAL, tier_index, None)
+        else:
+            return
+        count = load.burst.jobs if self.load_rng.random() < load.burst.share else 1
+        user = f"{load.tier}-{self.load_rng.randrange(load.users)}"
+        for _ in range(count):
+            self._submit(load.tier, user)
+
+    def _draw_shape(self) -> int:
+        x = self.load_rng.random()
+        for i, edge in enumerate(self.shape_cdf):
+            if x < edge:
+                return i
+        return len(self.shape_cdf) - 1
+
+    def _draw_work(self, shape_index: int) -> float:
+        shape = self.sc.shapes[shape_index]
+        if shape.cv <= 0:
+            return shape.gpu_seconds
+        k = 1.0 / (shape.cv * shape.cv)
+        return self.load_rng.gammavariate(k, shape.gpu_seconds / k)
+
+    def _route(self, shape_index: int, tier: str) -> tuple[_Queue, float, str]:
+        """The queue a job goes to: its class, in the region with the least expected wait plus
+        the time to move its data there (or its data's own region when it may not leave)."""
+        gpu_class = self.sc.shape_class(self.sc.shapes[shape_index])
+        if not self.sc.regions:
+            only = self.sc.region_names[0]
+            return self.queues[queue_name(gpu_class, only)], 0.0, only
+        x = self.load_rng.random()
+        home_index = next((i for i, edge in enumerate(self.region_cdf) if x < edge), len(self.region_cdf) - 1)
+        home = self.sc.regions[home_index]
+        if self.sc.routing == "home":
+            return self.queues[queue_name(gpu_class, home.name)], 0.0, home.name
+        candidates: list[tuple[float, _Queue, float]] = []
+        for region in self.sc.regions:
+            queue = self.queues.get(queue_name(gpu_class, region.name))
+            if queue is None:
+                continue
+            if region.name != home.name and home.remote_penalty_seconds is None:
+                continue
+            penalty = 0.0 if region.name == home.name else cast(float, home.remote_penalty_seconds)
+            wait = queue.expected.get(tier)
+            score = (wait if wait is not None else math.inf) + penalty
+            candidates.append((score, queue, penalty))
+        if not candidates:
+            return self.queues[queue_name(gpu_class, home.name)], 0.0, home.name
+        # Ties (nothing measured yet, or everywhere idle) stay home.
+        best = min(candidates, key=lambda c: (c[0], c[2]))
+        return best[1], best[2], home.name
+
+    def _submit(self, tier: str, user: str) -> None:
+        measured = self.window_start <= self.now < self.window_end
+        figures = self.result.tier(tier)
+        if measured:
+            figures.submitted += 1
+        shape_index = self._draw_shape()
+        work = self._draw_work(shape_index)
+        queue, penalty, home = self._route(shape_index, tier)
+        principal = Principal(tenant_id="sim", user_id=user, tier=tier, key_id="sim")  # type: ignore[arg-type]
+        try:
+            admission = admit(cast(CapacityTracker, self.capacity), self.settings, principal, queue.name)
+            check_queued_cap(self.user_waiting.get(user, 0), queued_limit(self.settings, tier))
+        except ApiError as refusal:
+            if measured:
+                if refusal.status == 429:
+                    figures.refused_429 += 1
+                else:
+                    figures.refused_503 += 1
+            return
+        self._job_ids += 1
+        shape = self.sc.shapes[shape_index]
+        job = SimJob(
+            id=self._job_ids,
+            tier=tier,
+            user=user,
+            key=admission.fairness_key,
+            weight=admission.fairness_weight,
+            shape=shape_index,
+            gpus=shape.gpus,
+            work=work,
+            queue=queue.name,
+            arrived=self.now,
+            measured=measured,
+            penalty=penalty,
+            home=home,
+            predicted_wait=queue.expected.get(tier),
+        )
+        self.jobs.append(job)
+        self.result.accepted_total += 1
+        if penalty > 0:
+            self.result.remote_jobs += 1
+        if measured:
+            figures.accepted += 1
+            self._accepted_in_window += 1
+            self._work_in_window += work * job.gpus
+        self.user_waiting[user] = self.user_waiting.get(user, 0) + 1
+        users = queue.waiting_users[tier]
+        users[("sim", user)] = users.get(("sim", user), 0) + 1
+        queue.arrivals.observe(str(job.id), self.now, job.key, job.weight, tier, self._eta_shape(job), self.now)
+        self._enqueue(job)
+
+    def _eta_shape(self, job: SimJob) -> EtaShape:
+        return self.eta_shapes[job.shape]
+
+    def _waiting_changed(self, delta: int) -> None:
+        self._waiting_area += self._waiting_now * self._overlap(self._waiting_since, self.now)
+        self._waiting_since = self.now
+        self._waiting_now += delta
+
+    def _enqueue(self, job: SimJob) -> None:
+        """A task of ``job`` reaches its queue (a new job, or the retry of one)."""
+        queue = self.queues[job.queue]
+        if queue.waiting == 0 and len(queue.idle) >= job.gpus:
+            # A worker is polling: matched at once, no fairness pass.
+            self._start(queue, job, direct=True)
+            return
+        pass_ = next_pass(queue.counters.get(job.key, 0.0), queue.ack, job.weight)
+        queue.counters[job.key] = pass_
+        job.pass_ = pass_
+        job.in_backlog = True
+        queue.waiting += 1
+        queue.waiting_tier[job.tier] += 1
+        self._waiting_changed(1)
+        heapq.heappush(queue.backlog, (pass_, job.id, job))
+        self._dispatch(queue)
+
+    def _dispatch(self, queue: _Queue) -> None:
+        """Hand waiting tasks to polling workers, lowest pass first (gangs: all or nothing)."""
+        while queue.idle and queue.waiting:
+            pass_, _id, job = queue.backlog[0]
+            if not job.in_backlog:
+                heapq.heappop(queue.backlog)
+                continue
+            if job.gpus <= len(queue.idle):
+                heapq.heappop(queue.backlog)
+                queue.ack = max(queue.ack, pass_)
+                self._take_from_backlog(queue, job)
+                continue
+            if self.sc.backfill:
+                self._backfill(queue, job)
+            break
+
+    def _take_from_backlog(self, queue: _Queue, job: SimJob) -> None:
+        job.in_backlog = False
+        queue.waiting -= 1
+        queue.waiting_tier[job.tier] -= 1
+        self._waiting_changed(-1)
+        if self.window_start <= self.now < self.window_end:
+            figures = self.result.tier(job.tier)
+            figures.dispatched += 1
+            if any(count for tier, count in queue.waiting_tier.items() if tier != job.tier):
+                figures.contended += 1
+        self._start(queue, job, direct=False)
+
+    def _backfill(self, queue: _Queue, gang: SimJob) -> None:
+        """EASY backfilling: while ``gang`` waits for GPUs, start later jobs that fit on the
+        idle ones and end before the gang could start anyway (so they never delay it)."""
+        ends = sorted(j.attempt_end for j in queue.running for _ in range(j.gpus))
+        need = gang.gpus - len(queue.idle)
+        shadow = ends[need - 1] if 0 < need <= len(ends) else math.inf
+        for _pass, _id, job in heapq.nsmallest(BACKFILL_LOOKAHEAD, queue.backlog):
+            if not queue.idle:
+                break
+            if job is gang or not job.in_backlog or job.gpus > len(queue.idle):
+                continue
+            if self.now + self._attempt_seconds(job) <= shadow:
+                self.result.backfilled += 1
+                self._take_from_backlog(queue, job)
+
+    def _attempt_seconds(self, job: SimJob) -> float:
+        """Wall time of an attempt that runs to the end from the newest checkpoint."""
+        left = max(0.0, job.work - job.done)
+        writes = max(0, math.ceil(left / self.ckpt) - 1) if self.sc.checkpoint_write_seconds else 0
+        resume = self.sc.resume_seconds if job.done > 0 else 0.0
+        return job.penalty + resume + left + writes * self.sc.checkpoint_write_seconds
+
+    def _start(self, queue: _Queue, job: SimJob, direct: bool) -> None:
+        job.workers = [queue.idle.popitem()[1] for _ in range(job.gpus)]
+        for gpu in job.workers:
+            gpu.job = job
+        job.attempts += 1
+        job.token += 1
+        job.attempt_started = self.now
+        job.attempt_resumes = job.done > 0
+        job.attempt_end = self.now + self._attempt_seconds(job)
+        queue.running.add(job)
+        if job.started is None:
+            job.started = self.now
+            self.user_waiting[job.user] -= 1
+            users = queue.waiting_users[job.tier]
+            user_key = ("sim", job.user)
+            users[user_key] -= 1
+            if users[user_key] == 0:
+                del users[user_key]
+            if job.measured:
+                figures = self.result.tier(job.tier)
+                wait = self.now - job.arrived
+                figures.waits.append(wait)
+                if job.predicted_wait is not None:
+                    figures.predicted.append(job.predicted_wait)
+                    figures.eta_errors.append(job.predicted_wait - wait)
+        self._at(job.attempt_end, _FINISH, job, job.token)
+
+    def _progress(self, job: SimJob) -> tuple[float, float]:
+        """(work done in this attempt, of which saved in a checkpoint) at ``now``."""
+        elapsed = self.now - job.attempt_started - job.penalty
+        if job.attempt_resumes:
+            elapsed -= self.sc.resume_seconds
+        if elapsed <= 0:
+            return 0.0, 0.0
+        left = job.work - job.done
+        cycle = self.ckpt + self.sc.checkpoint_write_seconds
+        cycles = int(elapsed // cycle)
+        saved = min(left, cycles * self.ckpt)
+        done = min(left, saved + min(elapsed - cycles * cycle, self.ckpt))
+        return done, saved
+
+    def _account(self, job: SimJob, until: float, useful: float, lost: float) -> None:
+        """Book an attempt's GPU time: useful steps, thrown-away steps, the rest overhead."""
+        span = until - job.attempt_started
+        if span <= 0:
+            return
+        share = self._overlap(job.attempt_started, until) / span
+        gpus = job.gpus
+        result = self.result
+        result.busy_gpu_seconds += span * share * gpus
+        result.useful_gpu_seconds += useful * share * gpus
+        result.lost_gpu_seconds += lost * share * gpus
+        result.overhead_gpu_seconds += max(0.0, span - useful - lost) * share * gpus
+
+    def _finish(self, job: SimJob, token: int) -> None:
+        if token != job.token or job.outcome != "open":
+            return  # a stale attempt's end: it was preempted
+        left = job.work - job.done
+        self._account(job, self.now, left, 0.0)
+        self._record_attempt(job, "completed", 0.0)
+        job.done = job.work
+        self._close(job, "completed")
+        self._release(job.workers)
+
+    def _record_attempt(self, job: SimJob, outcome: str, lost: float) -> None:
+        if self.record_attempts:
+            self.result.attempts.append(
+                Attempt(job.id, job.gpus, len(job.workers), job.attempt_started, self.now, outcome, lost, self.ckpt)
+            )
+
+    def _close(self, job: SimJob, outcome: str) -> None:
+        job.outcome = outcome
+        job.ended = self.now
+        self.queues[job.queue].running.discard(job)
+        if outcome == "completed":
+            self.result.completed_total += 1
+            if self.window_start <= self.now < self.window_end:
+                self.result.completed_in_window += 1
+        else:
+            self.result.failed_total += 1
+        if job.measured:
+            figures = self.result.tier(job.tier)
+            if outcome == "completed":
+                figures.completed += 1
+            else:
+                figures.failed += 1
+
+    def _release(self, gpus: Iterable[Gpu]) -> None:
+        """Workers that ended an attempt poll again (or are gone)."""
+        queues = set()
+        for gpu in gpus:
+            if gpu.leaving:
+                continue
+            gpu.job = None
+            queue = self.queues[gpu.queue]
+            queue.idle[gpu.id] = gpu
+            queues.add(queue.name)
+        for name in sorted(queues):
+            self._dispatch(self.queues[name])
+
+    def _interrupt(self, job: SimJob, gpu: Gpu, warned: bool) -> None:
+        """``gpu`` of a running ``job`` is taken back: with a notice the attempt checkpoints
+        and fails at once; without one the work since the last checkpoint is lost and the
+        server notices after the heartbeat timeout."""
+        done, saved = self._progress(job)
+        self.result.preemptions += 1
+        if job.preemptions == 0 and job.measured:
+            self.result.jobs_preempted += 1
+        job.preemptions += 1
+        write = self.sc.checkpoint_write_seconds
+        others = [g for g in job.workers if g is not gpu]
+        # Every member stops working for this attempt now; the others poll again once they
+        # learn it (``_RELEASE``), and a second notice to one of them interrupts nothing.
+        for member in job.workers:
+            member.job = None
+        if warned:
+            # The notice's checkpoint saves everything done; its write is the cost.
+            lost = 0.0
+            self._account(job, self.now + write, done, 0.0)
+            job.done += done
+            retry_at = self.now + write
+            release_at = self.now + write
+        else:
+            lost = done - saved
+            self._account(job, self.now, saved, lost)
+            job.done += saved
+            # The attempt times out after the heartbeat timeout; a gang's other members learn
+            # it then (their time meanwhile is overhead).
+            timeout = self.settings.video_heartbeat_timeout_seconds
+            retry_at = self.now + timeout
+            release_at = self.now + timeout
+            idling = len(others) * self._overlap(self.now, release_at)
+            self.result.overhead_gpu_seconds += idling
+            self.result.busy_gpu_seconds += idling
+        self.result.lost_per_preemption.append(lost)
+        self._record_attempt(job, "preempted" if warned else "killed", lost)
+        self.queues[job.queue].running.discard(job)
+        job.token += 1  # its pending finish is stale now
+        job.workers = []
+        if others:
+            self._at(release_at, _RELEASE, others, None)
+        if job.attempts >= VIDEO_GENERATE_RETRY.maximum_attempts > 0:
+            self._close(job, "failed")
+            return
+        self._at(retry_at + retry_delay(job.attempts), _RETRY, job, None)
+
+    # Refresh: what the capacity leader measures, and the plan behind ETAs and admission ----
+
+    def _refresh(self) -> None:
+        waiting = {t: 0 for t in TIERS}
+        busy = 0
+        alive = 0
+        free_eta: float | None = None
+        for queue in self.queues.values():
+            self._snapshot(queue)
+            for job in queue.backlog:
+                if job[2].in_backlog:
+                    waiting[job[2].tier] = waiting.get(job[2].tier, 0) + 1
+            busy += sum(j.gpus for j in queue.running)
+            alive += queue.alive
+            eta = queue.expected.get("free")
+            if eta is not None:
+                free_eta = eta if free_eta is None else min(free_eta, eta)
+        self.result.series.append((self.now, waiting["paid"], waiting["free"], busy, alive, free_eta))
+
+    def _snapshot(self, queue: _Queue) -> None:
+        if queue.waiting == 0 and queue.idle:
+            # A worker is polling and nothing waits: a new job is matched at once, which is
+            # what the plan would say (its direct match), without simulating the fleet.
+            queue.snapshot = ModelSnapshot(
+                model=queue.name,
+                taken_at=self.now,
+                workers_serving=queue.alive,
+                workers_polling=len(queue.idle),
+                measured=True,
+            )
+            queue.expected = {tier: 0.0 for tier in TIERS}
+            return
+        queued: list[QueuedJob] = []
+        shadow = FairnessShadow()
+        shadow.ack = queue.ack
+        shadow.counters = dict(queue.counters)
+        for pass_, _id, job in queue.backlog:
+            if not job.in_backlog:
+                continue
+            queued.append(
+                QueuedJob(
+                    job_id=str(job.id),
+                    tenant_id="sim",
+                    user_id=job.user,
+                    tier=job.tier,
+                    created_at=job.arrived,
+                    shape=self._eta_shape(job),
+                    fairness_key=job.key,
+                    fairness_weight=job.weight,
+                )
+            )
+            shadow.passes[str(job.id)] = pass_
+        running = []
+        for job in queue.running:
+            done, _saved = self._progress(job)
+            step = int(PLAN_STEPS * min(1.0, (job.done + done) / job.work)) if job.work > 0 else PLAN_STEPS
+            for member in job.workers:
+                running.append(
+                    RunningJob(
+                        job_id=f"{job.id}.{member.id}",
+                        tenant_id="sim",
+                        user_id=job.user,
+                        tier=job.tier,
+                        shape=self._eta_shape(job),
+                        step=step,
+                        worker=str(member.id),
+                        alive=True,
+                    )
+                )
+        snapshot = ModelSnapshot(
+            model=queue.name,
+            taken_at=self.now,
+            queued=queued,
+            running=running,
+            workers_serving=queue.alive,
+            workers_polling=len(queue.idle),
+            backlog=len(queued),
+            measured=True,
+        )
+        queue.snapshot = snapshot
+        caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
+        streams = queue.arrivals.streams(self.costs, caps, self.now)
+        planned = plan(snapshot, self.costs, arrivals=streams, shadow=shadow)
+        for tier in TIERS:
+            users = len(queue.waiting_users[tier]) + 1
+            weight = self.capacity.tier_weight(tier) / users
+            queue.expected[tier] = self._probe(queue, planned, snapshot, shadow, streams, tier, weight)
+
+    def _probe(
+        self,
+        queue: _Queue,
+        planned: QueuePlan | None,
+        snapshot: ModelSnapshot,
+        shadow: FairnessShadow,
+        streams: list,  # type: ignore[type-arg]
+        tier: str,
+        weight: float,
+    ) -> float | None:
+        """The expected wait of a new job of ``tier`` from a new user (``CapacityTracker.placement``)."""
+        if planned is None:
+            return None
+        probe = QueuedJob(
+            job_id="~probe",
+            tenant_id="~probe",
+            user_id="~probe",
+            tier=tier,
+            created_at=self.now,
+            shape=self.eta_shapes[self.probe_shape],
+            fairness_key=f"{tier}/~probe",
+            fairness_weight=weight,
+        )
+        if len(planned.starts) + 1 < PLACE_EXACT_BELOW:
+            exact = plan(snapshot, self.costs, extra=[probe], arrivals=streams, shadow=shadow)
+            if exact is not None and probe.job_id in exact.starts:
+                return exact.starts[probe.job_id][1]
+        return place(planned, probe, [], self.costs)[1]
+
+    # The end -------------------------------------------------------------------------------
+
+    def _overlap(self, start: float, end: float) -> float:
+        return max(0.0, min(end, self.window_end) - max(start, self.window_start))
+
+    def _finish_run(self, end: float) -> RunResult:
+        result = self.result
+        for members in self.pool_gpus:
+            for gpu in members:
+                self._held(gpu, self.window_end)
+        # GPUs on their way out whose _GONE is still pending were counted by their event, or
+        # (past the end) are counted here up to the window's end.
+        for _at, kind, _seq, a, _b in self.events:
+            if kind == _GONE:
+                self._held(cast(Gpu, a), self.window_end)
+        for job in self.jobs:
+            if job.outcome == "open":
+                result.open_at_end += 1
+                if job.measured:
+                    figures = result.tier(job.tier)
+                    figures.open += 1
+                    if job.started is None:
+                        # Still waiting: its wait so far is a lower bound, counted as such.
+                        figures.waits.append(end - job.arrived)
+        self._waiting_changed(0)
+        result.mean_waiting = self._waiting_area / result.window
+        result.mean_busy = result.busy_gpu_seconds / result.window
+        result.accepted_per_second = self._accepted_in_window / result.window
+        result.mean_work_per_job = self._work_in_window / max(1, self._accepted_in_window)
+        result.cost_usd = sum(
+            seconds / 3600.0 * self.sc.pools[i].usd_per_gpu_hour for i, seconds in result.held_gpu_seconds.items()
+        )
+        return result
+
+
+def queue_name(gpu_class: str, region: str) -> str:
+    """The task queue of a GPU class in a region."""
+    return f"{gpu_class}@{region}"
+
+
+def retry_delay(failed_attempts: int) -> float:
+    """Seconds before the next attempt after ``failed_attempts`` (``VIDEO_GENERATE_RETRY``)."""
+    policy = VIDEO_GENERATE_RETRY
+    initial = policy.initial_interval.total_seconds()
+    most = policy.maximum_interval.total_seconds() if policy.maximum_interval else 100 * initial
+    return min(most, initial * policy.backoff_coefficient ** max(0, failed_attempts - 1))
+
+
+def _cumulative(shares: list[float]) -> Iterable[float]:
+    total = 0.0
+    for share in shares:
+        total += share
+        yield total
+
+
+def simulate(
+    scenario: Scenario,
+    settings: Settings,
+    checkpoint_interval: float | None = None,
+    record_attempts: bool = False,
+    trace: Iterable[tuple[float, str, str]] | None = None,
+) -> RunResult:
+    """Run ``scenario`` once under ``settings`` (``checkpoint_interval`` overrides both's);
+    ``trace`` replays recorded submits instead of the scenario's arrivals."""
+    return Simulation(scenario, settings, checkpoint_interval, record_attempts, trace).run()
