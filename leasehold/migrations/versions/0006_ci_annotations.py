@@ -1,6 +1,6 @@
 """``ci_annotations``: the annotations of each CI attempt as rows of the read model (issue 13).
 
-Revision ID: 0010
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-01
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
+revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
