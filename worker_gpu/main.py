@@ -54,6 +54,7 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
     require_gpu_extra()
     # Imported once the extra is known to be there: PyAV and numpy load with it.
     from worker_gpu.encoding import H264Encoder
+    from worker_gpu.previews import WebPStripEncoder
 
     name = settings.gpu_model
     if get_model(name) is None or name not in LOADERS:
@@ -71,6 +72,9 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
         PrometheusObserver(),
         announce_started=StartedAnnouncer(),
         checkpoints=settings.video_checkpoints,
+        preview_every_steps=settings.video_preview_every_steps,
+        preview_max_side=settings.video_preview_max_side,
+        preview_encoder=WebPStripEncoder(),
     )
 
 
