@@ -20,12 +20,10 @@ from activities.ci.projection import CIProjectionActivities
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.lifecycle import VideoLifecycleActivities
 from activities.video.projection import VideoProjectionActivities
-from activities.video.webhook_delivery import VideoWebhookActivities, WebhookSender
+from activities.video.webhooks import build_webhook_activities
 from leasehold.database import init_database
-from leasehold.records.ci.secrets import Keyring
 from leasehold.settings import Settings
 from leasehold.storage import open_store
-from leasehold.webhook_urls import AddressPolicy
 from leasehold.worker_process import run_worker
 from orchestrator.lifecycle_schedules import ensure_lifecycle_schedules
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
@@ -61,12 +59,7 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     db = init_database(settings.resolved_database_url)
     video_lifecycle = VideoLifecycleActivities(open_store(settings), db)
     ci_lifecycle = CILifecycleActivities(open_store(settings), db)
-    webhook_sender = WebhookSender(
-        AddressPolicy(settings.video_webhook_allow_cidrs),
-        settings.video_webhook_schemes,
-        settings.video_webhook_timeout_seconds,
-    )
-    video_webhooks = VideoWebhookActivities(db, Keyring.from_settings(settings), webhook_sender)
+    video_webhooks = build_webhook_activities(settings, db)
     return [
         VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
         VideoProjectionActivities(db).project_video_job,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from activities.video.webhook_delivery import WebhookSender
+from activities.video.webhooks import WebhookSender
 from leasehold.records.video.webhooks import DeliveryTarget, new_secret
 from leasehold.standard_webhooks import sign, verify
 from leasehold.webhook_urls import AddressPolicy, RefusedUrl, parse_url

@@ -39,10 +39,9 @@ from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.video.definitions import VideoProjectionDefinition
+    from activities.video.definitions import VideoProjectionDefinition, VideoWebhookDefinition
     from activities.video.generation import VideoGenerationActivities
     from activities.video.housekeeping import VideoHousekeepingActivities
-    from activities.video.webhooks import VideoWebhookDefinition
     from workflows import search_attributes as sa
     from workflows.queues import (
         VIDEO_GENERATE_RETRY,
