@@ -14,8 +14,10 @@ store. One attempt:
   never the ones the workflow records;
 * every ``preview_every_steps`` steps (0: never) stores a small image of the model's current
   estimate (``VideoModel.preview``) at ``attempt-<n>/previews/step-<k>.<ext>`` and names it in
-  the next heartbeat (``GenerateProgress.preview_key``), where the API finds it. Previews are
-  best effort: one that fails is logged and skipped, and they never change the video's bytes.
+  the next heartbeat (``GenerateProgress.preview_key``), where the API finds it. Superseded
+  previews are deleted once readers can no longer be holding their key (``PREVIEW_KEEP_SECONDS``);
+  the job's cleanup removes the rest. Previews are best effort: one that fails is logged and
+  skipped, and they never change the video's bytes.
 
 A worker built with ``checkpoints=False`` (setting ``video_checkpoints``) neither resumes,
 nor checkpoints periodically, nor at the notice: every attempt starts at step 0. That is the
@@ -150,9 +152,11 @@ class EncodedPreview:
     extension: str
 
 
-# Previews an attempt keeps in the store: the newest, and the one before it (a reader may have
-# just been told its key).
-PREVIEWS_KEPT = 2
+# Previews an attempt keeps in the store. The API learns the newest key from heartbeats, which
+# reach it a second or two late (throttled, then cached), so a preview stays at least this long
+# after it was superseded; and at most this many are kept, whatever their age.
+PREVIEW_KEEP_SECONDS = 30.0
+PREVIEWS_KEPT_MAX = 50
 
 
 class GenerationObserver(Protocol):
@@ -340,7 +344,8 @@ class _Attempt:
         self.checkpoint_seconds = 0.0
         self.last_checkpoint_step = -1
         self.last_heartbeat = time.monotonic()
-        self.preview_keys: list[str] = []
+        # (key, when it was superseded) of the stored previews, oldest first; the newest last.
+        self.preview_keys: list[tuple[str, float]] = []
 
     def heartbeat(self) -> None:
         self.progress.sent_at = time.time()
@@ -433,9 +438,14 @@ class _Attempt:
         self.progress.preview_key = key
         self.progress.preview_step = state.step
         self.heartbeat()
-        self.preview_keys.append(key)
-        while len(self.preview_keys) > PREVIEWS_KEPT:
-            old = self.preview_keys.pop(0)
+        now = time.monotonic()
+        if self.preview_keys:
+            self.preview_keys[-1] = (self.preview_keys[-1][0], now)
+        self.preview_keys.append((key, math.inf))
+        while self.preview_keys and (
+            len(self.preview_keys) > PREVIEWS_KEPT_MAX or now - self.preview_keys[0][1] > PREVIEW_KEEP_SECONDS
+        ):
+            old, _ = self.preview_keys.pop(0)
             try:
                 self.store.delete(old)
             except Exception as exc:  # a leftover preview goes with the job's cleanup
