@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import pytest
 
-from activities.video.webhooks import WebhookSender
+from activities.video.webhooks import WebhookSender, event_body
 from leasehold.records.video.webhooks import DeliveryTarget, new_secret
 from leasehold.standard_webhooks import sign, verify
 from leasehold.webhook_urls import AddressPolicy, RefusedUrl, parse_url
 from tests.video_webhooks.stack import Receiver
+from workflows.video.types import VideoJobState, VideoRequest, VideoStatus
 
 DEFAULT = AddressPolicy()
 
@@ -187,3 +189,27 @@ def test_sender_pins_the_checked_address_and_follows_no_redirect() -> None:
         assert len(receiver.requests) == before
     finally:
         receiver.close()
+
+
+def test_event_body_of_a_failed_job() -> None:
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    state = VideoJobState(
+        job_id="video_x",
+        tenant_id="t",
+        user_id="u",
+        tier="paid",
+        request=VideoRequest(prompt="p", model="procedural-v1", seconds=4, width=720, height=1280, seed=1),
+        request_hash="h",
+        status=VideoStatus.FAILED,
+        created_at=now,
+        completed_at=now,
+        error_code="GenerationFailed",
+        error_message="out of memory",
+    )
+    event = json.loads(event_body(state, "video.failed"))
+    assert event["type"] == "video.failed" and event["timestamp"] == "2026-12-01T12:00:00Z"
+    data = event["data"]
+    assert (data["id"], data["status"], data["size"], data["seconds"]) == ("video_x", "failed", "720x1280", "4")
+    assert data["error"] == {"code": "GenerationFailed", "message": "out of memory"}
+    # Nothing of the tenant's internals: no tenant, user or request hash.
+    assert not {"tenant_id", "user_id", "request_hash"} & set(data)
