@@ -26,6 +26,10 @@ Contract with the API (``api/``):
   scheduled. Writes are coalesced (one in flight; a burst of transitions costs one write), and
   the last snapshot is written before the workflow closes on every path, so the row holds the
   outcome once the execution is closed, and still after Temporal forgets it.
+* Webhooks: once the row holds the outcome, ``deliver_video_event`` (orchestration queue,
+  shielded from a late cancel) tells the owner's endpoints ``video.completed``/``failed``/
+  ``cancelled``, retrying with back-off; the execution closes when it is done. Executions
+  started before the ``video-webhooks`` patch replay without it (``docs/webhooks.md``).
 """
 
 from __future__ import annotations
