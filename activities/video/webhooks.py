@@ -29,7 +29,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.video.definitions import DELIVER_VIDEO_EVENT, VideoWebhookDefinition
-from leasehold.records.ci.secrets import Keyring
+from leasehold.records.ci.secrets import Keyring, KeyringError
 from leasehold.records.video.webhooks import (
     DeliveryStatus,
     DeliveryTarget,
@@ -47,6 +47,8 @@ from workflows.video.types import VideoEventInput, VideoEventResult, VideoJobSta
 log = logging.getLogger(__name__)
 
 USER_AGENT = "leasehold-webhooks/1"
+# What the log says when this process cannot open the endpoint's secret (the operator's to fix).
+UNSIGNABLE = "not sent: the deployment could not open this endpoint's signing secret"
 # Error text kept per attempt in the delivery log.
 MAX_ERROR_CHARS = 300
 
@@ -163,7 +165,16 @@ class VideoWebhookActivities(VideoWebhookDefinition):
         result = VideoEventResult()
         retry: list[str] = []
         for delivery_id in pending:
-            target = delivery_target(self._db, self._keyring, delivery_id)
+            try:
+                target = delivery_target(self._db, self._keyring, delivery_id)
+            except KeyringError as exc:
+                # This process's keyring is not the one the API sealed with (LEASEHOLD_SECRETS_KEYS
+                # must be the same for both): say so in the log the owner reads, and stop.
+                log.error("webhook %s of %s cannot be signed: %s", delivery_id, state.job_id, exc)
+                entry = {"at": time.time(), "status_code": None, "ok": False, "error": UNSIGNABLE}
+                record_attempt(self._db, delivery_id, entry, DeliveryStatus.FAILED)
+                result.failed += 1
+                continue
             if target is None or target.status != DeliveryStatus.PENDING:
                 continue  # the endpoint was deleted, or another attempt finished it
             entry, retryable = self._sender.send(target)

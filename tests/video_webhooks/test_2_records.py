@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from temporalio.testing import ActivityEnvironment
 
+from activities.video.webhooks import UNSIGNABLE, VideoWebhookActivities, WebhookSender
 from leasehold.database import init_database
 from leasehold.records.ci.secrets import Keyring
 from leasehold.records.video.webhooks import (
@@ -23,7 +26,9 @@ from leasehold.records.video.webhooks import (
     record_event,
 )
 from leasehold.standard_webhooks import secret_key
+from leasehold.webhook_urls import AddressPolicy
 from tests.conftest import sqlite_url
+from workflows.video.types import VideoEventInput, VideoEventType, VideoJobState, VideoRequest, VideoStatus
 
 KEYRING = Keyring({"k1": b"\x07" * 32}, "k1")
 
@@ -86,3 +91,28 @@ def test_endpoints_deliveries_and_owners(db_url: str) -> None:
     assert delivery_target(db, KEYRING, mine.id) is None
     (left,) = [d for d in first if d != mine.id]
     assert delivery_target(db, KEYRING, left) is not None
+
+
+def test_a_keyring_that_cannot_open_the_secret_fails_the_delivery_visibly(tmp_path: Path) -> None:
+    db = init_database(sqlite_url(tmp_path))
+    endpoint, _ = create_endpoint(db, KEYRING, "t1", "u1", "https://hooks.example/a", 5)
+    other = Keyring({"k2": b"\x08" * 32}, "k2")
+    activities = VideoWebhookActivities(db, other, WebhookSender(AddressPolicy(), ["https"], 1.0))
+    env = ActivityEnvironment()
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    state = VideoJobState(
+        job_id="video_k",
+        tenant_id="t1",
+        user_id="u1",
+        tier="paid",
+        request=VideoRequest(prompt="p", model="procedural-v1", seconds=4, width=720, height=1280, seed=1),
+        request_hash="h",
+        status=VideoStatus.COMPLETED,
+        created_at=now,
+        completed_at=now,
+    )
+    result = env.run(activities.deliver_video_event, VideoEventInput(state=state, event_type=VideoEventType.COMPLETED))
+    assert (result.delivered, result.failed) == (0, 1)
+    (delivery,) = list_deliveries(db, "t1", "u1", endpoint.id, 10) or []
+    assert delivery.status == DeliveryStatus.FAILED
+    assert delivery.attempts[0]["error"] == UNSIGNABLE
