@@ -19,7 +19,7 @@ from api.openapi import install_openapi
 from api.principal_cache import PrincipalCache
 from api.routers import files, health
 from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets
-from api.routers.video import capacity, videos
+from api.routers.video import capacity, videos, webhooks
 from api.video.capacity import start_capacity, stop_capacity
 from api.video.live import LiveProgress
 from api.video.submit import start_submit, stop_submit
@@ -110,6 +110,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(files.router)
     app.include_router(repos.router)
     app.include_router(videos.router)
+    app.include_router(webhooks.router)
     app.include_router(hooks.router)
     app.include_router(dispatches.router)
     app.include_router(runs.router)

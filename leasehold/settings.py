@@ -235,6 +235,23 @@ class Settings(BaseSettings):
     # (per tenant: ``leasehold plans retention``), never before ci_retry_window_seconds passed.
     ci_log_retention_days: int = Field(default=90, ge=1, le=3650)
 
+    # Video previews (issue 15, item 4): every this many sampler steps a GPU worker stores a
+    # small WebP of the model's current estimate (0: no previews), its long side at most
+    # video_preview_max_side pixels. ``GET /v1/videos/{id}/content?variant=preview`` serves it.
+    video_preview_every_steps: int = Field(default=0, ge=0, le=100_000)
+    video_preview_max_side: int = Field(default=256, ge=16, le=1024)
+
+    # Completion webhooks (issue 15, item 6; docs/webhooks.md). Endpoint URLs must use one of
+    # these schemes. Deliveries go only to public addresses: every address a name resolves to
+    # is checked, and loopback, private, link-local, multicast and reserved ones are refused
+    # unless they lie in video_webhook_allow_cidrs (e.g. 127.0.0.1/32 for tests).
+    video_webhook_schemes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["https"])
+    video_webhook_allow_cidrs: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # One delivery attempt waits this long for the receiver's response headers.
+    video_webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    # Endpoints one user may register.
+    video_webhook_max_endpoints: int = Field(default=10, ge=1, le=100)
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:
@@ -248,6 +265,8 @@ class Settings(BaseSettings):
         "ci_clone_hosts",
         "ci_clone_allow_private",
         "ci_network_allowed_cidrs",
+        "video_webhook_schemes",
+        "video_webhook_allow_cidrs",
         mode="before",
     )
     @classmethod

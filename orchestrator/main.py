@@ -20,6 +20,7 @@ from activities.ci.projection import CIProjectionActivities
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.lifecycle import VideoLifecycleActivities
 from activities.video.projection import VideoProjectionActivities
+from activities.video.webhooks import build_webhook_activities
 from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import open_store
@@ -58,6 +59,7 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     db = init_database(settings.resolved_database_url)
     video_lifecycle = VideoLifecycleActivities(open_store(settings), db)
     ci_lifecycle = CILifecycleActivities(open_store(settings), db)
+    video_webhooks = build_webhook_activities(settings, db)
     return [
         VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
         VideoProjectionActivities(db).project_video_job,
@@ -67,6 +69,7 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
         video_lifecycle.sweep_video_orphans,
         ci_lifecycle.compact_ci_logs,
         ci_lifecycle.apply_ci_retention,
+        video_webhooks.deliver_video_event,
     ]
 
 

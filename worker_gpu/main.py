@@ -55,6 +55,7 @@ def build_activities(settings: Settings) -> tuple[VideoGenerationActivities, Dev
     require_gpu_extra()
     # Imported once the extra is known to be there: PyAV and numpy load with it.
     from worker_gpu.encoding import H264Encoder
+    from worker_gpu.previews import WebPStripEncoder
 
     name = settings.gpu_model
     if get_model(name) is None or name not in LOADERS:
@@ -74,6 +75,9 @@ def build_activities(settings: Settings) -> tuple[VideoGenerationActivities, Dev
         PrometheusObserver(),
         announce_started=StartedAnnouncer(),
         checkpoints=settings.video_checkpoints,
+        preview_every_steps=settings.video_preview_every_steps,
+        preview_max_side=settings.video_preview_max_side,
+        preview_encoder=WebPStripEncoder(),
     )
     return activities, report
 

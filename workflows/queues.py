@@ -134,3 +134,14 @@ LIFECYCLE_BATCH_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=5,
 )
+
+# Completion webhooks (activities.video.webhooks): one attempt delivers to every endpoint of the
+# job's owner (each waits at most video_webhook_timeout_seconds); endpoints that failed are
+# tried again with back-off, about 40 minutes in all, then their delivery is marked failed.
+VIDEO_WEBHOOK_TIMEOUT = timedelta(minutes=5)
+VIDEO_WEBHOOK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=10),
+    maximum_attempts=12,
+)

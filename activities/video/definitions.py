@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from workflows.video.types import ProjectionResult, ProjectVideoJobInput
+from workflows.video.types import ProjectionResult, ProjectVideoJobInput, VideoEventInput, VideoEventResult
 
 PROJECT_VIDEO_JOB = "project_video_job"
+DELIVER_VIDEO_EVENT = "deliver_video_event"
 
 
 class VideoProjectionDefinition:
@@ -21,4 +22,13 @@ class VideoProjectionDefinition:
     @activity.defn(name=PROJECT_VIDEO_JOB)
     def project_video_job(self, input: ProjectVideoJobInput) -> ProjectionResult:
         """Write a job's snapshot to its ``video_jobs`` row unless the row holds a newer version."""
+        raise NotImplementedError
+
+
+class VideoWebhookDefinition:
+    """Implemented by ``activities.video.webhooks.VideoWebhookActivities`` (orchestration worker)."""
+
+    @activity.defn(name=DELIVER_VIDEO_EVENT)
+    def deliver_video_event(self, input: VideoEventInput) -> VideoEventResult:
+        """Deliver ``input.event_type`` of the job to every endpoint of its owner, at least once."""
         raise NotImplementedError

@@ -11,7 +11,13 @@ store. One attempt:
 * stops at once when the job is cancelled or this attempt lost its lease (the server answers
   a heartbeat with "not found" or "timed out"), writing nothing more;
 * writes every object under ``<object_prefix>/attempt-<n>/``: a stale attempt's objects are
-  never the ones the workflow records.
+  never the ones the workflow records;
+* every ``preview_every_steps`` steps (0: never) stores a small image of the model's current
+  estimate (``VideoModel.preview``) at ``attempt-<n>/previews/step-<k>.<ext>`` and names it in
+  the next heartbeat (``GenerateProgress.preview_key``), where the API finds it. Superseded
+  previews are deleted once readers can no longer be holding their key (``PREVIEW_KEEP_SECONDS``);
+  the job's cleanup removes the rest. Previews are best effort: one that fails is logged and
+  skipped, and they never change the video's bytes.
 
 A worker built with ``checkpoints=False`` (setting ``video_checkpoints``) neither resumes,
 nor checkpoints periodically, nor at the notice: every attempt starts at step 0. That is the
@@ -103,6 +109,11 @@ class VideoModel(Protocol):
         """The finished video as uint8 RGB frames, shape (frames, height, width, 3)."""
         ...
 
+    def preview(self, state: Any, max_side: int) -> Any:
+        """A cheap look at the video ``state`` is heading to: uint8 RGB frames (n, h, w, 3), a
+        few frames, long side at most ``max_side``. Must not change ``state`` (nor its RNG)."""
+        ...
+
 
 @dataclass(frozen=True)
 class EncodedVideo:
@@ -122,6 +133,30 @@ class VideoEncoder(Protocol):
     def encode(self, frames: Any, fps: int, directory: Path, progress: Callable[[], None]) -> EncodedVideo:
         """Write the files into ``directory``; call ``progress`` now and then (it heartbeats)."""
         ...
+
+
+class PreviewEncoder(Protocol):
+    """Turns preview frames into one small image."""
+
+    def encode_preview(self, frames: Any) -> EncodedPreview:
+        """Encode uint8 RGB frames (n, h, w, 3) as one image (e.g. a strip of the frames)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EncodedPreview:
+    """One encoded preview image."""
+
+    data: bytes
+    content_type: str
+    extension: str
+
+
+# Previews an attempt keeps in the store. The API learns the newest key from heartbeats, which
+# reach it a second or two late (throttled, then cached), so a preview stays at least this long
+# after it was superseded; and at most this many are kept, whatever their age.
+PREVIEW_KEEP_SECONDS = 30.0
+PREVIEWS_KEPT_MAX = 50
 
 
 class GenerationObserver(Protocol):
@@ -221,8 +256,15 @@ class VideoGenerationActivities:
         observer: GenerationObserver | None = None,
         announce_started: Callable[[str, GenerationStarted], None] | None = None,
         checkpoints: bool = True,
+        preview_every_steps: int = 0,
+        preview_max_side: int = 256,
+        preview_encoder: PreviewEncoder | None = None,
     ) -> None:
         self._model = model
+        # Previews every this many steps (0, or no encoder: none); see the module docstring.
+        self._preview_every_steps = preview_every_steps if preview_encoder is not None else 0
+        self._preview_max_side = preview_max_side
+        self._preview_encoder = preview_encoder
         # False: every attempt starts from step 0 and stores no checkpoint (the baseline).
         self._checkpoints = checkpoints
         # Tells the job's workflow an attempt started (the GPU worker signals it); optional.
@@ -302,6 +344,8 @@ class _Attempt:
         self.checkpoint_seconds = 0.0
         self.last_checkpoint_step = -1
         self.last_heartbeat = time.monotonic()
+        # (key, when it was superseded) of the stored previews, oldest first; the newest last.
+        self.preview_keys: list[tuple[str, float]] = []
 
     def heartbeat(self) -> None:
         self.progress.sent_at = time.time()
@@ -372,6 +416,41 @@ class _Attempt:
         )
         return True
 
+    def preview(self, state: Any) -> None:
+        """Store a preview of ``state`` and name it in the heartbeat; failures are only logged."""
+        encoder = self.owner._preview_encoder
+        if encoder is None:
+            return
+        max_side = self.owner._preview_max_side
+        try:
+            frames = self.model.preview(state, max_side)
+            shape = tuple(getattr(frames, "shape", ()))
+            if len(shape) != 4 or shape[3] != 3 or shape[0] < 1 or max(shape[1], shape[2]) > max_side:
+                raise ValueError(f"the model's preview has shape {shape}; want (n, h, w, 3), long side <= {max_side}")
+            encoded = encoder.encode_preview(frames)
+            key = f"{self.prefix}/previews/step-{state.step:06d}.{encoded.extension}"
+            self.store.put(key, encoded.data, encoded.content_type)
+        except Exception as exc:
+            log.warning(
+                "job %s: preview at step %d skipped (%s: %s)", self.input.job_id, state.step, type(exc).__name__, exc
+            )
+            return
+        self.progress.preview_key = key
+        self.progress.preview_step = state.step
+        self.heartbeat()
+        now = time.monotonic()
+        if self.preview_keys:
+            self.preview_keys[-1] = (self.preview_keys[-1][0], now)
+        self.preview_keys.append((key, math.inf))
+        while self.preview_keys and (
+            len(self.preview_keys) > PREVIEWS_KEPT_MAX or now - self.preview_keys[0][1] > PREVIEW_KEEP_SECONDS
+        ):
+            old, _ = self.preview_keys.pop(0)
+            try:
+                self.store.delete(old)
+            except Exception as exc:  # a leftover preview goes with the job's cleanup
+                log.warning("job %s: deleting old preview %s failed: %s", self.input.job_id, old, exc)
+
     def upload(self, key: str, path: Path, content_type: str) -> None:
         """Store a final asset, riding out a store outage of up to ``UPLOAD_RETRY_SECONDS``.
 
@@ -420,6 +499,7 @@ class _Attempt:
         gpu_started = time.monotonic()
         last_checkpoint = time.monotonic()
         interval = self.input.checkpoint_interval_seconds if self.owner._checkpoints else math.inf
+        preview_every = self.owner._preview_every_steps
         try:
             while state.step < job.steps:
                 self.check()
@@ -428,6 +508,8 @@ class _Attempt:
                 self.observer.step_done(time.monotonic() - step_started)
                 self.progress.step = state.step
                 self.heartbeat()
+                if preview_every > 0 and state.step % preview_every == 0 and state.step < job.steps:
+                    self.preview(state)
                 if time.monotonic() - last_checkpoint >= interval and state.step < job.steps:
                     self.check()
                     self.checkpoint(state)

@@ -292,19 +292,34 @@ class VideoJobs:
             )
         return result.video_key if variant == "video" else result.thumbnail_key
 
+    async def preview_key(self, job_id: str) -> str:
+        """The store key of a running job's newest preview; 404 before the first one and after the end."""
+        view = await self.get(job_id)
+        if view.terminal:
+            raise ApiError(
+                404,
+                "preview_not_available",
+                f"the video is {view.status.value}; previews exist only while it generates",
+            )
+        if view.preview_key is None:
+            raise ApiError(404, "preview_not_available", "no preview yet; the first comes a few steps into generation")
+        return view.preview_key
+
     async def watch(self, job_id: str, last_event_id: str | None, max_seconds: float) -> AsyncIterator[JobView]:
-        """Snapshots of the job whenever status, progress or attempt change, until it ends.
+        """Snapshots of the job whenever status, progress, attempt or preview change, until it ends.
 
         Each event is a full snapshot, so resuming needs only the latest one: the snapshot whose
         id the client already has (``Last-Event-ID``) is not sent again. Each look is one
         indexed row read, plus the cached describe while the job runs.
         """
         last = last_event_id
+        last_preview: str | None = None
         deadline = time.monotonic() + max_seconds
         while True:
             view = await self.get(job_id)
-            if view.event_id() != last:
+            if view.event_id() != last or view.preview_key != last_preview:
                 last = view.event_id()
+                last_preview = view.preview_key
                 yield view
             if view.terminal or time.monotonic() >= deadline:
                 return

@@ -163,6 +163,9 @@ class JobView:
     # When the attempt generating now started (epoch seconds).
     attempt_started_at: float | None = None
     estimate: Estimate | None = None
+    # The running attempt's newest preview (store key) and the step it shows, from its heartbeat.
+    preview_key: str | None = None
+    preview_step: int = 0
     # Sort key of listings: (start time, job id).
     start_time: datetime = field(default_factory=lambda: datetime.fromtimestamp(0, UTC))
 
@@ -266,6 +269,9 @@ def row_view(
             step = progress.step if generation.started else progress.checkpoint_step
             # 100 means done; a job at its last step is still encoding.
             view.progress = min(FINISHING_PROGRESS, int(100 * step / progress.total_steps))
+        if progress is not None and generation.started and progress.preview_key is not None:
+            view.preview_key = progress.preview_key
+            view.preview_step = progress.preview_step
     if finishing and view.status is VideoStatus.IN_PROGRESS:
         view.progress = FINISHING_PROGRESS
     if view.status in (VideoStatus.COMPLETED, VideoStatus.EXPIRED):

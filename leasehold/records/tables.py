@@ -9,7 +9,7 @@ this one, never the reverse.
 from types import ModuleType
 
 from leasehold.records.ci import environments, heads, plans, repos, run_numbers, runs, secrets
-from leasehold.records.video import capacity, deletions, jobs
+from leasehold.records.video import capacity, deletions, jobs, webhooks
 
 # Named so the imports are used: importing a module declares its tables on Base.
 TABLE_MODULES: tuple[ModuleType, ...] = (
@@ -23,4 +23,5 @@ TABLE_MODULES: tuple[ModuleType, ...] = (
     capacity,
     deletions,
     jobs,
+    webhooks,
 )

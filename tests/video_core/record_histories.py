@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from activities.video.generation import VideoGenerationActivities
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.projection import VideoProjectionActivities
+from activities.video.webhooks import build_webhook_activities
 from leasehold.database import init_database
 from leasehold.devserver import find_temporal_binary
 from leasehold.settings import Settings
@@ -44,12 +45,13 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
     generation = VideoGenerationActivities(model, H264Encoder(), store, announce_started=announcer)
     housekeeping = VideoHousekeepingActivities(store)
     projection = VideoProjectionActivities(init_database(f"sqlite:///{settings.data_dir / 'record.db'}"))
+    webhooks = build_webhook_activities(settings, init_database(f"sqlite:///{settings.data_dir / 'record.db'}"))
     pool = ThreadPoolExecutor(max_workers=4)
     orchestration = Worker(
         client,
         task_queue=orchestration_queue(settings.queue_prefix),
         workflows=[VideoJobWorkflow],
-        activities=[housekeeping.delete_video_objects, projection.project_video_job],
+        activities=[housekeeping.delete_video_objects, projection.project_video_job, webhooks.deliver_video_event],
         activity_executor=pool,
     )
     gpu = Worker(
@@ -77,6 +79,10 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
             ("completed_read_model", signalled),
             ("failed_read_model", failed),
             ("cancelled_read_model", cancelled),
+            # Since completion webhooks (patch ``video-webhooks``): the delivery after the row.
+            ("completed_webhooks", signalled),
+            ("failed_webhooks", failed),
+            ("cancelled_webhooks", cancelled),
         )
         for name, handle in recorded:
             path = HISTORIES / f"{name}.json"

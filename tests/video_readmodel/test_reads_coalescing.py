@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 from activities.video.definitions import PROJECT_VIDEO_JOB
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.projection import VideoProjectionActivities
+from activities.video.webhooks import build_webhook_activities
 from leasehold.database import init_database
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
@@ -67,7 +68,11 @@ async def test_a_burst_costs_one_write(temporal_client: Client, settings: Settin
         temporal_client,
         task_queue=orchestration_queue(settings.queue_prefix),
         workflows=[VideoJobWorkflow],
-        activities=[projection.project_video_job, VideoHousekeepingActivities(store_of(settings)).delete_video_objects],
+        activities=[
+            projection.project_video_job,
+            VideoHousekeepingActivities(store_of(settings)).delete_video_objects,
+            build_webhook_activities(settings, db).deliver_video_event,
+        ],
         activity_executor=ThreadPoolExecutor(max_workers=8),
     )
     async with worker:

@@ -37,6 +37,8 @@ HIDDEN_CHANNELS = 32
 # Scales the denoiser's contribution to the clean-video estimate: visible texture, not noise.
 DETAIL_STRENGTH = 0.12
 _STATE_FORMAT = 1
+# Frames a preview shows (evenly spaced over the video).
+PREVIEW_FRAMES = 4
 
 # Colour words a prompt can use to steer the palette (RGB in [-1, 1]).
 COLOUR_WORDS: dict[str, tuple[float, float, float]] = {
@@ -280,6 +282,34 @@ class ProceduralVideoModel:
         rng = torch.Generator(device="cpu")
         rng.set_state(saved["rng"])
         return self._state(job, step, latent, rng)
+
+    @torch.inference_mode()
+    def preview(self, state: ProceduralState, max_side: int) -> np.ndarray:
+        """A few frames of the current clean-video estimate, long side at most ``max_side``.
+
+        The estimate is the one the next step moves towards (scene plus the denoiser's detail,
+        run on the chosen frames only); before the first step and after the last it is the
+        latent itself. No RNG is drawn and ``state`` is not touched, so previews never change
+        the video's bytes.
+        """
+        job = state.job
+        count = min(PREVIEW_FRAMES, job.frames)
+        picks = sorted({round(i * (job.frames - 1) / max(count - 1, 1)) for i in range(count)})
+        z = state.latent[picks]
+        t = job.steps - state.step
+        if 0 < state.step < job.steps:
+            a_t = float(state.alpha_bar[t])
+            x0 = state.scene[picks] + DETAIL_STRENGTH * torch.tanh(self.net(z, math.sqrt(1 - a_t)))
+        else:
+            x0 = z
+        scale = min(1.0, max_side / max(job.width, job.height))
+        width = max(1, min(max_side, int(job.width * scale)))
+        height = max(1, min(max_side, int(job.height * scale)))
+        clean = torch.einsum("fchw,dc->fdhw", x0, self._unmix)
+        rgb = clean[:, :3] + 0.25 * clean[:, 3:4]
+        rgb = F.interpolate(rgb, size=(height, width), mode="bilinear", align_corners=False)
+        pixels = ((rgb * 0.5 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
+        return pixels.permute(0, 2, 3, 1).cpu().numpy()
 
     @torch.inference_mode()
     def decode(self, state: ProceduralState) -> np.ndarray:

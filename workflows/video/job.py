@@ -26,19 +26,24 @@ Contract with the API (``api/``):
   scheduled. Writes are coalesced (one in flight; a burst of transitions costs one write), and
   the last snapshot is written before the workflow closes on every path, so the row holds the
   outcome once the execution is closed, and still after Temporal forgets it.
+* Webhooks: once the row holds the outcome, ``deliver_video_event`` (orchestration queue,
+  shielded from a late cancel) tells the owner's endpoints ``video.completed``/``failed``/
+  ``cancelled``, retrying with back-off; the execution closes when it is done. Executions
+  started before the ``video-webhooks`` patch replay without it (``docs/webhooks.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.video.definitions import VideoProjectionDefinition
+    from activities.video.definitions import VideoProjectionDefinition, VideoWebhookDefinition
     from activities.video.generation import VideoGenerationActivities
     from activities.video.housekeeping import VideoHousekeepingActivities
     from workflows import search_attributes as sa
@@ -49,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
         VIDEO_HOUSEKEEPING_TIMEOUT,
         VIDEO_PROJECTION_RETRY,
         VIDEO_PROJECTION_TIMEOUT,
+        VIDEO_WEBHOOK_RETRY,
+        VIDEO_WEBHOOK_TIMEOUT,
     )
     from workflows.snapshots import SnapshotWriter
     from workflows.video.types import (
@@ -58,6 +65,8 @@ with workflow.unsafe.imports_passed_through():
         GenerationStarted,
         ProjectVideoJobInput,
         VideoErrorType,
+        VideoEventInput,
+        VideoEventType,
         VideoJobFacts,
         VideoJobInput,
         VideoJobState,
@@ -67,6 +76,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Executions started before the read model existed replay without its commands.
 READ_MODEL_PATCH = "video-read-model"
+# Executions started before completion webhooks existed replay without the delivery.
+WEBHOOKS_PATCH = "video-webhooks"
 
 
 @workflow.defn
@@ -159,6 +170,7 @@ class VideoJobWorkflow:
             self._state.completed_at = workflow.now()
             self._set_status(VideoStatus.CANCELLED)
             await self._snapshots.flush()
+            await self._announce(VideoEventType.CANCELLED)
             raise
         except ActivityError as err:
             # The server delivers a cancel to the activity only when this workflow asked for
@@ -168,6 +180,7 @@ class VideoJobWorkflow:
                 self._state.completed_at = workflow.now()
                 self._set_status(VideoStatus.CANCELLED)
                 await self._snapshots.flush()
+                await self._announce(VideoEventType.CANCELLED)
                 raise CancelledError("job cancelled") from err
             code, message = _failure_reason(err)
             self._state.error_code = code
@@ -176,11 +189,13 @@ class VideoJobWorkflow:
             self._state.completed_at = workflow.now()
             self._set_status(VideoStatus.FAILED)
             await self._snapshots.flush()
+            await self._announce(VideoEventType.FAILED)
             return self._state
         self._record(input, result)
         await self._cleanup(input, keep=[result.video_key, result.thumbnail_key])
         self._set_status(VideoStatus.COMPLETED)
         await self._snapshots.flush()
+        await self._announce(VideoEventType.COMPLETED)
         return self._state
 
     def _record(self, input: VideoJobInput, result: GenerateResult) -> None:
@@ -193,6 +208,28 @@ class VideoJobWorkflow:
         self._state.attempts_started = result.attempt
         self._state.completed_at = now
         self._state.expires_at = now + timedelta(seconds=input.expires_after_seconds)
+
+    async def _announce(self, event_type: VideoEventType) -> None:
+        """Deliver the recorded outcome to the owner's webhooks (after the row holds it).
+
+        Shielded from a late cancel like cleanup; a delivery that fails for good changes no
+        outcome (its log says what happened).
+        """
+        if not workflow.patched(WEBHOOKS_PATCH):
+            return
+        delivery = asyncio.ensure_future(
+            workflow.execute_activity_method(
+                VideoWebhookDefinition.deliver_video_event,
+                VideoEventInput(state=self._state.model_copy(deep=True), event_type=event_type),
+                task_queue=self._housekeeping_queue,
+                start_to_close_timeout=VIDEO_WEBHOOK_TIMEOUT,
+                retry_policy=VIDEO_WEBHOOK_RETRY,
+            )
+        )
+        try:
+            await _shielded(delivery)
+        except ActivityError as err:
+            workflow.logger.warning("webhooks of %s not delivered: %s", self._state.job_id, err.cause or err)
 
     async def _cleanup(self, input: VideoJobInput, keep: list[str]) -> None:
         cleanup = asyncio.ensure_future(
@@ -210,6 +247,14 @@ class VideoJobWorkflow:
             # A cancel that lands after generation ended changes nothing: the job keeps its
             # outcome, and its leftovers still have to go.
             await cleanup
+
+
+async def _shielded(task: asyncio.Future[Any]) -> None:
+    """Await ``task`` to its end even if the workflow is cancelled meanwhile."""
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
 
 
 def _failure_reason(err: ActivityError) -> tuple[str, str]:

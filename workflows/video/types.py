@@ -93,6 +93,10 @@ class GenerateProgress(BaseModel):
     # When the heartbeat was sent (worker clock, epoch seconds) and the attempt that sent it.
     sent_at: float = 0.0
     attempt: int = 0
+    # The newest preview this attempt stored (attempt-scoped key) and the step it shows; only
+    # the current attempt's heartbeats reach the server, so a stale attempt's preview is never named.
+    preview_key: str | None = None
+    preview_step: int = 0
 
 
 class GenerationStarted(BaseModel):
@@ -187,3 +191,25 @@ class VideoErrorType(StrEnum):
 def job_object_prefix(job_id: str) -> str:
     """Every object of a job (checkpoints, video, thumbnail) lives under this store prefix."""
     return f"videos/{job_id}"
+
+
+class VideoEventType(StrEnum):
+    """The completion events a job's webhooks announce (``docs/webhooks.md``)."""
+
+    COMPLETED = "video.completed"
+    FAILED = "video.failed"
+    CANCELLED = "video.cancelled"
+
+
+class VideoEventInput(BaseModel):
+    """Announce a job's outcome to its owner's webhook endpoints."""
+
+    state: VideoJobState
+    event_type: VideoEventType
+
+
+class VideoEventResult(BaseModel):
+    """How the deliveries of one event ended (pending ones are retried by Temporal)."""
+
+    delivered: int = 0
+    failed: int = 0

@@ -19,7 +19,7 @@ from api.errors import ApiError
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video.jobs import VideoJobs
 from api.video.live import LiveProgress
-from api.video.views import poll_after_ms
+from api.video.views import JobView, poll_after_ms
 from leasehold.storage import LocalObjectStore, ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -163,12 +163,17 @@ async def download_content(
     jobs: JobsDep,
     store: StoreDep,
     settings: SettingsDep,
-    variant: Annotated[Literal["video", "thumbnail"], Query()] = "video",
+    variant: Annotated[Literal["video", "thumbnail", "preview"], Query()] = "video",
 ) -> Response:
     """The MP4 (or thumbnail): streamed from a local store, a redirect to a signed URL otherwise;
-    410 once the video expired."""
-    key = await jobs.content_key(video_id, variant)
-    filename = f"{video_id}{'.mp4' if variant == 'video' else '.' + key.rsplit('.', 1)[-1]}"
+    410 once the video expired. ``preview``: the newest preview of a running job (404 before the
+    first one and once the job ended)."""
+    if variant == "preview":
+        key = await jobs.preview_key(video_id)
+        filename = f"{video_id}-preview.{key.rsplit('.', 1)[-1]}"
+    else:
+        key = await jobs.content_key(video_id, variant)
+        filename = f"{video_id}{'.mp4' if variant == 'video' else '.' + key.rsplit('.', 1)[-1]}"
     if not isinstance(store, LocalObjectStore):
         url = store.signed_url(key, settings.signed_url_ttl_seconds, filename=filename)
         return RedirectResponse(url, status_code=302)
@@ -187,22 +192,42 @@ async def download_content(
     )
 
 
+def _preview_event(view: JobView) -> dict[str, Any]:
+    return {
+        "object": "video.preview",
+        "id": view.job_id,
+        "attempt": view.attempt,
+        "step": view.preview_step,
+        "progress": view.progress,
+        "url": f"{router.prefix}/{view.job_id}/content?variant=preview",
+    }
+
+
 @router.get("/{video_id}/events", response_model=None)
 async def video_events(
     video_id: str,
     jobs: JobsDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
 ) -> StreamingResponse:
-    """Server-sent events: one ``video.updated`` snapshot per change; ends when the job does."""
+    """Server-sent events: one ``video.updated`` snapshot per change, and a ``video.preview`` when
+    a new preview lands (fetch it from ``content?variant=preview``); ends when the job does."""
     await jobs.get(video_id)  # 404 before the stream starts, not inside it
 
     async def stream() -> AsyncIterator[str]:
         yield "retry: 1000\n\n"
+        sent = last_event_id
+        sent_preview: str | None = None
         try:
             # Starlette cancels this generator when the client goes away.
             async for view in jobs.watch(video_id, last_event_id, SSE_MAX_SECONDS):
-                payload = view.to_video().model_dump_json()
-                yield f"id: {view.event_id()}\nevent: video.updated\ndata: {payload}\n\n"
+                if view.event_id() != sent:
+                    sent = view.event_id()
+                    payload = view.to_video().model_dump_json()
+                    yield f"id: {sent}\nevent: video.updated\ndata: {payload}\n\n"
+                if view.preview_key is not None and view.preview_key != sent_preview:
+                    sent_preview = view.preview_key
+                    # No id: a reconnect resumes from the last snapshot and gets the newest preview again.
+                    yield f"event: video.preview\ndata: {json.dumps(_preview_event(view))}\n\n"
         except ApiError as exc:
             # The job vanished (deleted) or Temporal went away mid-stream: say so and end.
             yield f"event: error\ndata: {json.dumps({'code': exc.code, 'message': exc.message})}\n\n"
