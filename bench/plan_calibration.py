@@ -46,9 +46,9 @@ from temporalio.testing import WorkflowEnvironment
 from activities.video.generation import GENERATE_VIDEO
 from bench.video_admission import FULL, Bench, Profile, User
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary
-from leasehold.planning.engine import RunResult, simulate
-from leasehold.planning.report import percentile
-from leasehold.planning.scenario import parse_scenario
+from planning.engine import RunResult, simulate
+from planning.report import percentile
+from planning.scenario import parse_scenario
 from workflows import search_attributes
 
 log = logging.getLogger("bench.plan_calibration")

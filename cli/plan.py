@@ -1,4 +1,4 @@
-"""``leasehold plan``: the capacity and cost simulator (``leasehold.planning``).
+"""``leasehold plan``: the capacity and cost simulator (``planning``).
 
 Not ``leasehold plans`` (``cli/plans.py``), which sets CI tenants' plans.
 """
@@ -17,10 +17,10 @@ SCENARIO_HELP = "a built-in scenario (seed, gang, regions, small) or a YAML/JSON
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from leasehold.planning.plots import PlotsUnavailable, draw
-    from leasehold.planning.report import plan_report, seed_report
-    from leasehold.planning.scenario import ScenarioError, load_scenario, parse_scenario
-    from leasehold.planning.scenarios import BUILT_IN
+    from planning.plots import PlotsUnavailable, draw
+    from planning.report import plan_report, seed_report
+    from planning.scenario import ScenarioError, load_scenario, parse_scenario
+    from planning.scenarios import BUILT_IN
 
     settings = command_settings(args)
     began = time.monotonic()

@@ -25,6 +25,7 @@ PACKAGES = (
     "cli",
     "orchestrator",
     "leasehold",
+    "planning",
     "bench",
     "tests",
 )

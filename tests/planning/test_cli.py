@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cli.main import main
-from leasehold.planning.scenarios import SMALL
+from planning.scenarios import SMALL
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from leasehold.planning.engine import Simulation, simulate
-from leasehold.planning.report import percentile
-from leasehold.planning.scenario import Scenario, parse_scenario
-from leasehold.planning.scenarios import built_in
 from leasehold.settings import Settings
+from planning.engine import Simulation, simulate
+from planning.report import percentile
+from planning.scenario import Scenario, parse_scenario
+from planning.scenarios import built_in
 
 
 def scenario(**fields: Any) -> Scenario:

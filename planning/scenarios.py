@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leasehold.planning.scenario import Scenario, parse_scenario
+from planning.scenario import Scenario, parse_scenario
 
 SEED_FLEET = 2640
 SEED_SPOT_SHARE = 0.7

@@ -53,9 +53,9 @@ from api.video.eta import (
     plan,
 )
 from api.video.eta import JobShape as EtaShape
-from leasehold.planning.scenario import Pool, Scenario, ScheduledPreemption
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
+from planning.scenario import Pool, Scenario, ScheduledPreemption
 from workflows.queues import VIDEO_GENERATE_RETRY
 from workflows.video.models import PROCEDURAL_V1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leasehold.planning.report import Report, percentile, summarise
+from planning.report import Report, percentile, summarise
 
 
 class PlotsUnavailable(RuntimeError):

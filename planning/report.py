@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasehold.planning.engine import RunResult, simulate
-from leasehold.planning.scenario import Scenario, parse_scenario
-from leasehold.planning.scenarios import seed_pools
 from leasehold.settings import Settings
+from planning.engine import RunResult, simulate
+from planning.scenario import Scenario, parse_scenario
+from planning.scenarios import seed_pools
 
 # The checkpoint intervals the seed's sweep compares.
 CHECKPOINT_SWEEP_SECONDS = (10.0, 30.0, 60.0, 120.0, 300.0)
