@@ -362,9 +362,11 @@ class WanVideoModel:
             )
         self._check_job(job)
         step = int(metadata["step"])
-        fresh_scheduler = self._scheduler(job.steps)
-        if type(fresh_scheduler).__name__ != metadata.get("scheduler_class") or not 0 <= step <= job.steps:
+        if job.steps < 1 or not 0 <= step <= job.steps:
             raise ValueError("state does not fit this job")
+        fresh_scheduler = self._scheduler(job.steps)
+        if type(fresh_scheduler).__name__ != metadata.get("scheduler_class"):
+            raise ValueError("state does not fit this job (another scheduler)")
         for attr, encoded in json.loads(metadata["scheduler"]).items():
             setattr(fresh_scheduler, attr, _decode_value(encoded, tensors, self.device))
         generator = torch.Generator(device="cpu")
