@@ -4,10 +4,13 @@ refuses another version's checkpoint, and previews cheaply."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from temporalio.testing import ActivityEnvironment
 
 from activities.video.generation import GenerationJob
 from tests.video_models.conftest import MODEL, Catalogue
@@ -104,3 +107,43 @@ def test_preview_is_small_uint8_frames(model: WanVideoModel, catalogue: Catalogu
     assert 1 <= preview.shape[0] <= 4 and max(preview.shape[1:3]) <= 24
     assert preview.shape[1:3] == (16, 24)  # the job's 3:2 aspect
     assert torch.equal(state.latents, before)  # looking does not change the sample
+
+
+def test_the_generation_activity_starts_afresh_on_another_versions_checkpoint(
+    model: WanVideoModel, catalogue: Catalogue, tmp_path: Path
+) -> None:
+    # A checkpoint of the old version stored under the job, as if the weights changed while
+    # the job waited: the new version's worker refuses it and starts the job from step 0.
+    from activities.video.checkpoints import JobCheckpoints
+    from activities.video.generation import VideoGenerationActivities, job_fingerprint
+    from leasehold.storage import LocalObjectStore
+    from worker_gpu.encoding import H264Encoder
+    from workflows.video.types import GenerateInput, VideoRequest
+
+    request = VideoRequest(prompt="a cat", model=MODEL, seconds=1, width=32, height=32, seed=2, steps=4)
+    newer = WanVideoModel(dataclasses.replace(catalogue.models[MODEL], version="wan-tiny-v2"), "cpu", 1)
+    newer.load()
+    job = job_of(catalogue, steps=4, seed=2)
+    job = dataclasses.replace(job, prompt="a cat", width=32, height=32)
+    old_state = model.init_state(job)
+    run(model, old_state, 2)
+    store = LocalObjectStore(tmp_path, b"k", "http://127.0.0.1:1")
+    # Stamped with the new version's fingerprint, so only load_state can tell.
+    JobCheckpoints(store, "videos/v", 1).commit(2, 4, job_fingerprint(newer, job), model.save_state(old_state))
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2, heartbeat_timeout=timedelta(seconds=60))
+    result = env.run(
+        VideoGenerationActivities(newer, H264Encoder(), store).generate_video,
+        GenerateInput(job_id="v", request=request, object_prefix="videos/v", checkpoint_interval_seconds=1e9),
+    )
+    assert result.resumed_from_step == 0 and result.total_steps == 4
+    # The same bytes stamped by the new version itself do resume: the refusal was the version.
+    own = newer.init_state(job)
+    run(newer, own, 2)
+    JobCheckpoints(store, "videos/v", 3).commit(2, 4, job_fingerprint(newer, job), newer.save_state(own))
+    env.info = dataclasses.replace(env.info, attempt=4)
+    again = env.run(
+        VideoGenerationActivities(newer, H264Encoder(), store).generate_video,
+        GenerateInput(job_id="v", request=request, object_prefix="videos/v", checkpoint_interval_seconds=1e9),
+    )
+    assert again.resumed_from_step == 2
