@@ -20,7 +20,7 @@ class StepsRange(BaseModel):
     max: int
 
 
-class Model(BaseModel):
+class ServedModel(BaseModel):
     """One model version served here, in OpenAI's shape (``id``, ``object``, ``created``,
     ``owned_by``); the other fields say which requests it accepts."""
 
@@ -37,7 +37,7 @@ class Model(BaseModel):
     steps: StepsRange
 
     @classmethod
-    def of(cls, spec: VideoModelSpec) -> Model:
+    def of(cls, spec: VideoModelSpec) -> ServedModel:
         # Weights locations and hub ids are the deployment's business, never shown to clients.
         return cls(
             id=spec.name,
@@ -57,4 +57,4 @@ class ModelList(BaseModel):
     """Answer of ``GET /v1/models``."""
 
     object: Literal["list"] = "list"
-    data: list[Model]
+    data: list[ServedModel]

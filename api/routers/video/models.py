@@ -7,7 +7,7 @@ from fastapi import APIRouter
 
 from api.deps import PrincipalDep, SettingsDep
 from api.errors import not_found
-from api.schemas.models import Model, ModelList
+from api.schemas.models import ModelList, ServedModel
 from leasehold.settings import Settings
 from workflows.video.catalogue import CatalogueError, load_catalogue
 from workflows.video.models import get_model, use_catalogue
@@ -32,13 +32,13 @@ def serve_catalogue(settings: Settings) -> None:
 @router.get("", response_model=ModelList)
 async def list_models(settings: SettingsDep, _principal: PrincipalDep) -> ModelList:
     """Every model version served here."""
-    return ModelList(data=[Model.of(spec) for name in settings.models if (spec := get_model(name)) is not None])
+    return ModelList(data=[ServedModel.of(spec) for name in settings.models if (spec := get_model(name)) is not None])
 
 
-@router.get("/{model_id}", response_model=Model)
-async def get_model_entry(model_id: str, settings: SettingsDep, _principal: PrincipalDep) -> Model:
+@router.get("/{model_id}", response_model=ServedModel)
+async def get_model_entry(model_id: str, settings: SettingsDep, _principal: PrincipalDep) -> ServedModel:
     """One model version served here; 404 for any other name."""
     spec = get_model(model_id) if model_id in settings.models else None
     if spec is None:
         raise not_found("model")
-    return Model.of(spec)
+    return ServedModel.of(spec)
