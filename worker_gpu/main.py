@@ -28,9 +28,9 @@ from workflows.video.models import VideoModelSpec, get_model, use_catalogue
 
 log = logging.getLogger(__name__)
 
-# The `gpu` extra: the model runs on torch, the encoder on PyAV and numpy. Other processes
-# install leasehold without it.
-GPU_EXTRA = ("torch", "numpy", "av")
+# The `gpu` extra: the model runs on torch (real ones through diffusers and transformers), the
+# encoder on PyAV and numpy. Other processes install leasehold without it.
+GPU_EXTRA = ("torch", "numpy", "av", "diffusers", "transformers", "safetensors")
 
 
 class UnknownModel(SystemExit):
