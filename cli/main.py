@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli import ci, environments, plans, readmodel, repos, secrets
+from cli import ci, environments, plans, readmodel, repos, runs, secrets, video
 from cli.common import UsageError, command_settings
 from leasehold.settings import Settings
 
@@ -60,6 +60,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.kind == "gpu" and args.model:
         overrides["gpu_model"] = args.model
+    if args.kind == "gpu" and args.memory_gib is not None:
+        overrides["gpu_memory_gib"] = args.memory_gib
     if args.kind == "ci" and args.labels:
         overrides["ci_labels"] = args.labels
     settings = command_settings(args, **overrides)
@@ -123,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", parents=[common], help="run one worker process")
     worker.add_argument("kind", choices=["orchestration", "gpu", "ci"])
     worker.add_argument("--model", default=None, help="gpu: the model version to load")
+    worker.add_argument(
+        "--memory-gib",
+        type=float,
+        default=None,
+        help="gpu: GPU memory this worker offers jobs, in GiB (CPU workers declare it; CUDA measures it)",
+    )
     worker.add_argument("--labels", default=None, help="ci: comma-separated runs-on labels served")
     worker.set_defaults(func=cmd_worker)
 
@@ -135,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--tier", required=True, metavar="{paid,free}")
     create.set_defaults(func=cmd_keys_create)
 
-    # The CI admin commands, each module adding its own subcommands; listed here, in help order.
-    for module in (ci, environments, plans, repos, secrets, readmodel):
+    # The CI admin commands and the people's commands (video, runs: through the API), each
+    # module adding its own subcommands; listed here, in help order.
+    for module in (ci, environments, plans, repos, secrets, readmodel, video, runs):
         module.add_commands(sub)
     return parser
 

@@ -94,16 +94,17 @@ async def _rebuild_video(handle: WorkflowHandle, factory: sessionmaker, version:
 
 
 async def _rebuild_ci_run(handle: WorkflowHandle, factory: sessionmaker, version: int) -> bool:
-    from activities.ci.projection import run_rows
+    from activities.ci.projection import annotation_rows, run_rows
     from leasehold.records.ci.runs import write_run
     from workflows.ci.run import CIRunWorkflow
 
     state = await handle.query(CIRunWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
     run, jobs, attempts = run_rows(state)
+    annotations = annotation_rows(state)
 
     def write() -> bool:
         with factory.begin() as session:
-            return write_run(session, run, jobs, attempts, version)
+            return write_run(session, run, jobs, attempts, version, annotations)
 
     return await asyncio.to_thread(write)
 

@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from leasehold.gpu_classes import GpuClass, parse_classes
+
 DEFAULT_MODEL = "procedural-v1"
 
 
@@ -93,6 +95,14 @@ class Settings(BaseSettings):
     video_checkpoints: bool = True
     # "auto" uses CUDA when present, else CPU.
     device: str = "auto"
+    # GPU classes (docs/gpu-classes.md): class name -> GPU memory in GiB, as "small=24,large=80"
+    # or JSON. Each model's jobs go to the queue ``video.<model>.<class>`` of the smallest class
+    # that holds them (a larger one while it has no live workers). Empty (the default): one
+    # unbounded class on the queue ``video.<model>``.
+    video_gpu_classes: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
+    # A GPU worker's memory in GiB (``leasehold worker gpu --memory-gib N``): what a CPU worker
+    # declares; unset, a CUDA worker reports the free memory of its device.
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
 
     # CI worker labels (runs-on) this worker serves.
     ci_labels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["linux"])
@@ -175,6 +185,13 @@ class Settings(BaseSettings):
     # (its URLs obey the clone URL rules above), or an absolute directory holding git
     # repositories at <dir>/<owner>/<repo> (offline and air-gapped deployments).
     ci_actions_source: str = "https://github.com/{owner}/{repo}"
+    # "Why is my job queued" (api.ci.queue_explanation): the engine records a queued job's
+    # explanation reads (the tenant's cap, concurrency groups, which label sets have workers)
+    # are kept this long per API process; and the runs-on label sets this deployment's CI
+    # workers serve, labels joined by "+" ("linux,linux+gpu"), probed to tell a job whose labels
+    # no worker serves which ones are (empty: the one set in ci_labels).
+    ci_queue_cache_seconds: float = Field(default=2.0, ge=0, le=60)
+    ci_queue_label_sets: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Video admission. Paid and free jobs share each model's workers through Temporal fairness:
     # dispatch shares follow these weights while both tiers have a backlog (no tier starves).
@@ -251,6 +268,33 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("ci_queue_label_sets", mode="before")
+    @classmethod
+    def _split_label_sets(cls, value: Any) -> Any:
+        # "linux,linux+gpu" (what to_env writes) or a JSON list of such strings.
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("video_gpu_classes", mode="before")
+    @classmethod
+    def _split_classes(cls, value: Any) -> Any:
+        # "small=24,large=80" from the environment or the CLI; JSON and TOML tables as they are.
+        if isinstance(value, str):
+            if value.lstrip().startswith("{"):
+                return json.loads(value)
+            pairs = [part.partition("=") for part in value.split(",") if part.strip()]
+            return {name.strip(): gib.strip() for name, _, gib in pairs}
+        return value
+
+    @field_validator("video_gpu_classes", mode="after")
+    @classmethod
+    def _valid_classes(cls, value: dict[str, float]) -> dict[str, float]:
+        parse_classes(value)  # raises ValueError naming the bad class
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -273,6 +317,11 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'leasehold.db').resolve()}"
+
+    @property
+    def gpu_classes(self) -> tuple[GpuClass, ...]:
+        """The configured GPU classes, smallest first (empty: one implicit, unbounded class)."""
+        return parse_classes(self.video_gpu_classes)
 
     @property
     def resolved_store_dir(self) -> Path:
@@ -307,5 +356,7 @@ class Settings(BaseSettings):
                 value = value.get_secret_value()
             if isinstance(value, list):
                 value = ",".join(str(v) for v in value)
+            if isinstance(value, dict):
+                value = json.dumps(value)
             env[f"LEASEHOLD_{name.upper()}"] = str(value)
         return env

@@ -19,6 +19,7 @@ from activities.video.generation import VideoGenerationActivities
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
+from worker_gpu.gpu_memory import DeviceReport, report_device
 from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
 from worker_gpu.models import LOADERS, load_model
@@ -66,7 +67,7 @@ def load_model_entry(settings: Settings) -> VideoModelSpec:
     return spec
 
 
-def build_activities(settings: Settings) -> VideoGenerationActivities:
+def build_activities(settings: Settings) -> tuple[VideoGenerationActivities, DeviceReport]:
     """Load the model (before polling, so the first job does not pay for it) and wire the activity."""
     require_gpu_extra()
     # Imported once the extra is known to be there: PyAV and numpy load with it.
@@ -83,7 +84,9 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
     device = str(getattr(model, "device", settings.device))
     MODEL_INFO.labels(model=name, device=device).set(1)
     log.info("loaded model %s on %s", name, device)
-    return VideoGenerationActivities(
+    # After loading: the memory left is what jobs get.
+    report = report_device(settings, device)
+    activities = VideoGenerationActivities(
         model,
         H264Encoder(),
         open_store(settings),
@@ -91,15 +94,18 @@ def build_activities(settings: Settings) -> VideoGenerationActivities:
         announce_started=StartedAnnouncer(),
         checkpoints=settings.video_checkpoints,
     )
+    return activities, report
 
 
-def build_worker(client: Client, settings: Settings, activities: VideoGenerationActivities) -> Worker:
+def build_worker(
+    client: Client, settings: Settings, activities: VideoGenerationActivities, gpu_class: str | None = None
+) -> Worker:
     if isinstance(activities.announce_started, StartedAnnouncer):
         # Called inside the worker's event loop: the activity thread signals through it.
         activities.announce_started.bind(client, asyncio.get_running_loop())
     return Worker(
         client,
-        task_queue=video_queue(settings.gpu_model, settings.queue_prefix),
+        task_queue=video_queue(settings.gpu_model, settings.queue_prefix, gpu_class),
         activities=[activities.generate_video],
         activity_executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate"),
         # One video per GPU.
@@ -110,12 +116,14 @@ def build_worker(client: Client, settings: Settings, activities: VideoGeneration
 
 
 def main(settings: Settings) -> None:
-    activities = build_activities(settings)
+    activities, report = build_activities(settings)
+    gpu_class = report.gpu_class.name if report.gpu_class is not None else None
     asyncio.run(
         run_worker(
             settings,
-            "gpu",
-            lambda client: build_worker(client, settings, activities),
+            # The identity (pollers, activity history) then names the class the worker serves.
+            f"gpu-{gpu_class}" if gpu_class else "gpu",
+            lambda client: build_worker(client, settings, activities, gpu_class),
             on_sigterm=activities.notify_preemption,
         )
     )

@@ -19,9 +19,14 @@ def orchestration_queue(prefix: str = "") -> str:
     return f"{prefix}{ORCHESTRATION}"
 
 
-def video_queue(model: str, prefix: str = "") -> str:
-    """Each model version has its own queue; a GPU worker polls exactly one."""
-    return f"{prefix}video.{model}"
+def video_queue(model: str, prefix: str = "", gpu_class: str | None = None) -> str:
+    """Each model version has its own queue per GPU class; a GPU worker polls exactly one.
+
+    Without classes (``gpu_class`` None: the default deployment) the queue is the model's own.
+    """
+    if gpu_class is None:
+        return f"{prefix}video.{model}"
+    return f"{prefix}video.{model}.{gpu_class}"
 
 
 def ci_queue(labels: list[str] | tuple[str, ...], prefix: str = "") -> str:

@@ -29,7 +29,7 @@ from activities.ci.log_compaction import build_compacted, compacted_key, read_ch
 from activities.lifecycle_definitions import CILifecycleDefinition
 from leasehold.database import utcnow
 from leasehold.records.ci.plans import retention_overrides
-from leasehold.records.ci.runs import CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
+from leasehold.records.ci.runs import CIAnnotationRecord, CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.storage import ObjectStore
 from workflows.ci.ids import LOG_ROOT, parse_log_key
 from workflows.ci.types.job import AttemptStatus
@@ -152,6 +152,7 @@ def delete_run(store: ObjectStore, factory: sessionmaker, run_id: str, closed_be
         run = session.get(CIRunRecord, run_id, with_for_update=True)
         if run is None or not _expired(run, closed_before):
             return deleted
+        session.execute(delete(CIAnnotationRecord).where(CIAnnotationRecord.run_id == run_id))
         session.execute(delete(CIAttemptRecord).where(CIAttemptRecord.run_id == run_id))
         session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id))
         session.execute(delete(CIRunRecord).where(CIRunRecord.run_id == run_id))

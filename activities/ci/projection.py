@@ -1,5 +1,5 @@
-"""The CI read model's writer: push and run snapshots into ``ci_pushes``, ``ci_runs``, ``ci_jobs``
-and ``ci_attempts``.
+"""The CI read model's writer: push and run snapshots into ``ci_pushes``, ``ci_runs``, ``ci_jobs``,
+``ci_attempts`` and ``ci_annotations``.
 
 The workflows send their whole state with a version; an older or repeated snapshot changes
 nothing (``write_versioned``), so the activity can be retried, duplicated or delivered out of
@@ -68,6 +68,36 @@ def run_rows(state: CIRunState) -> tuple[dict[str, Any], list[dict[str, Any]], l
     return run, jobs, attempts
 
 
+def annotation_rows(state: CIRunState) -> list[dict[str, Any]]:
+    """The ``ci_annotations`` rows of a snapshot: every attempt's, numbered in the order its
+    steps printed them."""
+    rows: list[dict[str, Any]] = []
+    for job in state.jobs:
+        for attempt in job.attempts:
+            ordinal = 0
+            for step in attempt.steps:
+                for note in step.annotations:
+                    ordinal += 1
+                    rows.append(
+                        {
+                            "job_id": job.job_id,
+                            "attempt": attempt.attempt,
+                            "ordinal": ordinal,
+                            "tenant_id": state.tenant_id,
+                            "step": note.step,
+                            "level": note.level.value,
+                            "message": note.message,
+                            "title": note.title,
+                            "file": note.file,
+                            "line": note.line,
+                            "end_line": note.end_line,
+                            "col": note.column,
+                            "end_col": note.end_column,
+                        }
+                    )
+    return rows
+
+
 def push_row(snapshot: CIPushSnapshot) -> dict[str, Any]:
     """The ``ci_pushes`` row of a push snapshot."""
     return {
@@ -92,8 +122,9 @@ class CIProjectionActivities(CIProjectionDefinition):
     @activity.defn(name=ACTIVITY_PROJECT_RUN)
     def project_ci_run(self, inp: CIRunSnapshot) -> bool:
         run, jobs, attempts = run_rows(inp.state)
+        annotations = annotation_rows(inp.state)
         with self._factory.begin() as session:
-            return write_run(session, run, jobs, attempts, inp.version)
+            return write_run(session, run, jobs, attempts, inp.version, annotations)
 
     @activity.defn(name=ACTIVITY_PROJECT_PUSH)
     def project_ci_push(self, inp: CIPushSnapshot) -> bool:

@@ -9,6 +9,7 @@ newer one and the row converges on the job's outcome.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import sessionmaker
@@ -18,7 +19,7 @@ from activities.video.definitions import PROJECT_VIDEO_JOB, VideoProjectionDefin
 from leasehold.database import utcnow
 from leasehold.records.versioned import write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
-from workflows.video.types import ProjectionResult, ProjectVideoJobInput, VideoJobState
+from workflows.video.types import TERMINAL_STATUSES, ProjectionResult, ProjectVideoJobInput, VideoJobState, VideoStatus
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,35 @@ def row_values(state: VideoJobState) -> dict[str, Any]:
         "updated_at": utcnow(),
         "state": state.model_dump(mode="json"),
     }
+
+
+# Why a job whose execution was closed from outside failed, by how it closed.
+LOST_EXECUTION_MESSAGES = {
+    "terminated": "the job's execution was terminated outside leasehold (an operator's terminate)",
+    "timed_out": "the job's execution ran past the engine's execution timeout",
+}
+
+
+def close_lost_job(db: sessionmaker, job_id: str, version: int, closed_at: datetime | None, code: str) -> bool:
+    """Mark an open row ``failed`` whose execution was closed without its workflow's last
+    snapshot (terminated or timed out: the workflow never ran again to write it); ``True`` if
+    this call did.
+
+    ``version`` is the closed execution's history length: above every snapshot the workflow
+    wrote, so nothing it sent late can reopen the row, and a rebuild finds it final.
+    """
+    with db.begin() as session:
+        row = session.get(VideoJobRecord, job_id)
+        if row is None or row.status in {s.value for s in TERMINAL_STATUSES} or row.status == VideoStatus.EXPIRED:
+            return False
+        state = VideoJobState.model_validate(row.state)
+        state.status = VideoStatus.FAILED
+        state.error_code = code
+        state.error_message = LOST_EXECUTION_MESSAGES.get(code, "the job's execution closed without a result")
+        state.completed_at = closed_at or utcnow()
+        values = row_values(state)
+        # The API's dispatch columns stay as they are (row_values leaves them out).
+        return write_versioned(session, VideoJobRecord.__table__, {"job_id": job_id}, values, version)  # type: ignore[arg-type]
 
 
 class VideoProjectionActivities(VideoProjectionDefinition):

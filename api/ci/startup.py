@@ -7,6 +7,7 @@ import asyncio
 
 from fastapi import FastAPI
 
+from api.ci.queue_explanation import QueueExplainer
 from leasehold.clone_urls import ClonePolicy
 from leasehold.records.ci.repos import bind_keyring, seal_webhook_secrets
 from leasehold.records.ci.secrets import Keyring
@@ -24,3 +25,5 @@ async def start_ci(app: FastAPI) -> None:
     await asyncio.to_thread(seal_webhook_secrets, db, keyring)
     # Built once: a bad allow-list setting stops the API here, not at the first registration.
     app.state.clone_policy = ClonePolicy.from_settings(settings)
+    # "Why is my job queued": one per process, so its brief cache is shared by every request.
+    app.state.ci_queue_explainer = QueueExplainer(app.state.temporal, settings)

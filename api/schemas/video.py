@@ -138,6 +138,10 @@ class CapacityFigures(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str
+    # The GPU class of this pool of workers and its memory (null: a deployment without classes,
+    # one entry per model).
+    gpu_class: str | None = None
+    gpu_memory_gib: float | None = None
     measured: bool
     # Tasks waiting for a worker (the server's estimate) and jobs waiting (visibility).
     backlog: int

@@ -17,6 +17,11 @@ The per-user cap counts the user's jobs that wait for a worker (not those genera
 ``video_jobs`` rows in ``queued``, counted in the transaction that inserts the new job's row,
 under a per-user lock every API replica takes (``api.video.submit``). So it holds exactly,
 however many replicas a user's concurrent submits reach.
+
+With GPU classes (``leasehold.gpu_classes``) a job is first routed (``route``): to the smallest
+class whose memory holds its estimate, or the next larger one that has live workers while that
+one has none; a job larger than every class is refused (422). Fairness, the no-worker refusal
+and the free tier's wait are then decided on the chosen class's queue.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ import math
 from dataclasses import dataclass
 
 from api.errors import ApiError
-from api.video.capacity import CapacityTracker
+from api.video.capacity import CapacityTracker, pool_key
+from leasehold.gpu_classes import GIB, classes_fitting, job_memory_bytes
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
+from workflows.video.models import get_model
+from workflows.video.types import VideoRequest
 
 # Temporal limits fairness keys to 64 bytes.
 MAX_FAIRNESS_KEY = 64
@@ -71,10 +79,50 @@ def check_queued_cap(queued: int, limit: int) -> None:
         )
 
 
-def admit(tracker: CapacityTracker, settings: Settings, principal: Principal, model: str) -> Admission:
-    """Decide on a new job of ``principal`` for ``model`` from the measured capacity; raise
-    ``ApiError`` to refuse it. The per-user cap is checked apart, under the user's lock
-    (``check_queued_cap``)."""
+def route(tracker: CapacityTracker, settings: Settings, request: VideoRequest) -> str | None:
+    """The GPU class whose queue generates ``request`` (``None`` without classes); 422 when the
+    job needs more memory than every class has.
+
+    The smallest class that holds the job's estimate, unless it has no live worker (the
+    capacity tracker's last refresh: pollers seen recently, or workers generating with live
+    heartbeats); then the next larger one that has. With none live anywhere, the smallest that
+    fits: the job waits there for a worker.
+    """
+    classes = settings.gpu_classes
+    spec = get_model(request.model)
+    if not classes or spec is None:
+        return None
+    per_pixel = spec.memory_bytes_per_frame_pixel
+    need = job_memory_bytes(spec.frame_count(request.seconds), request.width, request.height, per_pixel)
+    fitting = classes_fitting(classes, need)
+    if not fitting:
+        largest = classes[-1]
+        # Name what the caller can change: the length when a shorter video would fit.
+        shortest = job_memory_bytes(spec.frame_count(spec.min_seconds), request.width, request.height, per_pixel)
+        param = "seconds" if shortest <= largest.memory_bytes else "size"
+        raise ApiError(
+            422,
+            "video_too_large",
+            f"a {request.seconds}s {request.width}x{request.height} video of {spec.name} needs about "
+            f"{need / GIB:.1f} GiB of GPU memory; the largest GPU class here ({largest.name}) has "
+            f"{largest.memory_gib:g} GiB. Ask for a smaller {param}.",
+            param,
+            extra={"required_gib": round(need / GIB, 3), "largest_class_gib": largest.memory_gib},
+        )
+    for gpu_class in fitting:
+        if tracker.workers_serving(spec.name, gpu_class.name) > 0:
+            return gpu_class.name
+    return fitting[0].name
+
+
+def admit(
+    tracker: CapacityTracker, settings: Settings, principal: Principal, model: str, gpu_class: str | None = None
+) -> Admission:
+    """Decide on a new job of ``principal`` for ``model`` on ``gpu_class`` (``route``) from the
+    measured capacity; raise ``ApiError`` to refuse it. The per-user cap is checked apart, under
+    the user's lock (``check_queued_cap``)."""
+    pool = tracker.pools[pool_key(model, gpu_class)]
+    label, model = pool.label, pool.key
     users = tracker.active_users(model, principal.tier)
     users.add((principal.tenant_id, principal.user_id))
     weight = tracker.tier_weight(principal.tier) / len(users)
@@ -83,7 +131,7 @@ def admit(tracker: CapacityTracker, settings: Settings, principal: Principal, mo
         raise ApiError(
             503,
             "model_unavailable",
-            f"no worker is serving {model} right now; retry later or choose another model",
+            f"no worker is serving {label} right now; retry later or choose another model",
             headers={"Retry-After": str(NO_WORKER_RETRY_AFTER_SECONDS)},
             extra={"retry_after": NO_WORKER_RETRY_AFTER_SECONDS},
         )
@@ -97,7 +145,7 @@ def admit(tracker: CapacityTracker, settings: Settings, principal: Principal, mo
             raise ApiError(
                 503,
                 "capacity",
-                f"GPU capacity for {model} is short: a free video would wait about {wait / 60:.0f} minutes "
+                f"GPU capacity for {label} is short: a free video would wait about {wait / 60:.0f} minutes "
                 f"(the free tier's limit is {threshold / 60:.0f}); paid videos are still accepted. "
                 f"Retry in about {retry_after} seconds.",
                 headers={"Retry-After": str(retry_after)},

@@ -19,6 +19,13 @@ Workers serving a model are the union of workers generating with live heartbeats
 that polled since their last job (a busy worker does not poll; a reclaimed one neither polls
 nor heartbeats, so it drops out within seconds instead of the server's poller TTL).
 
+With GPU classes (``leasehold.gpu_classes``) each model version has one generation queue per
+class, ``video.<model>.<class>``, and everything above is measured and planned per queue: a
+*pool* (``Pool``), keyed ``<model>.<class>``. Without classes the one pool of a model is keyed
+by the model's name and measures ``video.<model>``, as before classes existed. The per-pool
+dicts below (snapshots, costs, arrivals, fairness shadows, plans) and the ``model`` arguments
+of the methods take that key.
+
 Per-step times come from consecutive heartbeats of running jobs; per-job overhead (decode,
 encode, upload, hand-over, clean-up until the job closes) from completed jobs. Both feed
 ``JobCosts``. Every job seen for the first time feeds its fairness key's arrival rate
@@ -46,11 +53,12 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from activities.video.definitions import PROJECT_VIDEO_JOB
 from activities.video.generation import GENERATE_VIDEO
+from activities.video.projection import close_lost_job
 from api.schemas.video import CapacityFigures, VideoQueue
 from api.video.eta import (
     PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
@@ -73,7 +81,8 @@ from api.video.eta import (
 from api.video.memo import WORKFLOW_TYPE, JobMemo
 from api.video.open_jobs import OpenJob, open_jobs
 from api.video.views import Estimate, JobView, pending_generation
-from leasehold.records.video.capacity import publish, published, try_lead
+from leasehold.gpu_classes import GpuClass
+from leasehold.records.video.capacity import completed_since, publish, published, try_lead
 from leasehold.settings import Settings
 from workflows.queues import orchestration_queue, video_queue
 from workflows.video.ids import workflow_id
@@ -94,6 +103,13 @@ MAX_DESCRIBED_RUNNING = 256
 PLACE_EXACT_BELOW = 200
 # Waiting jobs described per refresh because the plan put them next (see ``_next_up``).
 MAX_DESCRIBED_NEXT = 64
+# Executions closed without their workflow's last snapshot, and the row's error code for each.
+LOST_EXECUTION_CODES = {
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed_out",
+}
+# The refresh yields to the event loop this often while it walks the open jobs.
+YIELD_EVERY_ROWS = 256
 # Completion rate window.
 COMPLETION_WINDOW_SECONDS = 300.0
 # A submit this process accepted counts (against its user's cap, and as a waiting user of its
@@ -106,6 +122,7 @@ HEARTBEAT_GRACE_SECONDS = 2.0
 # The first admission decision of a fresh process waits this long for a first measurement.
 FIRST_REFRESH_WAIT_SECONDS = 5.0
 
+# The pool's key: the model version, or ``<model>.<class>`` in a deployment with GPU classes.
 _LABELS = ["model"]
 BACKLOG = Gauge("leasehold_video_backlog", "Generation tasks waiting for a worker (server estimate)", _LABELS)
 QUEUED = Gauge("leasehold_video_queued_jobs", "Jobs waiting for a worker (from visibility)", _LABELS)
@@ -121,6 +138,34 @@ WORKERS_NEEDED = Gauge(
     "leasehold_video_workers_needed", "Workers that Little's law says meet the target queue wait", _LABELS
 )
 EXPECTED_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue wait of a new job", ["model", "tier"])
+
+
+def pool_key(model: str, gpu_class: str | None) -> str:
+    """The key of a model's pool on ``gpu_class`` (the suffix of its queue after ``video.``)."""
+    return model if gpu_class is None else f"{model}.{gpu_class}"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The workers of one model version on one GPU class (``gpu_class`` None: no classes)."""
+
+    spec: VideoModelSpec
+    gpu_class: GpuClass | None = None
+
+    @property
+    def class_name(self) -> str | None:
+        return self.gpu_class.name if self.gpu_class is not None else None
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.spec.name, self.class_name)
+
+    @property
+    def label(self) -> str:
+        """How messages name the pool."""
+        if self.gpu_class is None:
+            return self.spec.name
+        return f"{self.spec.name} on {self.gpu_class.name} GPUs ({self.gpu_class.memory_gib:g} GiB)"
 
 
 @dataclass
@@ -166,16 +211,19 @@ class CapacityTracker:
         self.specs: dict[str, VideoModelSpec] = {
             name: spec for name in settings.models if (spec := get_model(name)) is not None
         }
+        # One pool per model and GPU class (one per model without classes), smallest class first.
+        classes: tuple[GpuClass | None, ...] = settings.gpu_classes or (None,)
+        self.pools: dict[str, Pool] = {
+            pool.key: pool for spec in self.specs.values() for pool in (Pool(spec, c) for c in classes)
+        }
         # Until a job of a model is measured, its steps cost the catalogue's rough figure, or
         # the deployment's step pace where workers are configured slower than that.
         prior = max(PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL, settings.video_step_pace_seconds_per_frame_megapixel)
-        self.costs = {name: JobCosts(spec, prior) for name, spec in self.specs.items()}
-        self.snapshots: dict[str, ModelSnapshot] = {
-            name: ModelSnapshot(model=name, taken_at=0.0) for name in self.specs
-        }
-        self._observed: dict[str, dict[str, _Observed]] = {name: {} for name in self.specs}
-        self.arrivals = {name: ArrivalLog() for name in self.specs}
-        self.shadows = {name: FairnessShadow() for name in self.specs}
+        self.costs = {key: JobCosts(pool.spec, prior) for key, pool in self.pools.items()}
+        self.snapshots: dict[str, ModelSnapshot] = {key: ModelSnapshot(model=key, taken_at=0.0) for key in self.pools}
+        self._observed: dict[str, dict[str, _Observed]] = {key: {} for key in self.pools}
+        self.arrivals = {key: ArrivalLog() for key in self.pools}
+        self.shadows = {key: FairnessShadow() for key in self.pools}
         # Server time of each worker's last heartbeat: a poll older than that is from before
         # its last job and says nothing about whether it is still there.
         self._last_busy: dict[str, float] = {}
@@ -221,7 +269,10 @@ class CapacityTracker:
         at, data = latest
         if self._published_at is not None and at <= self._published_at:
             return False
-        self.load_json(data)
+        for model, snapshot in self.load_json(data).items():
+            await self._install(model, snapshot)
+            if snapshot.measured:
+                self._export(model, self.figures(model))
         self._published_at = at
         self._refreshed.set()
         return True
@@ -235,24 +286,25 @@ class CapacityTracker:
                 "arrivals": self.arrivals[model].to_json(),
                 "shadow": self.shadows[model].to_json(),
             }
-            for model in self.specs
+            for model in self.pools
         }
 
-    def load_json(self, data: dict[str, Any]) -> None:
-        """Plan from a publication of ``to_json`` (models this replica does not serve are skipped)."""
+    def load_json(self, data: dict[str, Any]) -> dict[str, ModelSnapshot]:
+        """Take the costs, arrivals and fairness state of a publication of ``to_json``, and
+        return its snapshots by model for ``_install`` (models this replica does not serve are
+        skipped)."""
+        snapshots: dict[str, ModelSnapshot] = {}
         for model, published_model in data.items():
-            if model not in self.specs:
+            if model not in self.pools:
                 continue
             snapshot = snapshot_from_json(published_model["snapshot"])
             self.costs[model].load_json(published_model["costs"])
             self.arrivals[model].load_json(published_model["arrivals"])
             self.shadows[model].load_json(published_model["shadow"])
-            self.snapshots[model] = snapshot
-            self._plans.pop(model, None)
             open_ids = {j.job_id for j in snapshot.queued} | {j.job_id for j in snapshot.running}
             self._prune_recent(model, snapshot.taken_at, open_ids)
-            if snapshot.measured:
-                self._export(self.figures(model))
+            snapshots[model] = snapshot
+        return snapshots
 
     async def ready(self) -> None:
         """Wait (briefly) for the first measurement of a freshly started process."""
@@ -263,7 +315,7 @@ class CapacityTracker:
                 log.warning("no capacity measurement yet; deciding on an empty snapshot")
 
     async def refresh(self) -> None:
-        for model in self.specs:
+        for model in self.pools:
             try:
                 await self._refresh_model(model)
             except RPCError as exc:
@@ -276,8 +328,12 @@ class CapacityTracker:
         now = time.time()
         tq_task = asyncio.create_task(self._describe_queue(model))
         count_task = asyncio.create_task(self._completions(model, now))
-        spec = self.specs[model]
-        rows = await asyncio.to_thread(open_jobs, self.db, spec)
+        pool = self.pools[model]
+        spec = pool.spec
+        # The model's open jobs on this pool's queue. Jobs of a deployment that had no classes
+        # when they were submitted (no class) wait on ``video.<model>``, which no pool of a
+        # classed deployment measures.
+        rows = [row for row in await asyncio.to_thread(open_jobs, self.db, spec) if row.gpu_class == pool.class_name]
         open_ids = {row.job.job_id for row in rows}
         # Only generating jobs are described (their progress, worker and heartbeat are in the
         # engine alone): as many as there are workers, not as many as wait.
@@ -297,6 +353,10 @@ class CapacityTracker:
                     return row.job.job_id, None
 
         described = dict(await asyncio.gather(*(describe(row) for row in generating)))
+        lost = await self._close_lost(described)
+        if lost:
+            rows = [row for row in rows if row.job.job_id not in lost]
+            open_ids -= lost
         queue_desc = await tq_task
         completions = await count_task
 
@@ -313,7 +373,9 @@ class CapacityTracker:
         heartbeat_fresh = self.settings.video_heartbeat_timeout_seconds + max(
             HEARTBEAT_GRACE_SECONDS, self.settings.video_capacity_refresh_seconds
         )
-        for row in rows:
+        for index, row in enumerate(rows):
+            if index and index % YIELD_EVERY_ROWS == 0:
+                await asyncio.sleep(0)  # thousands of rows: let requests in between
             job = row.job
             job_id, tier, shape = job.job_id, job.tier, job.shape
             self.arrivals[model].observe(
@@ -433,10 +495,45 @@ class CapacityTracker:
         if log.isEnabledFor(logging.DEBUG):
             waiting = sorted((p, j) for j, p in shadow.passes.items())
             log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
-        self.snapshots[model] = snapshot
-        self._plans.pop(model, None)
+        await self._install(model, snapshot)
         self._prune_recent(model, now, open_ids)
-        self._export(self.figures(model))
+        self._export(model, self.figures(model))
+
+    async def _install(self, model: str, snapshot: ModelSnapshot) -> None:
+        """Make ``snapshot`` current with its queue plan computed beforehand, in a thread.
+
+        The plan of thousands of waiting jobs takes tens of milliseconds; computed lazily, the
+        first request after each refresh paid for it on the event loop, and every request in
+        flight waited with it (the status reads' p99). The thread only reads: the costs and the
+        fairness shadow change in this task alone, which awaits it.
+        """
+        streams = self._streams(model, snapshot.taken_at)
+        computed = await asyncio.to_thread(
+            plan, snapshot, self.costs[model], arrivals=streams, shadow=self.shadows[model]
+        )
+        self.snapshots[model] = snapshot
+        self._plans[model] = (snapshot.taken_at, computed)
+
+    async def _close_lost(self, described: dict[str, Any]) -> set[str]:
+        """Close the rows of described jobs whose execution was terminated or timed out.
+
+        Such a workflow never writes its last snapshot, so its row would stay open, counting
+        against its owner's cap and taking a turn in every plan. Every generating job is
+        described at each refresh and every waiting one once it is next in line, so each is
+        found in time, at no extra engine call.
+        """
+        lost: set[str] = set()
+        for job_id, desc in described.items():
+            if desc is None or desc.status not in LOST_EXECUTION_CODES:
+                continue
+            code = LOST_EXECUTION_CODES[desc.status]
+            closed = await asyncio.to_thread(
+                close_lost_job, self.db, job_id, desc.history_length, desc.close_time, code
+            )
+            if closed:
+                log.warning("video job %s: its execution was %s outside leasehold; row closed", job_id, code)
+            lost.add(job_id)
+        return lost
 
     def _next_up(self, waiting: list[OpenJob], model: str) -> list[OpenJob]:
         """The waiting jobs most likely handed to a worker since the last plan: those it put
@@ -451,7 +548,8 @@ class CapacityTracker:
         request = DescribeTaskQueueRequest(
             namespace=self.client.namespace,
             task_queue=TaskQueue(
-                name=video_queue(model, self.settings.queue_prefix), kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL
+                name=video_queue(self.pools[model].spec.name, self.settings.queue_prefix, self.pools[model].class_name),
+                kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL,
             ),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
             report_stats=True,
@@ -467,10 +565,16 @@ class CapacityTracker:
         # The orchestration queue names the deployment: several share a namespace (and tests a server).
         return (
             f'WorkflowType = "{WORKFLOW_TYPE}" AND TaskQueue = "{orchestration_queue(self.settings.queue_prefix)}" '
-            f'AND ModelVersion = "{model}"'
+            f'AND ModelVersion = "{self.pools[model].spec.name}"'
         )
 
     async def _completions(self, model: str, now: float) -> float:
+        pool = self.pools[model]
+        if pool.class_name is not None:
+            # Visibility knows no class (no search attribute for it): the read model does.
+            since_at = datetime.fromtimestamp(now - COMPLETION_WINDOW_SECONDS, UTC)
+            done = await asyncio.to_thread(completed_since, self.db, pool.spec.name, pool.class_name, since_at)
+            return done * 60.0 / COMPLETION_WINDOW_SECONDS
         since = datetime.fromtimestamp(now - COMPLETION_WINDOW_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         query = self._deployment_query(model) + f' AND ExecutionStatus = "Completed" AND CloseTime > "{since}"'
         try:
@@ -506,14 +610,24 @@ class CapacityTracker:
 
     # Per-user counts and submissions -----------------------------------------------------
 
+    def pool_of(self, job: JobView) -> Pool | None:
+        """The pool whose queue generates ``job`` (``None``: one this API does not measure)."""
+        gpu_class = job.state.gpu_class if job.state is not None else None
+        return self.pools.get(pool_key(job.memo.model, gpu_class))
+
+    def workers_serving(self, model: str, gpu_class: str | None) -> int:
+        """Live workers of ``model`` on ``gpu_class`` at the last refresh (0 for an unknown pool)."""
+        snapshot = self.snapshots.get(pool_key(model, gpu_class))
+        return snapshot.workers_serving if snapshot is not None else 0
+
     def record_submit(self, view: JobView) -> None:
         """A job this process just accepted: count it and plan with it until a refresh sees it."""
-        spec = self.specs.get(view.memo.model)
-        if spec is None:
+        pool = self.pool_of(view)
+        if pool is None:
             return
         owner = view.owner
-        job = queued_job(spec, view.job_id, owner.tenant_id, owner.user_id, owner.tier, view.memo)
-        self._recent[view.job_id] = _Recent(spec.name, time.time(), job)
+        job = queued_job(pool.spec, view.job_id, owner.tenant_id, owner.user_id, owner.tier, view.memo)
+        self._recent[view.job_id] = _Recent(pool.key, time.time(), job)
 
     def _unseen(self, model: str) -> list[QueuedJob]:
         """Jobs this process accepted that the snapshot does not hold yet (a burst's earlier submits).
@@ -602,14 +716,15 @@ class CapacityTracker:
         )
         return place(planned, job, earlier, self.costs[model])
 
-    def _streams(self, model: str) -> list[ArrivalStream]:
+    def _streams(self, model: str, taken_at: float | None = None) -> list[ArrivalStream]:
         caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
         # Rates as of the snapshot the plan starts from: the plan's clock starts there too.
-        return self.arrivals[model].streams(self.costs[model], caps, self.snapshots[model].taken_at)
+        at = self.snapshots[model].taken_at if taken_at is None else taken_at
+        return self.arrivals[model].streams(self.costs[model], caps, at)
 
     def expected_wait(self, model: str, tier: str, weight: float) -> float | None:
         """Queue wait of a new job of ``tier`` from a new user; ``None`` with no worker serving."""
-        spec = self.specs[model]
+        spec = self.pools[model].spec
         probe = QueuedJob(
             job_id="~probe",
             tenant_id="~probe",
@@ -629,13 +744,15 @@ class CapacityTracker:
         spec = get_model(job.memo.model)
         if job.terminal or spec is None:
             return None
+        gpu_class = job.state.gpu_class if job.state is not None else None
+        pool = self.pools.get(pool_key(spec.name, gpu_class))
         if job.status is VideoStatus.IN_PROGRESS:
-            return self._estimate_running(spec, job)
-        return self._estimate_queued(spec, job)
+            return self._estimate_running(spec, pool, job)
+        return self._estimate_queued(spec, pool, job)
 
-    def _estimate_running(self, spec: VideoModelSpec, job: JobView) -> Estimate:
+    def _estimate_running(self, spec: VideoModelSpec, pool: Pool | None, job: JobView) -> Estimate:
         """A generating job: its measured remaining run time."""
-        costs = self.costs.get(spec.name) or JobCosts(spec)
+        costs = (self.costs.get(pool.key) if pool is not None else None) or JobCosts(spec)
         shape = shape_of(spec, job.memo)
         step = int(shape.steps * job.progress / 100)
         remaining = costs.remaining_seconds(shape, step)
@@ -645,21 +762,22 @@ class CapacityTracker:
             estimated_completion_at=time.time() + remaining,
         )
 
-    def _estimate_queued(self, spec: VideoModelSpec, job: JobView) -> Estimate:
+    def _estimate_queued(self, spec: VideoModelSpec, pool: Pool | None, job: JobView) -> Estimate:
         """A waiting job: its expected queue wait plus its run time."""
         owner = job.owner
         queued = queued_job(spec, job.job_id, owner.tenant_id, owner.user_id, owner.tier, job.memo)
         now = time.time()
-        if spec.name not in self.specs:
+        if pool is None:
             run = JobCosts(spec).run_seconds(queued.shape)
             return Estimate(eta_seconds=round(run, 1), reason="queue wait not measured")
-        planned = self.plan(spec.name)
+        key, label = pool.key, pool.label
+        planned = self.plan(key)
         # Submitted after the last snapshot: placed as the server will, behind what waits now.
-        placed = self.placement(spec.name, queued)
-        snapshot = self.snapshots[spec.name]
+        placed = self.placement(key, queued)
+        snapshot = self.snapshots[key]
         rate = round(snapshot.completions_per_minute, 2)
         if planned is None or placed is None:
-            reason = f"no worker is serving {spec.name} right now; the job waits until one starts"
+            reason = f"no worker is serving {label} right now; the job waits until one starts"
             return Estimate(
                 eta_seconds=None,
                 reason=reason,
@@ -672,17 +790,17 @@ class CapacityTracker:
                 ),
             )
         position, wait = placed
-        run = self.costs[spec.name].run_seconds(queued.shape)
+        run = self.costs[key].run_seconds(queued.shape)
         ahead = position - 1
         busy = sum(1 for r in snapshot.running if r.alive)
         if ahead == 0 and busy < planned.workers:
             reason = "next in line; a worker is free and will pick it up in a moment"
         elif ahead == 0:
-            reason = f"next in line; all {planned.workers} worker(s) serving {spec.name} are busy"
+            reason = f"next in line; all {planned.workers} worker(s) serving {label} are busy"
         else:
             ratio = f"{self.settings.video_paid_weight:g}:{self.settings.video_free_weight:g}"
             reason = (
-                f"{ahead} job(s) ahead for {spec.name}, shared by {planned.workers} worker(s); "
+                f"{ahead} job(s) ahead for {label}, shared by {planned.workers} worker(s); "
                 f"paid and free jobs take turns at {ratio} while both wait"
             )
         return Estimate(
@@ -702,6 +820,7 @@ class CapacityTracker:
         return self.settings.video_paid_weight if tier == "paid" else self.settings.video_free_weight
 
     def figures(self, model: str) -> CapacityFigures:
+        pool = self.pools[model]
         snapshot = self.snapshots[model]
         costs = self.costs[model]
         target = self.settings.video_target_wait_seconds
@@ -717,7 +836,9 @@ class CapacityTracker:
             for tier in ("paid", "free")
         }
         return CapacityFigures(
-            model=model,
+            model=pool.spec.name,
+            gpu_class=pool.class_name,
+            gpu_memory_gib=pool.gpu_class.memory_gib if pool.gpu_class is not None else None,
             measured=snapshot.measured,
             backlog=snapshot.backlog,
             queued=len(snapshot.queued),
@@ -734,8 +855,8 @@ class CapacityTracker:
             expected_wait_seconds={t: (round(w, 1) if w is not None else None) for t, w in waits.items()},
         )
 
-    def _export(self, figures: CapacityFigures) -> None:
-        model = figures.model
+    def _export(self, model: str, figures: CapacityFigures) -> None:
+        # The label is the pool's key: the model, or ``<model>.<class>`` with GPU classes.
         BACKLOG.labels(model).set(figures.backlog)
         QUEUED.labels(model).set(figures.queued)
         RUNNING.labels(model).set(figures.running)

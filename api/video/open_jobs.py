@@ -31,6 +31,8 @@ class OpenJob:
     generating: bool
     started_at: float | None
     attempts_started: int
+    # The GPU class whose queue it waits on (``None``: no classes when it was submitted).
+    gpu_class: str | None = None
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -80,6 +82,7 @@ def open_jobs(db: sessionmaker, spec: VideoModelSpec) -> list[OpenJob]:
                 generating=row.status == VideoStatus.IN_PROGRESS.value,
                 started_at=_epoch(row.started_at),
                 attempts_started=row.attempts_started or 0,
+                gpu_class=row.state.get("gpu_class"),
             )
         )
     return jobs

@@ -48,7 +48,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.errors import ApiError
-from api.video.admission import Admission, admit, check_queued_cap, queued_limit
+from api.video.admission import Admission, admit, check_queued_cap, queued_limit, route
 from api.video.capacity import CapacityTracker
 from api.video.memo import MEMO_KEY, JobMemo
 from api.video.views import JobView, row_view
@@ -129,7 +129,8 @@ def job_input_of(record: VideoJobRecord, settings: Settings) -> VideoJobInput:
         request=request,
         request_hash=record.request_hash,
         created_at=_aware(record.created_at),
-        generate_queue=video_queue(request.model, settings.queue_prefix),
+        gpu_class=record.state.get("gpu_class"),
+        generate_queue=video_queue(request.model, settings.queue_prefix, record.state.get("gpu_class")),
         housekeeping_queue=orchestration_queue(settings.queue_prefix),
         heartbeat_timeout_seconds=settings.video_heartbeat_timeout_seconds,
         checkpoint_interval_seconds=settings.checkpoint_interval_seconds,
@@ -225,12 +226,14 @@ class VideoSubmission:
                     replay.estimate = self.capacity.estimate(replay)
                     return replay
             await self.capacity.ready()
-            # Refusals for capacity (no worker, a free wait too long) come first: they need no lock.
-            admission = admit(self.capacity, self.settings, self.principal, request.model)
+            # Refusals for size (no GPU class holds it) and capacity (no worker, a free wait too
+            # long) come first: they need no lock.
+            gpu_class = route(self.capacity, self.settings, request)
+            admission = admit(self.capacity, self.settings, self.principal, request.model, gpu_class)
             if disconnected is not None and await disconnected():
                 raise ApiError(CLIENT_CLOSED, "client_closed_request", "the client went away; nothing was started")
             now = datetime.now(UTC)
-            reserved = await asyncio.to_thread(self._reserve, job_id, request, digest, admission, now)
+            reserved = await asyncio.to_thread(self._reserve, job_id, request, digest, admission, now, gpu_class)
             if isinstance(reserved, JobView):
                 # The same key raced in from another replica and won: that job, as a replay.
                 reserved.estimate = self.capacity.estimate(reserved)
@@ -287,7 +290,13 @@ class VideoSubmission:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     def _reserve(
-        self, job_id: str, request: VideoRequest, digest: str, admission: Admission, now: datetime
+        self,
+        job_id: str,
+        request: VideoRequest,
+        digest: str,
+        admission: Admission,
+        now: datetime,
+        gpu_class: str | None = None,
     ) -> tuple[VideoJobInput, JobView] | JobView:
         principal = self.principal
         with self.db() as session:
@@ -312,6 +321,7 @@ class VideoSubmission:
                 tier=principal.tier,
                 request=request,
                 request_hash=digest,
+                gpu_class=gpu_class,
                 status=VideoStatus.QUEUED,
                 created_at=now,
             )

@@ -1,6 +1,6 @@
 """The CI projection on SQLite and Postgres: run snapshots replayed out of order and twice
-(a retry round adding attempts included) leave the same ``ci_runs``, ``ci_jobs`` and
-``ci_attempts`` rows as the snapshots written once in order; compaction's columns survive every
+(a retry round adding attempts included) leave the same ``ci_runs``, ``ci_jobs``,
+``ci_attempts`` and ``ci_annotations`` rows as the snapshots written once in order; compaction's columns survive every
 later snapshot; and the read functions answer only the owning tenant."""
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from temporalio.testing import ActivityEnvironment
 from activities.ci.projection import CIProjectionActivities
 from leasehold.database import init_database
 from leasehold.records.ci.runs import (
+    CIAnnotationRecord,
     CIAttemptRecord,
     CIJobRecord,
     CIPushRecord,
     CIRunRecord,
     RunCursor,
+    annotations_of_attempt,
     attempts_of_run,
     get_attempt,
     get_push,
@@ -32,7 +34,7 @@ from leasehold.records.ci.runs import (
 )
 from tests.conftest import sqlite_url
 from workflows.ci.ids import attempt_log_prefix
-from workflows.ci.types.job import AttemptStatus, LogSummary
+from workflows.ci.types.job import Annotation, AnnotationLevel, AttemptStatus, LogSummary, StepResult, StepStatus
 from workflows.ci.types.projection import CIPushSnapshot, CIRunSnapshot, snapshot_version
 from workflows.ci.types.push import CIPushState, PushStatus, RunRef
 from workflows.ci.types.run import CIRunState, JobAttemptState, JobState, JobStatus, RunStatus
@@ -66,6 +68,22 @@ def attempt(job: str, n: int, round_: int, status: AttemptStatus, started: float
         exit_code=(0 if status == AttemptStatus.SUCCESS else 1) if final else None,
         log_prefix=prefix,
         log=LogSummary(prefix=prefix, next_seq=3, ended=True) if final else None,
+        # A finished attempt's steps carry what they printed; the first attempt of ``build``
+        # printed none, so a job's attempts differ in their annotations.
+        steps=[
+            StepResult(
+                index=i,
+                name=f"step {i}",
+                status=StepStatus.SUCCESS,
+                annotations=[
+                    Annotation(level=AnnotationLevel.ERROR, message=f"{job} {n} step {i}", file="a.py", line=3, step=i),
+                    Annotation(level=AnnotationLevel.NOTICE, message="<b>kept as text</b>", step=i),
+                ],
+            )
+            for i in range(n + 1)
+        ]
+        if final and (job, n) != ("build", 1)
+        else [],
     )
 
 
@@ -147,7 +165,7 @@ def rows(factory: sessionmaker, run_id: str = RUN) -> dict[str, list[dict[str, A
     (the wall clock of the write), left out so runs written differently can be compared."""
     out: dict[str, list[dict[str, Any]]] = {}
     with factory() as session:
-        for model in (CIRunRecord, CIJobRecord, CIAttemptRecord):
+        for model in (CIRunRecord, CIJobRecord, CIAttemptRecord, CIAnnotationRecord):
             table: Any = model.__table__
             keys = [c for c in table.c if c.primary_key]
             found = session.execute(select(table).where(table.c.run_id == run_id).order_by(*keys)).mappings()
@@ -178,6 +196,23 @@ def test_snapshots_out_of_order_and_twice_converge_on_the_newest(factory: sessio
         ("test", "success", 1, 1),
     ]
     assert expected["ci_runs"][0]["state"] == {**history[-1].state.model_dump(mode="json"), "run_id": None}
+    assert [
+        (a["job_id"], a["attempt"], a["ordinal"], a["level"], a["message"]) for a in expected["ci_annotations"]
+    ] == [
+        ("build", 2, 1, "error", "build 2 step 0"),
+        ("build", 2, 2, "notice", "<b>kept as text</b>"),
+        ("build", 2, 3, "error", "build 2 step 1"),
+        ("build", 2, 4, "notice", "<b>kept as text</b>"),
+        ("build", 2, 5, "error", "build 2 step 2"),
+        ("build", 2, 6, "notice", "<b>kept as text</b>"),
+        ("test", 1, 1, "error", "test 1 step 0"),
+        ("test", 1, 2, "notice", "<b>kept as text</b>"),
+        ("test", 1, 3, "error", "test 1 step 1"),
+        ("test", 1, 4, "notice", "<b>kept as text</b>"),
+    ]
+    page = annotations_of_attempt(factory, TENANT, RUN, "build", 2, after=2, limit=3)
+    assert [(a.ordinal, a.file, a.line) for a in page] == [(3, "a.py", 3), (4, None, None), (5, "a.py", 3)]
+    assert annotations_of_attempt(factory, "tenant-b", RUN, "build", 2, after=0, limit=10) == []
 
     # The same snapshots under another run id each time, in the same database: shuffled, and
     # every one delivered twice (a retried activity, a duplicate).

@@ -62,6 +62,17 @@ def test_stop_commands_annotations_and_summaries_never_show_a_secret(tenancy: CI
         ("warning", "***", "***", "***"),
     ], annotations
 
+    # The read model's rows of them (what outlives the engine) say the same, masked too.
+    page = pushed.client.get(f"/v1/runs/{pushed.run_id}/jobs/leak/annotations").json()
+    assert page["attempt"] == leak["attempt"] and not page["has_more"], page
+    assert [(a["ordinal"], a["level"], a["message"], a["title"], a["file"]) for a in page["data"]] == [
+        (1, "error", "***", "***", None),
+        (2, "warning", "***", "***", "***"),
+    ], page
+    second = pushed.client.get(f"/v1/runs/{pushed.run_id}/jobs/leak/annotations", params={"after": 1, "limit": 1})
+    assert [a["ordinal"] for a in second.json()["data"]] == [2], second.text
+    assert pushed.client.get(f"/v1/runs/{pushed.run_id}/jobs/leak/annotations", params={"limit": 0}).status_code == 422
+
     tenant = pushed.client.tenant_id  # type: ignore[attr-defined]
     prefix = attempt_log_prefix(tenant, pushed.run_id, "leak", leak["attempt"])
     summary = open_store(tenancy.settings).get(step_summary_key(prefix)).decode()

@@ -110,6 +110,7 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/pushes/{push}"): expect_404("GET", lambda v: f"/v1/pushes/{v.push_id}"),
     ("GET", "/v1/runs"): expect_absent("/v1/runs"),
     ("GET", "/v1/runs/{run}"): expect_404("GET", lambda v: f"/v1/runs/{v.pushed.run_id}"),
+    ("GET", "/v1/runs/{run}/jobs/{job}"): expect_404("GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build"),
     ("POST", "/v1/runs/{run}/cancel"): expect_404("POST", lambda v: f"/v1/runs/{v.pushed.run_id}/cancel"),
     ("POST", "/v1/runs/{run}/jobs/{job}/retry"): expect_404(
         "POST", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/retry"
@@ -119,6 +120,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ),
     ("GET", "/v1/runs/{run}/jobs/{job}/logs/stream"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/logs/stream"
+    ),
+    ("GET", "/v1/runs/{run}/jobs/{job}/annotations"): expect_404(
+        "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/annotations"
     ),
     ("GET", "/v1/runs/{run}/jobs/{job}/summary"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/summary"

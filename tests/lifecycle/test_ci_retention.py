@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import sessionmaker
 from temporalio.testing import ActivityEnvironment
 
 from activities.ci.lifecycle import CILifecycleActivities
 from leasehold.records.ci.plans import set_log_retention
-from leasehold.records.ci.runs import CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
+from leasehold.records.ci.runs import CIAnnotationRecord, CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.storage import LocalObjectStore
 from tests.lifecycle.conftest import add_ci_push, add_ci_run
 from workflows.ci.ids import log_chunk_key
@@ -40,6 +40,14 @@ def add_run_with_log(store: LocalObjectStore, db: sessionmaker, run_id: str, **k
     store.put(log_chunk_key(prefix, 0), b"log\n")
     store.put(f"{prefix}compacted.log.gz", b"gz")
     add_ci_run(db, run_id, attempts=[{"attempt": 1, "status": "success"}], **kwargs)  # type: ignore[arg-type]
+    with db.begin() as session:
+        session.execute(
+            insert(CIAnnotationRecord),
+            [
+                {"run_id": run_id, "job_id": "build", "attempt": 1, "ordinal": 1, "tenant_id": tenant}
+                | {"step": 0, "level": "error", "message": "broke"}
+            ],
+        )
     return prefix
 
 
@@ -66,6 +74,7 @@ def test_old_runs_go_recent_and_open_runs_stay(store: LocalObjectStore, db: sess
     with db() as session:
         assert set(session.scalars(select(CIAttemptRecord.run_id))) == {"run_recent", "run_open"}
         assert set(session.scalars(select(CIJobRecord.run_id))) == {"run_recent", "run_open"}
+        assert set(session.scalars(select(CIAnnotationRecord.run_id))) == {"run_recent", "run_open"}
         # A push goes once all its runs are gone; one with a run left stays.
         assert set(session.scalars(select(CIPushRecord.push_id))) == {"push_mixed"}
     assert result.processed == 3  # two runs, one push

@@ -51,6 +51,9 @@ class VideoJobFacts(BaseModel):
     request: VideoRequest
     # SHA-256 of the canonical request body: same idempotency key + other body is a conflict.
     request_hash: str
+    # The GPU class whose queue generates it (chosen at submit from its estimated memory and the
+    # live workers); ``None``: a deployment without classes, and every job from before them.
+    gpu_class: str | None = None
 
 
 class VideoJobInput(VideoJobFacts):

@@ -18,6 +18,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from api.ci.queue_explanation import QueueExplainerDep
 from api.ci.runs import (
     QUERY_TIMEOUT_SECONDS,
     RUN_UNAVAILABLE,
@@ -31,11 +32,20 @@ from api.ci.runs import (
 )
 from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
 from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
-from api.schemas.ci.runs import DecisionIn, JobOut, RetryOut, RunList, RunOut, RunSummary
+from api.schemas.ci.runs import (
+    AnnotationOut,
+    AnnotationPage,
+    DecisionIn,
+    JobOut,
+    RetryOut,
+    RunList,
+    RunOut,
+    RunSummary,
+)
 from leasehold.client.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
-from leasehold.records.ci.runs import RunCursor
+from leasehold.records.ci.runs import RunCursor, annotations_of_attempt
 from leasehold.records.ci.runs import list_runs as list_run_records
 from leasehold.storage import ObjectNotFound
 from workflows.ci.ids import step_summary_key
@@ -65,9 +75,27 @@ _DECISION_STATUS = {
 
 
 @router.get("/v1/runs/{run}")
-async def get_run(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RunOut:
-    """A run with its jobs: statuses, attempts, timings, exit codes and errors."""
-    return RunOut.from_state(await load_run(db, client, principal, run))
+async def get_run(
+    run: str, principal: PrincipalDep, client: ClientDep, db: DbDep, explainer: QueueExplainerDep
+) -> RunOut:
+    """A run with its jobs: statuses, attempts, timings, exit codes and errors; each job not
+    started yet says what it waits for (``queue``)."""
+    state = await load_run(db, client, principal, run)
+    return RunOut.from_state(state, await explainer.explain(state))
+
+
+@router.get("/v1/runs/{run}/jobs/{job}")
+async def get_job(
+    run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep, explainer: QueueExplainerDep
+) -> JobOut:
+    """One job of a run, as in the run; while it has not started, ``queue`` says what it waits for."""
+    check_job_id(job)
+    state = await load_run(db, client, principal, run)
+    found = state.job(job)
+    if found is None:
+        raise not_found("job")
+    queues = await explainer.explain(state, only=job)
+    return JobOut.from_state(found, queues.get(job))
 
 
 @router.get(
@@ -99,6 +127,53 @@ async def get_step_summary(
     except ObjectNotFound:
         raise ApiError(404, "not_found", "no step summary") from None
     return Response(data, media_type="text/markdown; charset=utf-8", headers={"X-Content-Type-Options": "nosniff"})
+
+
+@router.get("/v1/runs/{run}/jobs/{job}/annotations")
+async def list_annotations(
+    run: str,
+    job: str,
+    principal: PrincipalDep,
+    client: ClientDep,
+    db: DbDep,
+    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    after: int = Query(0, ge=0, description="next_after of the previous page"),
+    limit: int = Query(MAX_LIST, ge=1, le=MAX_LIST),
+) -> AnnotationPage:
+    """The annotations of one attempt of a job, in the order its steps printed them, from the
+    read model (another tenant's run is a 404, as for logs)."""
+    check_job_id(job)
+    state = await load_run(db, client, principal, run)
+    chosen = chosen_attempt(state, job, attempt)
+    if chosen is None:
+        return AnnotationPage(run_id=state.run_id, job_id=job, attempt=None)
+    rows = await asyncio.to_thread(
+        annotations_of_attempt, db, principal.tenant_id, state.run_id, job, chosen.attempt, after, limit + 1
+    )
+    data = [
+        AnnotationOut(
+            ordinal=row.ordinal,
+            step=row.step,
+            level=row.level,
+            message=row.message,
+            title=row.title,
+            file=row.file,
+            line=row.line,
+            end_line=row.end_line,
+            column=row.col,
+            end_column=row.end_col,
+        )
+        for row in rows[:limit]
+    ]
+    has_more = len(rows) > limit
+    return AnnotationPage(
+        run_id=state.run_id,
+        job_id=job,
+        attempt=chosen.attempt,
+        data=data,
+        has_more=has_more,
+        next_after=data[-1].ordinal if has_more and data else None,
+    )
 
 
 @router.get("/v1/runs")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
@@ -150,6 +151,68 @@ class ApprovalOut(BaseModel):
     comment: str | None = None
 
 
+class QueueReason(StrEnum):
+    """What a job that has not started waits for (``JobQueueOut.reason``)."""
+
+    # Jobs it ``needs`` have not finished.
+    NEEDS = "needs"
+    # A matrix combination held back by ``max-parallel`` (its siblings run).
+    MAX_PARALLEL = "max_parallel"
+    # Its environment is protected: a person must approve it.
+    APPROVAL = "approval"
+    # Another member of its ``concurrency:`` group runs (the job's, or the whole run's).
+    CONCURRENCY_GROUP = "concurrency_group"
+    # The tenant's cap on running jobs is reached; it waits for a slot in ``position`` order.
+    TENANT_CAP = "tenant_cap"
+    # No CI worker serves its ``runs-on`` label set.
+    NO_WORKER = "no_worker"
+    # A worker serves its labels; it waits for one to be free (or is being handed over now).
+    WORKER = "worker"
+    # Ready; the run is about to queue it.
+    STARTING = "starting"
+    # The engine did not answer in time: what it waits for is not known right now.
+    UNKNOWN = "unknown"
+
+
+class QueueBlockerOut(BaseModel):
+    reason: QueueReason
+    message: str
+
+
+class JobQueueOut(BaseModel):
+    """Why a job has not started (``waiting``, ``awaiting_approval`` and ``queued`` jobs only),
+    from the records the dispatcher works from; see docs/ci-queue.md.
+
+    ``reason``/``message`` is what it waits for first; ``waiting_for`` lists everything that
+    holds it back, in the order it will be passed (the first entry is ``reason``/``message``).
+    Only the caller's own tenant is described: its cap, its queued jobs, its groups, and the
+    label sets served among the operator's and its own.
+    """
+
+    reason: QueueReason
+    message: str
+    waiting_for: list[QueueBlockerOut] = Field(default_factory=list)
+    # 1-based place among the tenant's jobs waiting for a slot of its cap (first come, first
+    # served), and how many are ahead; null when it is not waiting for a slot.
+    position: int | None = None
+    ahead: int | None = None
+    # The tenant's cap as the semaphore holds it (null when not read).
+    slots_in_use: int | None = None
+    slot_limit: int | None = None
+    # Its runs-on labels; whether a worker polled their queue lately (null: not known, e.g.
+    # labels from an expression not evaluated yet); the label sets served, among those this
+    # deployment lists and this run's jobs ask for.
+    labels: list[str] = Field(default_factory=list)
+    labels_served: bool | None = None
+    served_labels: list[list[str]] = Field(default_factory=list)
+    # Jobs it needs that have not finished.
+    needs: list[str] = Field(default_factory=list)
+    environment: str | None = None
+    concurrency_group: str | None = None
+    # When the engine's records were read (they are cached a moment).
+    checked_at: datetime
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -172,15 +235,18 @@ class JobOut(BaseModel):
     environment: str | None = None
     # Every approve/reject decision (user, time, comment, round): the audit trail.
     approvals: list[ApprovalOut] = Field(default_factory=list)
+    # Why it has not started: only on jobs not started yet, and only where the answer read
+    # what they wait for (``GET /v1/runs/{id}`` and ``GET /v1/runs/{id}/jobs/{job}``).
+    queue: JobQueueOut | None = None
 
     @classmethod
-    def from_state(cls, job: JobState) -> JobOut:
+    def from_state(cls, job: JobState, queue: JobQueueOut | None = None) -> JobOut:
         data = job.model_dump(mode="json")
         data["id"] = data.pop("job_id")
         data["approvals"] = [
             {**a, "decision": "approved" if a.pop("approved") else "rejected"} for a in data.get("approvals", [])
         ]
-        return cls.model_validate(data)
+        return cls.model_validate({**data, "queue": queue})
 
 
 class RunOut(BaseModel):
@@ -211,10 +277,13 @@ class RunOut(BaseModel):
     jobs: list[JobOut] = Field(default_factory=list)
 
     @classmethod
-    def from_state(cls, state: CIRunState) -> RunOut:
+    def from_state(cls, state: CIRunState, queues: dict[str, JobQueueOut] | None = None) -> RunOut:
+        """``queues``: the explanation of each job not started yet, by job id (none: not read)."""
         data = state.model_dump(mode="json", exclude={"jobs", "tenant_id"})
         data["id"] = data.pop("run_id")
-        return cls.model_validate({**data, "jobs": [JobOut.from_state(j) for j in state.jobs]})
+        queues = queues or {}
+        jobs = [JobOut.from_state(j, queues.get(j.job_id)) for j in state.jobs]
+        return cls.model_validate({**data, "jobs": jobs})
 
 
 class RunSummary(BaseModel):
@@ -284,6 +353,38 @@ class LogPage(BaseModel):
     chunks: list[LogChunkOut] = Field(default_factory=list)
     gaps: list[int] = Field(default_factory=list)
     has_more: bool = False
+
+
+# Annotations ---------------------------------------------------------------------------------
+
+
+class AnnotationOut(BaseModel):
+    """One ``::error``/``::warning``/``::notice`` an attempt's step printed (masked, bounded)."""
+
+    ordinal: int = Field(description="its place among the attempt's annotations, from 1")
+    step: int
+    level: str
+    message: str
+    title: str | None = None
+    file: str | None = None
+    line: int | None = None
+    end_line: int | None = None
+    column: int | None = None
+    end_column: int | None = None
+
+
+class AnnotationPage(BaseModel):
+    """``GET /v1/runs/{id}/jobs/{job}/annotations``: one page of an attempt's annotations, from
+    the read model (they outlive the engine's retention, as logs do). Ask again with
+    ``after=next_after`` while ``has_more``."""
+
+    object: Literal["list"] = "list"
+    run_id: str
+    job_id: str
+    attempt: int | None
+    data: list[AnnotationOut] = Field(default_factory=list)
+    has_more: bool = False
+    next_after: int | None = None
 
 
 # Environments and approvals ----------------------------------------------------------------

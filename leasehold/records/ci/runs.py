@@ -6,7 +6,8 @@ workflow's history length then) through ``write_versioned``; the job and attempt
 derived from the run snapshot in the same transaction, only when that snapshot applied. A
 run's log chunks stay in the object store under each attempt's ``log_prefix``; once an attempt
 is compacted, ``log_object_key`` names the one object that holds its whole log and
-``log_index`` the byte ranges of its sequence numbers.
+``log_index`` the byte ranges of its sequence numbers. The annotations an attempt's steps
+printed (``::error`` and the like) are rows of ``ci_annotations``, written with the attempt.
 """
 
 from __future__ import annotations
@@ -15,7 +16,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, Table, and_, delete, insert, or_, select
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
@@ -114,6 +130,30 @@ class CIAttemptRecord(Base):
     )
 
 
+class CIAnnotationRecord(Base):
+    """One annotation (``::error``/``::warning``/``::notice``) an attempt's step printed, masked
+    and bounded as the worker stored it; ``ordinal`` is its place among the attempt's."""
+
+    __tablename__ = "ci_annotations"
+
+    run_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ordinal: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    step: Mapped[int] = mapped_column(Integer)
+    level: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text, nullable=True)
+    file: Mapped[str | None] = mapped_column(Text, nullable=True)
+    line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    col: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_col: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (Index("ix_ci_annotations_tenant_level", "tenant_id", "level"),)
+
+
 # Writes (the projection activities) ---------------------------------------------------------
 
 
@@ -122,11 +162,17 @@ _COMPACTION_COLUMNS = frozenset({"log_object_key", "log_index", "compacted_at"})
 
 
 def write_run(
-    session: Session, run: dict[str, Any], jobs: list[dict[str, Any]], attempts: list[dict[str, Any]], version: int
+    session: Session,
+    run: dict[str, Any],
+    jobs: list[dict[str, Any]],
+    attempts: list[dict[str, Any]],
+    version: int,
+    annotations: list[dict[str, Any]] | None = None,
 ) -> bool:
     """Write one run snapshot (``run`` holds ``run_id`` and the ``ci_runs`` columns), and only if
-    it is the newest so far, replace the run's job rows and upsert its attempt rows; ``True`` if
-    it applied. Runs in the caller's transaction, so the three tables move together."""
+    it is the newest so far, replace the run's job rows, upsert its attempt rows and, when
+    ``annotations`` is given, the annotations of attempts whose set changed; ``True`` if it
+    applied. Runs in the caller's transaction, so the tables move together."""
     run_id = run["run_id"]
     values = {k: v for k, v in run.items() if k != "run_id"}
     if not write_versioned(session, CIRunRecord.__table__, {"run_id": run_id}, values, version):  # type: ignore[arg-type]
@@ -162,7 +208,39 @@ def write_run(
         session.execute(
             statement.on_conflict_do_update(index_elements=["run_id", "job_id", "attempt"], set_=columns), changed
         )
+    if annotations is not None:
+        _write_annotations(session, run_id, annotations)
     return True
+
+
+def _write_annotations(session: Session, run_id: str, annotations: list[dict[str, Any]]) -> None:
+    """Replace the annotations of each attempt whose count differs from the snapshot's.
+
+    An attempt's annotations arrive all at once, with its result, and never change after: a
+    count is enough to tell a snapshot that adds them from one that repeats them, and the rows
+    of an attempt are replaced together, so retries and reordering converge.
+    """
+    wanted: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in annotations:
+        wanted.setdefault((row["job_id"], row["attempt"]), []).append({**row, "run_id": run_id})
+    stored = {
+        (job_id, attempt): count
+        for job_id, attempt, count in session.execute(
+            select(CIAnnotationRecord.job_id, CIAnnotationRecord.attempt, func.count())
+            .where(CIAnnotationRecord.run_id == run_id)
+            .group_by(CIAnnotationRecord.job_id, CIAnnotationRecord.attempt)
+        )
+    }
+    stale = [key for key, rows in wanted.items() if stored.get(key, 0) != len(rows)]
+    for job_id, attempt in stale:
+        session.execute(
+            delete(CIAnnotationRecord).where(
+                CIAnnotationRecord.run_id == run_id,
+                CIAnnotationRecord.job_id == job_id,
+                CIAnnotationRecord.attempt == attempt,
+            )
+        )
+        session.execute(insert(CIAnnotationRecord), wanted[(job_id, attempt)])
 
 
 def _instant(value: Any) -> Any:
@@ -274,5 +352,27 @@ def jobs_of_run(factory: sessionmaker, tenant_id: str, run_id: str) -> list[CIJo
                 select(CIJobRecord)
                 .where(CIJobRecord.run_id == run_id, CIJobRecord.tenant_id == tenant_id)
                 .order_by(CIJobRecord.job_id)
+            )
+        )
+
+
+def annotations_of_attempt(
+    factory: sessionmaker, tenant_id: str, run_id: str, job_id: str, attempt: int, after: int, limit: int
+) -> list[CIAnnotationRecord]:
+    """Up to ``limit`` annotations of one attempt of the tenant's run, in the order printed,
+    those with ``ordinal`` above ``after`` (empty for another tenant's run)."""
+    with factory() as session:
+        return list(
+            session.scalars(
+                select(CIAnnotationRecord)
+                .where(
+                    CIAnnotationRecord.run_id == run_id,
+                    CIAnnotationRecord.job_id == job_id,
+                    CIAnnotationRecord.attempt == attempt,
+                    CIAnnotationRecord.tenant_id == tenant_id,
+                    CIAnnotationRecord.ordinal > after,
+                )
+                .order_by(CIAnnotationRecord.ordinal)
+                .limit(limit)
             )
         )

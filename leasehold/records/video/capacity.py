@@ -13,11 +13,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, String, or_, update
+from sqlalchemy import JSON, DateTime, String, func, or_, select, update
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.database import Base, utcnow
 from leasehold.records.versioned import dialect_insert
+from leasehold.records.video.jobs import VideoJobRecord
 
 
 class CapacitySnapshot(Base):
@@ -74,3 +75,20 @@ def published(db: sessionmaker, deployment: str) -> tuple[datetime, dict[str, An
         if row is None or row.published_at is None or row.snapshot is None:
             return None
         return row.published_at, row.snapshot
+
+
+def completed_since(db: sessionmaker, model: str, gpu_class: str, since: datetime) -> int:
+    """Jobs of ``model`` generated on ``gpu_class`` that completed after ``since`` (the read model:
+    visibility has no search attribute for the class)."""
+    with db() as session:
+        counted = session.scalar(
+            select(func.count())
+            .select_from(VideoJobRecord)
+            .where(
+                VideoJobRecord.status.in_(("completed", "expired")),
+                VideoJobRecord.completed_at > since,
+                VideoJobRecord.model == model,
+                VideoJobRecord.state["gpu_class"].as_string() == gpu_class,
+            )
+        )
+        return int(counted or 0)
