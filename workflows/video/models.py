@@ -125,11 +125,6 @@ def use_catalogue(models: Mapping[str, VideoModelSpec]) -> None:
     _active.update(models)
 
 
-def catalogue() -> Mapping[str, VideoModelSpec]:
-    """Every entry of the process's catalogue, by name."""
-    return dict(_active)
-
-
 def get_model(name: str) -> VideoModelSpec | None:
     """The catalogue entry for ``name``, or ``None`` when no such model version exists."""
     return _active.get(name)
