@@ -19,7 +19,7 @@ from api.openapi import install_openapi
 from api.principal_cache import PrincipalCache
 from api.routers import files, health
 from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets
-from api.routers.video import capacity, videos, webhooks
+from api.routers.video import capacity, models, videos, webhooks
 from api.video.capacity import start_capacity, stop_capacity
 from api.video.live import LiveProgress
 from api.video.submit import start_submit, stop_submit
@@ -71,6 +71,8 @@ class RequestMetricsMiddleware:
 
 def create_app(settings: Settings) -> FastAPI:
     """Build the API for ``settings``; the Temporal connection is made in ``lifespan``."""
+    # The model catalogue, before anything validates a request against it.
+    models.serve_catalogue(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -120,6 +122,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(job_secrets.router)
     app.include_router(environments.router)
     app.include_router(capacity.router)
+    app.include_router(models.router)
     return app
 
 

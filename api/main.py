@@ -6,10 +6,15 @@ import uvicorn
 
 from api.app import create_app
 from leasehold.settings import Settings
+from workflows.video.catalogue import CatalogueError
 
 
 def run(settings: Settings) -> None:
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except CatalogueError as exc:
+        # A configuration mistake: one line that names it, not a traceback.
+        raise SystemExit(f"leasehold: error: {exc}") from None
     uvicorn.run(
         app,
         host=settings.api_host,

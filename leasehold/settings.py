@@ -83,7 +83,11 @@ class Settings(BaseSettings):
     metrics_token: SecretStr | None = None
 
     # Video: the model versions served here, and the one a GPU worker loads.
+    # Each must be an entry of the model catalogue; the API refuses to start otherwise.
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])
+    # The model catalogue (TOML, see docs/models.md): each model's family, weights, dtype,
+    # sizes, durations, steps, fps and GPU memory. Unset: the stand-in procedural-v1 only.
+    model_catalogue: Path | None = None
     gpu_model: str = DEFAULT_MODEL
     checkpoint_interval_seconds: float = 10.0
     # A GPU worker with this off never checkpoints (periodically or at a preemption notice) nor
@@ -257,6 +261,11 @@ class Settings(BaseSettings):
     def _absolute_data_dir(cls, value: Path) -> Path:
         # Child processes may start elsewhere; they must find the same directory.
         return value.expanduser().resolve()
+
+    @field_validator("model_catalogue", mode="after")
+    @classmethod
+    def _absolute_catalogue(cls, value: Path | None) -> Path | None:
+        return value.expanduser().resolve() if value is not None else None
 
     @field_validator(
         "models",

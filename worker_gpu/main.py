@@ -24,13 +24,14 @@ from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
 from worker_gpu.models import LOADERS, load_model
 from workflows.queues import GPU_GRACEFUL_SHUTDOWN, GPU_MAX_HEARTBEAT_THROTTLE, video_queue
-from workflows.video.models import get_model
+from workflows.video.catalogue import CatalogueError, load_catalogue
+from workflows.video.models import VideoModelSpec, get_model, use_catalogue
 
 log = logging.getLogger(__name__)
 
-# The `gpu` extra: the model runs on torch, the encoder on PyAV and numpy. Other processes
-# install leasehold without it.
-GPU_EXTRA = ("torch", "numpy", "av")
+# The `gpu` extra: the model runs on torch (real ones through diffusers and transformers), the
+# encoder on PyAV and numpy. Other processes install leasehold without it.
+GPU_EXTRA = ("torch", "numpy", "av", "diffusers", "transformers", "safetensors")
 
 
 class UnknownModel(SystemExit):
@@ -50,6 +51,22 @@ def require_gpu_extra() -> None:
         )
 
 
+def load_model_entry(settings: Settings) -> VideoModelSpec:
+    """The catalogue entry of the model this worker serves (the catalogue is installed for the
+    process, so the generation activity validates jobs against the same entries)."""
+    try:
+        models = load_catalogue(settings.model_catalogue)
+    except CatalogueError as exc:
+        raise UnknownModel(f"leasehold: error: {exc}") from None
+    use_catalogue(models)
+    spec = get_model(settings.gpu_model)
+    if spec is None or spec.family not in LOADERS:
+        raise UnknownModel(
+            f"leasehold: error: unknown model {settings.gpu_model!r}; the catalogue has: {', '.join(models)}"
+        )
+    return spec
+
+
 def build_activities(settings: Settings) -> tuple[VideoGenerationActivities, DeviceReport]:
     """Load the model (before polling, so the first job does not pay for it) and wire the activity."""
     require_gpu_extra()
@@ -58,11 +75,13 @@ def build_activities(settings: Settings) -> tuple[VideoGenerationActivities, Dev
     from worker_gpu.previews import WebPStripEncoder
 
     name = settings.gpu_model
-    if get_model(name) is None or name not in LOADERS:
-        raise UnknownModel(f"leasehold: error: unknown model {name!r}; this worker can load: {', '.join(LOADERS)}")
-    model = load_model(
-        name, settings.device, settings.video_torch_threads, settings.video_step_pace_seconds_per_frame_megapixel
-    )
+    spec = load_model_entry(settings)
+    try:
+        model = load_model(
+            spec, settings.device, settings.video_torch_threads, settings.video_step_pace_seconds_per_frame_megapixel
+        )
+    except (FileNotFoundError, OSError) as exc:
+        raise UnknownModel(f"leasehold: error: cannot load model {name!r}: {exc}") from None
     device = str(getattr(model, "device", settings.device))
     MODEL_INFO.labels(model=name, device=device).set(1)
     log.info("loaded model %s on %s", name, device)

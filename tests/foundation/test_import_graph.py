@@ -323,6 +323,35 @@ def test_known_exceptions_still_exist() -> None:
     assert not stale, f"fixed, remove from KNOWN_EXCEPTIONS: {sorted(stale)}"
 
 
+# The GPU extra: only the GPU worker's model and encoder code (and tests, benchmarks) load it.
+GPU_EXTRA_MODULES = frozenset({"torch", "diffusers", "transformers", "safetensors", "accelerate", "av", "numpy"})
+# What the API process loads: its own package and what it imports, transitively.
+API_ROOTS = ("api.main", "api.app")
+
+
+def test_the_api_process_imports_no_gpu_extra() -> None:
+    # Every import the API process can run (module level or in a function), followed through
+    # project modules: none reaches torch, diffusers, transformers or PyAV.
+    files, imports = all_imports()
+    by_importer: dict[str, list[Import]] = {}
+    for imp in imports:
+        by_importer.setdefault(imp.importer, []).append(imp)
+    seen: set[str] = set()
+    todo = [m for m in API_ROOTS if m in files]
+    found: list[str] = []
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for imp in by_importer.get(module, []):
+            if _top(imp.module) in GPU_EXTRA_MODULES:
+                found.append(str(imp))
+            todo.extend(m for m in loads(imp, files) if m not in seen)
+    assert "api.routers.video.models" in seen and "workflows.video.catalogue" in seen
+    assert not found, "the API process would import the gpu extra:\n" + "\n".join(found)
+
+
 def test_the_checks_can_fail(tmp_path: Path) -> None:
     # A circle, an activity importing a workflow, infrastructure importing the API, a workflow
     # importing yaml and an activity outside imports_passed_through, bench importing tests.

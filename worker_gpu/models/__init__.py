@@ -1,13 +1,14 @@
-"""Model versions a GPU worker can load, by catalogue name."""
+"""Model implementations a GPU worker can load, by catalogue family."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from activities.video.generation import VideoModel
+from workflows.video.models import VideoModelSpec
 
 
-def _procedural(device: str, threads: int, pace: float) -> VideoModel:
+def _procedural(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
     from worker_gpu.models.procedural import ProceduralVideoModel
 
     model = ProceduralVideoModel(device=device, threads=threads, pace_seconds_per_frame_megapixel=pace)
@@ -15,16 +16,26 @@ def _procedural(device: str, threads: int, pace: float) -> VideoModel:
     return model
 
 
-# name -> factory(device, torch threads, step pace) returning a loaded model.
-LOADERS: dict[str, Callable[[str, int, float], VideoModel]] = {
-    "procedural-v1": _procedural,
+def _wan(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
+    from worker_gpu.models.diffusers_video import WanVideoModel
+
+    model = WanVideoModel(spec, device=device, threads=threads)
+    model.load()
+    return model
+
+
+# family -> factory(catalogue entry, device, torch threads, step pace) returning a loaded model.
+LOADERS: dict[str, Callable[[VideoModelSpec, str, int, float], VideoModel]] = {
+    "procedural": _procedural,
+    "wan": _wan,
 }
 
 
-def load_model(name: str, device: str, threads: int, pace: float = 0.0) -> VideoModel:
-    """Load model version ``name``; raises ``KeyError`` when this build cannot serve it.
+def load_model(spec: VideoModelSpec, device: str, threads: int, pace: float = 0.0) -> VideoModel:
+    """Load the model a catalogue entry describes; raises ``KeyError`` when this build has no
+    implementation of its family, ``FileNotFoundError`` when its weights are not there.
 
     ``pace``: seconds per frame-megapixel each sampler step takes at least (0: as fast as it
-    computes); see ``Settings.video_step_pace_seconds_per_frame_megapixel``.
+    computes; the stand-in only); see ``Settings.video_step_pace_seconds_per_frame_megapixel``.
     """
-    return LOADERS[name](device, threads, pace)
+    return LOADERS[spec.family](spec, device, threads, pace)

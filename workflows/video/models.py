@@ -1,13 +1,18 @@
 """The catalogue of video model versions: names, accepted sizes and lengths, fps, sampler steps.
 
-Light on purpose (stdlib only): the API validates requests against it, the workflow and the
-generation activity derive frame counts and step counts from it, and the GPU worker checks
-that the model it loads is listed. A real diffusion pipeline becomes a new entry here plus a
-``VideoModel`` implementation in ``worker_gpu/models/``.
+Light on purpose (stdlib only): the API validates requests against it, the generation activity
+derives frame and step counts from it, and the GPU worker loads the model an entry names.
+Workflows never read it: what they need (the request, resolved) comes through their inputs.
+
+The catalogue is configuration, not code: each process loads it once at start-up
+(``workflows.video.catalogue.load_catalogue``, from ``Settings.model_catalogue``) and installs
+it with ``use_catalogue``. Without a file it is the embedded default: the stand-in
+``procedural-v1`` alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # The sizes the OpenAI Videos API accepts, then small ones that keep tests and CPU demos cheap.
@@ -19,10 +24,16 @@ OPENAI_SECONDS: tuple[int, ...] = (4, 8, 12)
 
 MAX_PROMPT_CHARS = 4000
 
+# Pipeline families a catalogue entry may name. ``procedural``: the built-in stand-in;
+# ``wan``: Wan 2.1 text-to-video through diffusers (worker_gpu/models/diffusers_video.py).
+FAMILIES: tuple[str, ...] = ("procedural", "wan")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+SCHEDULERS: tuple[str, ...] = ("pipeline", "unipc", "flow-euler")
+
 
 @dataclass(frozen=True)
 class VideoModelSpec:
-    """One servable model version and the requests it accepts."""
+    """One servable model version: the requests it accepts and how a GPU worker loads it."""
 
     name: str
     description: str
@@ -35,10 +46,32 @@ class VideoModelSpec:
     # Sampler steps per job unless a request asks for another count (tests do, to run longer).
     default_steps: int
     max_steps: int
+    # Which implementation loads it (one of FAMILIES).
+    family: str = "procedural"
+    # Local weights in the pipeline's on-disk layout (``model_index.json`` at the top), or a
+    # hub id resolved from the local Hugging Face cache only (``allow_download`` lets the
+    # worker fetch it once at start-up). Never shown to API clients.
+    weights: str | None = None
+    hub_id: str | None = None
+    allow_download: bool = False
+    dtype: str = "float32"
+    # Denoising schedule: the pipeline's own, or an override.
+    scheduler: str = "pipeline"
+    guidance_scale: float = 5.0
+    negative_prompt: str = ""
+    # Frames are ``k * frame_multiple + 1`` when > 1 (the VAE's temporal compression).
+    frame_multiple: int = 1
+    # Checkpoints made by another version are refused; change it when the weights change.
+    version: str = ""
+    # The least GPU memory (GiB) a worker must have to load this model.
+    min_gpu_memory_gib: float = 0.0
     # GPU memory a job needs per frame x pixel (bytes), measured for each model: a job of F
     # frames of WxH needs F x W x H x this, and goes to the smallest GPU class that holds it
     # (leasehold.gpu_classes). 0: unmeasured, every job fits the smallest class.
     memory_bytes_per_frame_pixel: float = 0.0
+    # /v1/models: when the entry was published (Unix seconds) and by whom.
+    created: int = 0
+    owned_by: str = "leasehold"
 
     def accepts_size(self, size: str) -> bool:
         return size in self.sizes
@@ -47,8 +80,16 @@ class VideoModelSpec:
         return self.min_seconds <= seconds <= self.max_seconds
 
     def frame_count(self, seconds: int) -> int:
-        """Frames of a ``seconds``-long video."""
-        return seconds * self.fps
+        """Frames of a ``seconds``-long video (rounded to what the model's VAE takes)."""
+        frames = seconds * self.fps
+        if self.frame_multiple > 1:
+            return max(1, round((frames - 1) / self.frame_multiple)) * self.frame_multiple + 1
+        return frames
+
+    @property
+    def model_version(self) -> str:
+        """What checkpoints are stamped with."""
+        return self.version or self.name
 
 
 PROCEDURAL_V1 = VideoModelSpec(
@@ -69,14 +110,24 @@ PROCEDURAL_V1 = VideoModelSpec(
     # Measured on CPU (peak RSS growth of init, steps and decode of one job): 13-17 bytes per
     # frame-pixel between 0.5 and 8.4 M frame-pixels, most of it the decoded RGB video.
     memory_bytes_per_frame_pixel=16.0,
+    created=1767225600,  # 2026-01-01
 )
 
-MODELS: dict[str, VideoModelSpec] = {spec.name: spec for spec in (PROCEDURAL_V1,)}
+# The embedded default, when no catalogue file is configured.
+DEFAULT_CATALOGUE: Mapping[str, VideoModelSpec] = {PROCEDURAL_V1.name: PROCEDURAL_V1}
+
+_active: dict[str, VideoModelSpec] = dict(DEFAULT_CATALOGUE)
+
+
+def use_catalogue(models: Mapping[str, VideoModelSpec]) -> None:
+    """Install the process's catalogue (once, at start-up, before anything asks for a model)."""
+    _active.clear()
+    _active.update(models)
 
 
 def get_model(name: str) -> VideoModelSpec | None:
     """The catalogue entry for ``name``, or ``None`` when no such model version exists."""
-    return MODELS.get(name)
+    return _active.get(name)
 
 
 def parse_size(size: str) -> tuple[int, int]:
