@@ -120,6 +120,7 @@ def test_app_env_points_at_the_stack(services: dict[str, Any], monkeypatch: pyte
     for name in list(os.environ):
         if name.startswith("LEASEHOLD_"):
             monkeypatch.delenv(name)
+    keyrings: set[str] = set()
     for name in APP_SERVICES:
         env = env_of(services[name])
         for var, value in env.items():
@@ -134,8 +135,13 @@ def test_app_env_points_at_the_stack(services: dict[str, Any], monkeypatch: pyte
         assert "@postgres:5432/" in settings.database_url
         # Workers expose /metrics to scrapers outside their container.
         assert settings.metrics_host == "0.0.0.0"
+        # One keyring everywhere: what the API seals (webhook signing secrets) the
+        # orchestration worker opens; a key per container would also die with the container.
+        assert settings.secrets_keys is not None
+        keyrings.add(settings.secrets_keys.get_secret_value())
         for var in env:
             monkeypatch.delenv(var)
+    assert len(keyrings) == 1, keyrings
     # MinIO's credentials and bucket are the ones the app uses.
     minio_env, init_env = env_of(services["minio"]), env_of(services["minio-init"])
     app_env = env_of(services["api"])
