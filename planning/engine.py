@@ -237,11 +237,27 @@ class _Queue:
         self.snapshot = ModelSnapshot(model=name, taken_at=0.0)
 
 
+@dataclass(frozen=True)
+class _SimulatedPool:
+    """What ``admit`` reads of a tracker's pool: its key and how messages name it."""
+
+    key: str
+
+    @property
+    def label(self) -> str:
+        return self.key
+
+
 class SimulatedCapacity:
     """What ``admit`` asks a ``CapacityTracker``, answered from the simulation."""
 
     def __init__(self, sim: Simulation) -> None:
         self._sim = sim
+
+    @property
+    def pools(self) -> dict[str, _SimulatedPool]:
+        # Each simulated queue is one pool, keyed as ``admit`` looks it up without a class.
+        return {name: _SimulatedPool(name) for name in self._sim.queues}
 
     @property
     def snapshots(self) -> dict[str, ModelSnapshot]:

@@ -113,9 +113,12 @@ YIELD_EVERY_ROWS = 256
 # Completion rate window.
 COMPLETION_WINDOW_SECONDS = 300.0
 # A submit this process accepted counts (against its user's cap, and as a waiting user of its
-# tier) until a refresh has seen the job, or has not seen it though it started this long
-# before the refresh (visibility lags a start by well under this): then it has ended.
-VISIBILITY_LAG_SECONDS = 2.0
+# tier) until a refresh has seen the job, or has not seen it though it was accepted this long
+# before the refresh began. The refresh reads the read model, which holds a job from the moment
+# its submit returned, so only clocks between replicas (a follower plans from the leader's
+# snapshot) need a margin; a job it did not see then has ended (a short job between two
+# refreshes), and counting it longer put a finished job ahead of new ones.
+SNAPSHOT_CLOCK_MARGIN_SECONDS = 0.5
 RECENT_SUBMIT_TTL_SECONDS = 15.0
 # Slack past the heartbeat timeout before a running job counts as stalled (its worker gone).
 HEARTBEAT_GRACE_SECONDS = 2.0
@@ -648,7 +651,7 @@ class CapacityTracker:
         for job_id, recent in list(self._recent.items()):
             if recent.model != model:
                 continue
-            if job_id in open_ids or taken_at - recent.at > VISIBILITY_LAG_SECONDS:
+            if job_id in open_ids or taken_at - recent.at > SNAPSHOT_CLOCK_MARGIN_SECONDS:
                 del self._recent[job_id]
 
     def _known(self) -> tuple[set[str], set[str]]:

@@ -27,8 +27,10 @@ MODEL = "procedural-v1"
 SIZE = "180x320"
 PREVIEW_EVERY = 10
 PREVIEW_MAX_SIDE = 128
-# 24 frames x 0.0576 MP: about 0.07 s a step, so a 60-step job runs about four seconds.
-PACE = 0.05
+# One second of procedural-v1 is 8 frames x 0.0576 MP: about 0.09 s a step, so a 40-step job
+# runs about four seconds, long enough for the SSE stream (at most a describe a second) to see
+# its previews however idle the host is.
+PACE = 0.2
 
 
 @dataclass
