@@ -105,14 +105,18 @@ async def console_root() -> RedirectResponse:
     return _redirect("/console/videos")
 
 
+def _sign_in_page(request: Request, target: str | None, status_code: int = 200, error: str | None = None) -> Response:
+    token = session.new_sign_in_token()
+    response = page(
+        request, "sign_in.html", status_code=status_code, next=session.safe_next(target), token=token, error=error
+    )
+    session.set_sign_in_cookie(response, request, token)
+    return response
+
+
 @router.get("/sign-in")
 async def sign_in_form(request: Request, next: Annotated[str | None, Query(max_length=2000)] = None) -> Response:
-    response = page(request, "sign_in.html", next=session.safe_next(next), token="", error=None)
-    token = session.new_sign_in_token(response, request)
-    # Render again now the token is known (the cookie is already on this response).
-    fresh = page(request, "sign_in.html", next=session.safe_next(next), token=token, error=None)
-    fresh.raw_headers.extend(h for h in response.raw_headers if h[0] == b"set-cookie")
-    return fresh
+    return _sign_in_page(request, next)
 
 
 @router.post("/sign-in")
@@ -130,19 +134,8 @@ async def sign_in(
         await session.principal_for_key(request, key)
     except ApiError as exc:
         if exc.status != 401:
-            raise
-        response = page(request, "sign_in.html", status_code=401, next=session.safe_next(next), token="", error=None)
-        retry = session.new_sign_in_token(response, request)
-        fresh = page(
-            request,
-            "sign_in.html",
-            status_code=401,
-            next=session.safe_next(next),
-            token=retry,
-            error="That API key is not valid (or was revoked).",
-        )
-        fresh.raw_headers.extend(h for h in response.raw_headers if h[0] == b"set-cookie")
-        return fresh
+            raise  # 429 after too many wrong keys: the error page says so
+        return _sign_in_page(request, next, 401, "That API key is not valid (or was revoked).")
     done = _redirect(session.safe_next(next))
     session.set_session(done, request, key)
     done.delete_cookie(session.SIGN_IN_COOKIE, path="/console")

@@ -34,6 +34,7 @@ CSRF_FIELD = "csrf"
 # API keys are short; a longer cookie is not one.
 MAX_KEY_CHARS = 256
 SESSION_MAX_AGE_SECONDS = 12 * 3600
+SIGN_IN_MAX_AGE_SECONDS = 3600
 _CSRF_CONTEXT = b"leasehold-console-csrf-v1"
 
 
@@ -63,19 +64,22 @@ def clear_session(response: Response, request: Request) -> None:
     response.delete_cookie(SESSION_COOKIE, path="/console", httponly=True, samesite="strict", secure=is_secure(request))
 
 
-def new_sign_in_token(response: Response, request: Request) -> str:
-    """A random double-submit token for the sign-in form, also set as a short-lived cookie."""
-    token = secrets.token_urlsafe(24)
+def new_sign_in_token() -> str:
+    """A random double-submit token for one sign-in form."""
+    return secrets.token_urlsafe(24)
+
+
+def set_sign_in_cookie(response: Response, request: Request, token: str) -> None:
+    """The sign-in form's token, also as a short-lived cookie the form must match."""
     response.set_cookie(
         SIGN_IN_COOKIE,
         token,
-        max_age=3600,
+        max_age=SIGN_IN_MAX_AGE_SECONDS,
         path="/console",
         httponly=True,
         samesite="strict",
         secure=is_secure(request),
     )
-    return token
 
 
 def csrf_token(key: str) -> str:

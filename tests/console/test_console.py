@@ -154,15 +154,15 @@ def test_video_submit_progress_and_player(console_stack: ConsoleStack, browser: 
     first_status = page.locator("#status").inner_text()
     assert first_status in ("queued", "in_progress"), first_status
     page.evaluate("window.__sameDocument = true")
-    until(page, "document.querySelector('#progress').value > 0", timeout=90_000)
+    until(page, "document.querySelector('#progress')?.value > 0", timeout=90_000)
     shot(console, page, "video-running")
-    until(page, "document.querySelector('#progress').value === 100", timeout=120_000)
-    until(page, "document.querySelector('#status').textContent === 'completed'", timeout=30_000)
+    until(page, "document.querySelector('#progress')?.value === 100", timeout=120_000)
+    until(page, "document.querySelector('#status')?.textContent === 'completed'", timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
     assert page.locator("#progress-text").inner_text() == "100 %"
     # The player loads the MP4 (metadata at least) and the thumbnail is its poster.
-    until(page, "document.querySelector('#player').readyState >= 1", timeout=30_000)
-    assert page.evaluate("document.querySelector('#player').duration") > 0
+    until(page, "document.querySelector('#player')?.readyState >= 1", timeout=30_000)
+    assert page.evaluate("document.querySelector('#player')?.duration") > 0
     assert page.locator("#player-box").is_visible()
     # The hostile prompt is text on the page, and nothing of it ran.
     assert page.locator("#prompt-text").inner_text() == XSS_PROMPT
@@ -188,7 +188,7 @@ def test_video_submit_progress_and_player(console_stack: ConsoleStack, browser: 
     page.wait_for_url(re.compile(r".*/console/videos/video_[0-9a-f]+$"))
     cancelled_id = page.url.rsplit("/", 1)[-1]
     page.get_by_role("button", name="Cancel").click()
-    until(page, "document.querySelector('#status').textContent === 'cancelled'", timeout=30_000)
+    until(page, "document.querySelector('#status')?.textContent === 'cancelled'", timeout=30_000)
     page.get_by_role("button", name="Delete").click()
     page.wait_for_url("**/console/videos")
     assert api(console, tenant).get(f"/v1/videos/{cancelled_id}").status_code == 404
@@ -221,7 +221,7 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     log.get_by_text("tick 1", exact=True).wait_for(timeout=90_000)
     assert log.get_by_text("tick 6", exact=True).count() == 0
     shot(console, page, "job-live")
-    until(page, "document.querySelector('#log').dataset.ended === '1'", timeout=60_000)
+    until(page, "document.querySelector('#log')?.dataset.ended === '1'", timeout=60_000)
     red = log.locator("span.ansi-fg-1", has_text="red alert")
     assert red.count() == 1 and "\x1b" not in log.inner_text()
     group = log.locator("details > summary", has_text="Install things")
@@ -239,10 +239,10 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     # A line link opens the page scrolled to that line, marked; following another moves the mark.
     page.goto(f"/console/runs/{pushed.run_id}")
     page.goto(f"/console/runs/{pushed.run_id}/jobs/build#L2")
-    until(page, "document.querySelector('#log').dataset.ended === '1'", timeout=30_000)
+    until(page, "document.querySelector('#log')?.dataset.ended === '1'", timeout=30_000)
     assert page.locator("#L2.target").count() == 1
     page.locator("#L3 a.ln").click()
-    until(page, "document.querySelector('#L3').classList.contains('target')")
+    until(page, "document.querySelector('#L3')?.classList.contains('target')")
     assert page.locator(".line.target").count() == 1
     shot(console, page, "job")
 
@@ -252,7 +252,7 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     assert page.locator('svg#graph a.node[data-job="deploy"]').get_attribute("class") == "node s-awaiting_approval"
     shot(console, page, "run-awaiting-approval")
     page.get_by_role("button", name="Approve deploy").click()
-    until(page, "document.querySelector('#run-status').textContent === 'success'", timeout=90_000)
+    until(page, "document.querySelector('#run-status')?.textContent === 'success'", timeout=90_000)
     for job_id in ("build", "deploy", "notify"):
         node = page.locator(f'svg#graph a.node[data-job="{job_id}"]')
         assert node.get_attribute("class") == "node s-success"
@@ -270,7 +270,7 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     page.locator("#log").get_by_text("started", exact=True).wait_for(timeout=90_000)
     page.goto(f"/console/runs/{slow.run_id}")
     page.get_by_role("button", name="Cancel run").click()
-    until(page, "document.querySelector('#run-status').textContent === 'cancelled'", timeout=60_000)
+    until(page, "document.querySelector('#run-status')?.textContent === 'cancelled'", timeout=60_000)
     wait_for("the run to be cancelled", lambda: client.get(f"/v1/runs/{slow.run_id}").json()["status"] == "cancelled")
     page.context.close()
 
