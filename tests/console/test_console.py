@@ -45,6 +45,9 @@ jobs:
     needs: deploy
     runs-on: linux
     steps: [{{run: echo notified}}]
+  lint:
+    runs-on: linux
+    steps: [{{run: 'echo lint failed; exit 3'}}]
 """
 
 SLOW = """
@@ -211,7 +214,7 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     page.get_by_role("link", name=pushed.run_id[:16]).click()
     page.wait_for_url(f"**/console/runs/{pushed.run_id}")
     nodes = page.locator("svg#graph a.node")
-    assert sorted(nodes.evaluate_all("ns => ns.map(n => n.dataset.job)")) == ["build", "deploy", "notify"]
+    assert sorted(nodes.evaluate_all("ns => ns.map(n => n.dataset.job)")) == ["build", "deploy", "lint", "notify"]
     assert page.locator("svg#graph path.edge").count() == 2
 
     # The build job's page follows its log live: the first tick shows before the last exists.
@@ -246,24 +249,37 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     assert page.locator(".line.target").count() == 1
     shot(console, page, "job")
 
-    # The run page turns deploy into "awaiting approval" live; approve it and watch it finish.
+    # The run page turns deploy into "awaiting approval" live; approve it and watch the run finish
+    # (lint fails on purpose, so there is a job to retry).
     page.goto(f"/console/runs/{pushed.run_id}")
     page.get_by_role("button", name="Approve deploy").wait_for(timeout=60_000)
     assert page.locator('svg#graph a.node[data-job="deploy"]').get_attribute("class") == "node s-awaiting_approval"
     shot(console, page, "run-awaiting-approval")
     page.get_by_role("button", name="Approve deploy").click()
-    until(page, "document.querySelector('#run-status')?.textContent === 'success'", timeout=90_000)
+    until(page, "document.querySelector('#run-status')?.textContent === 'failure'", timeout=90_000)
     for job_id in ("build", "deploy", "notify"):
         node = page.locator(f'svg#graph a.node[data-job="{job_id}"]')
         assert node.get_attribute("class") == "node s-success"
+    assert page.locator('svg#graph a.node[data-job="lint"]').get_attribute("class") == "node s-failure"
     shot(console, page, "run")
-    approvals = client.get(f"/v1/runs/{pushed.run_id}").json()["jobs"][1]["approvals"]
-    assert [a["decision"] for a in approvals] == ["approved"]
+    jobs = {j["id"]: j for j in client.get(f"/v1/runs/{pushed.run_id}").json()["jobs"]}
+    assert [a["decision"] for a in jobs["deploy"]["approvals"]] == ["approved"]
+    # Retry from the page: the job runs again as a new attempt.
+    page.get_by_role("button", name="Retry lint").click()
+    wait_for(
+        "lint's second attempt",
+        lambda: (
+            len(
+                next(j for j in client.get(f"/v1/runs/{pushed.run_id}").json()["jobs"] if j["id"] == "lint")["attempts"]
+            )
+            == 2
+        ),
+    )
 
     # The run listing (status, trigger, duration); then a slow run, cancelled from its page.
     page.goto(f"/console/runs?repo={pushed.repo_id}")
     row = page.locator("tbody tr", has_text=pushed.run_id[:16])
-    assert "success" in row.inner_text() and "push" in row.inner_text()
+    assert "push" in row.inner_text() and row.locator(".badge").count() == 1
     shot(console, page, "runs")
     slow = push_workflow(console.stack, SLOW, client=client)
     page.goto(f"/console/runs/{slow.run_id}/jobs/wait")
