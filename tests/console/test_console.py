@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.ci_api.flows import push_workflow, wait_for
+from tests.ci_api.flows import push_workflow, sse_events, wait_for
 from tests.console.conftest import MODEL, ConsoleStack, Tenant, sign_in
 
 pytestmark = pytest.mark.slow
@@ -106,6 +106,10 @@ def test_sign_in_csrf_and_redirects(console_stack: ConsoleStack, browser: Any) -
     page.get_by_label("API key").fill("lh_not_a_key")
     page.get_by_role("button", name="Sign in").click()
     assert page.get_by_role("alert").inner_text().startswith("That API key is not valid")
+    # Signing a browser in takes the form's own token: a post from elsewhere sets no session.
+    with httpx.Client(base_url=console.base_url, timeout=30) as raw:
+        forged = raw.post("/console/sign-in", data={"api_key": tenant.key, "next": "/console/videos"})
+        assert forged.status_code == 403 and "lh_console" not in forged.cookies
     page.get_by_label("API key").fill(tenant.key)
     page.get_by_role("button", name="Sign in").click()
     # The hostile next= is not followed: the console's own page instead.
@@ -234,6 +238,16 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     assert first_line.get_attribute("href") == "#L1"
     no_script_ran(page)
 
+    # A reconnecting stream (Last-Event-ID = the last seq seen) resumes right after it.
+    jar = {c["name"]: c["value"] for c in page.context.cookies() if c["name"] == "lh_console"}
+    with httpx.Client(base_url=console.base_url, cookies=jar, timeout=30) as raw:
+        stream = f"/console/runs/{pushed.run_id}/jobs/build/logs/stream"
+        seqs = [int(e[0]) for e in sse_events(raw, stream) if e[1] == "log" and e[0] is not None]
+        assert len(seqs) >= 2 and seqs == sorted(seqs)
+        resumed = sse_events(raw, stream, headers={"Last-Event-ID": str(seqs[-2])})
+    assert [int(e[0]) for e in resumed if e[1] == "log" and e[0] is not None] == [seqs[-1]]
+    assert resumed[-1][1] == "end"
+
     # Reloaded after the end: the annotation and the step summary, as text.
     page.reload()
     assert page.locator(".ann", has_text="warned").count() == 1
@@ -318,6 +332,9 @@ def test_other_tenant_sees_404(console_stack: ConsoleStack, browser: Any) -> Non
         assert response is not None and response.status == 404, (path, response and response.status)
         assert "mine" not in page.content() and "Traceback" not in page.content()
     shot(console, page, "not-found")
+    # Bad input is a 400 page naming the field, never a 500.
+    response = page.goto("/console/runs?commit=%3Cscript%3E")
+    assert response is not None and response.status == 400 and "commit" in page.locator("main").inner_text()
     # Its own listings hold none of the owner's work.
     page.goto("/console/videos")
     assert page.locator("#video-list li").count() == 0
