@@ -295,6 +295,13 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     row = page.locator("tbody tr", has_text=pushed.run_id[:16])
     assert "push" in row.inner_text() and row.locator(".badge").count() == 1
     shot(console, page, "runs")
+    # At phone width the table and the graph scroll inside their boxes; the page does not.
+    page.set_viewport_size({"width": 375, "height": 740})
+    for path in (f"/console/runs?repo={pushed.repo_id}", f"/console/runs/{pushed.run_id}"):
+        page.goto(path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, path
+    shot(console, page, "run-phone")
+    page.set_viewport_size({"width": 1280, "height": 800})
     slow = push_workflow(console.stack, SLOW, client=client)
     page.goto(f"/console/runs/{slow.run_id}/jobs/wait")
     page.locator("#log").get_by_text("started", exact=True).wait_for(timeout=90_000)
