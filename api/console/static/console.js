@@ -43,6 +43,12 @@
     if (!box) return;
     var id = box.dataset.video;
     var preview = $("#preview"), previewBox = $("#preview-box"), lastPreview = 0;
+    // The newest preview frame, fetched once when the job is first seen generating and then on
+    // each video.preview event (an API without previews answers 404 and the box stays hidden).
+    function showPreview() {
+      lastPreview = Date.now();
+      preview.src = preview.dataset.src + "&t=" + lastPreview;
+    }
     if (preview) {
       preview.addEventListener("load", function () { previewBox.hidden = false; });
       // No preview for this job (yet, or this API has none): the page simply shows none.
@@ -62,11 +68,7 @@
       var err = $("#error");
       err.hidden = !v.error;
       err.textContent = v.error ? v.error.code + ": " + v.error.message : "";
-      var now = Date.now();
-      if (v.status === "in_progress" && preview && now - lastPreview > 2000) {
-        lastPreview = now;
-        preview.src = preview.dataset.src + "&t=" + now;
-      }
+      if (v.status === "in_progress" && preview && !lastPreview) showPreview();
       if (v.status === "completed") {
         var player = $("#player");
         if (!player.getAttribute("src")) {
@@ -85,6 +87,9 @@
       var v = JSON.parse(e.data);
       show(v);
       if (TERMINAL[v.status]) source.close();
+    });
+    source.addEventListener("video.preview", function () {
+      if (preview && box.dataset.status !== "completed") showPreview();
     });
     source.addEventListener("error", function (e) {
       // A named "error" event from the server (the job vanished) carries data; a dropped
