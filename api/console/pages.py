@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Form, Header, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from api.ci.queue_explanation import QueueExplainerDep
 from api.ci.runs import check_job_id, load_run, stored_run
 from api.console import session
 from api.console.render import ConsoleRoute, Graph, layout_graph, page
@@ -293,8 +294,10 @@ def _graph(run: RunOut) -> Graph:
 
 
 @router.get("/runs/{run}")
-async def run_page(request: Request, run: str, principal: ConsolePrincipal, client: ClientDep, db: DbDep) -> Response:
-    out = await runs_router.get_run(run, principal, client, db)
+async def run_page(
+    request: Request, run: str, principal: ConsolePrincipal, client: ClientDep, db: DbDep, explainer: QueueExplainerDep
+) -> Response:
+    out = await runs_router.get_run(run, principal, client, db, explainer)
     settings = request.app.state.settings
     return page(
         request,
@@ -400,10 +403,11 @@ async def job_page(
     client: ClientDep,
     db: DbDep,
     store: StoreDep,
+    explainer: QueueExplainerDep,
     attempt: Annotated[int | None, Query(ge=1)] = None,
 ) -> Response:
     check_job_id(job)
-    out = await runs_router.get_run(run, principal, client, db)
+    out = await runs_router.get_run(run, principal, client, db, explainer)
     found = next((j for j in out.jobs if j.id == job), None)
     if found is None:
         raise ApiError(404, "not_found", "job not found")

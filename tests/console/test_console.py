@@ -268,6 +268,8 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     page.goto(f"/console/runs/{pushed.run_id}")
     page.get_by_role("button", name="Approve deploy").wait_for(timeout=60_000)
     assert page.locator('svg#graph a.node[data-job="deploy"]').get_attribute("class") == "node s-awaiting_approval"
+    # The API's explanation of what the job waits for is shown with it.
+    assert page.locator('#jobs [data-job="deploy"] .queue').inner_text() != ""
     shot(console, page, "run-awaiting-approval")
     page.get_by_role("button", name="Approve deploy").click()
     until(page, "document.querySelector('#run-status')?.textContent === 'failure'", timeout=90_000)
