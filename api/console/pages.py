@@ -30,15 +30,16 @@ from api.errors import ApiError
 from api.routers.ci import logs as logs_router
 from api.routers.ci import repos as repos_router
 from api.routers.ci import runs as runs_router
+from api.routers.video import models as models_router
 from api.routers.video import videos as videos_router
 from api.schemas.ci.runs import RunOut
 from api.schemas.video import VideoCreateRequest
 from api.video.jobs import VideoJobs
 from api.video.live import LiveProgress
+from leasehold.records.api_keys import Principal
 from leasehold.records.ci.runs import get_run as get_run_record
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.types.run import RunStatus
-from workflows.video import models as video_models
 from workflows.video.ids import workflow_id as video_workflow_id
 
 log = logging.getLogger(__name__)
@@ -154,22 +155,25 @@ async def sign_out(request: Request, token: CsrfField = None) -> Response:
 # Videos ------------------------------------------------------------------------------------
 
 
-def _model_choices(settings: Any) -> list[video_models.VideoModelSpec]:
-    """The models this API serves, described by the catalogue (what ``/v1/models`` lists)."""
-    return [spec for name in settings.models if (spec := video_models.get_model(name)) is not None]
-
-
 async def _videos_page(
-    request: Request, jobs: VideoJobs, settings: Any, status_code: int = 200, error: ApiError | None = None, **form: str
+    request: Request,
+    jobs: VideoJobs,
+    settings: Any,
+    principal: Principal,
+    status_code: int = 200,
+    error: ApiError | None = None,
+    **form: str,
 ) -> Response:
     views, has_more = await jobs.page(None, VIDEO_PAGE, "desc")
+    # The form offers what ``GET /v1/models`` lists, read by that route's own function.
+    served = await models_router.list_models(settings, principal)
     return page(
         request,
         "videos.html",
         status_code=status_code,
         videos=[v.to_video() for v in views],
         has_more=has_more,
-        models=_model_choices(settings),
+        models=served.data,
         error=error,
         form=form,
         nav="videos",
@@ -177,12 +181,12 @@ async def _videos_page(
 
 
 @router.get("/videos")
-async def videos_page(request: Request, jobs: JobsDep, settings: SettingsDep) -> Response:
-    return await _videos_page(request, jobs, settings)
+async def videos_page(request: Request, jobs: JobsDep, settings: SettingsDep, principal: ConsolePrincipal) -> Response:
+    return await _videos_page(request, jobs, settings, principal)
 
 
 @router.post("/videos")
-async def create_video(request: Request, jobs: JobsDep, settings: SettingsDep) -> Response:
+async def create_video(request: Request, jobs: JobsDep, settings: SettingsDep, principal: ConsolePrincipal) -> Response:
     fields = await _form(request)
     session.check_csrf(request, fields.pop(session.CSRF_FIELD, None))
     # Empty optional inputs mean "the model's default", as an omitted JSON field does.
@@ -194,11 +198,11 @@ async def create_video(request: Request, jobs: JobsDep, settings: SettingsDep) -
         first = exc.errors(include_url=False)[0]
         param = ".".join(str(p) for p in first.get("loc", ())) or "body"
         error = ApiError(400, "invalid_request", f"{param}: {first.get('msg', 'invalid')}", param)
-        return await _videos_page(request, jobs, settings, 400, error, **fields)
+        return await _videos_page(request, jobs, settings, principal, 400, error, **fields)
     except ApiError as exc:
         if exc.status >= 500:
             raise
-        return await _videos_page(request, jobs, settings, exc.status, exc, **fields)
+        return await _videos_page(request, jobs, settings, principal, exc.status, exc, **fields)
     return _redirect(f"/console/videos/{view.job_id}")
 
 
@@ -233,9 +237,8 @@ async def video_content(
     settings: SettingsDep,
     variant: Annotated[Literal["video", "thumbnail", "preview"], Query()] = "video",
 ) -> Response:
-    """The API's own content route (``preview`` is served once the API knows it; until then the
-    page hides the image)."""
-    return await videos_router.download_content(video_id, jobs, store, settings, variant)  # type: ignore[arg-type]
+    """The API's own content route (``preview``: a running job's newest preview frame)."""
+    return await videos_router.download_content(video_id, jobs, store, settings, variant)
 
 
 @router.post("/videos/{video_id}/cancel")

@@ -73,6 +73,7 @@ def console_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Ite
         root,
         checkpoint_interval_seconds=1.0,
         video_heartbeat_timeout_seconds=5.0,
+        video_preview_every_steps=4,
         console_temporal_ui_url="http://127.0.0.1:9/ui",
     ) as stack:
         stack.start_workers()

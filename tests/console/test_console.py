@@ -166,6 +166,8 @@ def test_video_submit_progress_and_player(console_stack: ConsoleStack, browser: 
     until(page, "document.querySelector('#progress')?.value === 100", timeout=120_000)
     until(page, "document.querySelector('#status')?.textContent === 'completed'", timeout=30_000)
     assert page.evaluate("window.__sameDocument") is True
+    # Preview frames were shown while it generated (fetched on the stream's video.preview events).
+    assert page.evaluate("document.querySelector('#video').dataset.previewShown") == "1"
     assert page.locator("#progress-text").inner_text() == "100 %"
     # The player loads the MP4 (metadata at least) and the thumbnail is its poster.
     until(page, "document.querySelector('#player')?.readyState >= 1", timeout=30_000)

@@ -50,7 +50,10 @@
       preview.src = preview.dataset.src + "&t=" + lastPreview;
     }
     if (preview) {
-      preview.addEventListener("load", function () { previewBox.hidden = false; });
+      preview.addEventListener("load", function () {
+        previewBox.hidden = box.dataset.status === "completed";
+        box.dataset.previewShown = "1";
+      });
       // No preview for this job (yet, or this API has none): the page simply shows none.
       preview.addEventListener("error", function () { previewBox.hidden = true; });
     }
