@@ -22,11 +22,12 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 # git, and the CI sandbox: bubblewrap, libseccomp (its syscall filter), slirp4netns and
-# nftables (filtered network for jobs whose plan allows it); needs root or sudo.
+# nftables (filtered network for jobs whose plan allows it); chromium for the console's browser
+# tests (Playwright drives it; no browser download); needs root or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-		git bubblewrap libseccomp2 slirp4netns nftables >/dev/null
+		git bubblewrap libseccomp2 slirp4netns nftables chromium >/dev/null
 
 up: $(BIN)/.installed
 	$(BIN)/leasehold up

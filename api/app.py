@@ -14,6 +14,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.auth_throttle import FailedAuthThrottle
 from api.body_limits import BodyLimitMiddleware, BodyLimits
 from api.ci.startup import start_ci
+from api.console import pages as console_pages
+from api.console.render import STATIC_PATH as CONSOLE_STATIC_PATH
+from api.console.render import static_files as console_static_files
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.principal_cache import PrincipalCache
@@ -123,6 +126,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(environments.router)
     app.include_router(capacity.router)
     app.include_router(models.router)
+    # The web console: pages on the same origin and keys, its scripts and styles as static files.
+    app.include_router(console_pages.router)
+    app.mount(CONSOLE_STATIC_PATH, console_static_files(), name="console-static")
     return app
 
 

@@ -241,6 +241,9 @@ def build_children(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if ui_port is not None and not settings.console_temporal_ui_url:
+        # The console links each job's workflow to the Web UI this stack runs.
+        base_env["LEASEHOLD_CONSOLE_TEMPORAL_UI_URL"] = f"http://127.0.0.1:{ui_port}"
     temporal = Child(
         name="temporal",
         argv=dev_server_command(temporal_bin, settings.data_dir / "temporal.db", temporal_port, ui_port, sa.ALL),
@@ -291,6 +294,7 @@ def _print_urls(settings: Settings, api_port: int, temporal_port: int, ui_port: 
     print("leasehold is up", file=out)
     print(f"  API:             http://127.0.0.1:{api_port}", file=out)
     print(f"  OpenAPI docs:    http://127.0.0.1:{api_port}/docs", file=out)
+    print(f"  Web console:     http://127.0.0.1:{api_port}/console  (sign in with the API key)", file=out)
     if ui_port is not None:
         print(f"  Temporal Web UI: http://127.0.0.1:{ui_port}", file=out)
     print(f"  Temporal:        127.0.0.1:{temporal_port} (namespace {settings.temporal_namespace})", file=out)

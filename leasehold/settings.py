@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     # Bearer token that opens the API's /metrics; unset, the API serves no metrics.
     metrics_token: SecretStr | None = None
 
+    # Web console (/console): the Temporal Web UI's base URL (e.g. http://127.0.0.1:8233) that
+    # a job's page links its workflow to, for operators; unset, the console shows no such link
+    # (it never needs the Web UI itself).
+    console_temporal_ui_url: str | None = None
+
     # Video: the model versions served here, and the one a GPU worker loads.
     # Each must be an entry of the model catalogue; the API refuses to start otherwise.
     models: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [DEFAULT_MODEL])

@@ -1,0 +1,290 @@
+// leasehold console: live updates over EventSource (the API's SSE streams), no polling loops.
+// Every tenant-written string goes into the page through textContent, never innerHTML.
+"use strict";
+
+(function () {
+  function $(sel, root) { return (root || document).querySelector(sel); }
+  function $all(sel, root) { return Array.prototype.slice.call((root || document).querySelectorAll(sel)); }
+
+  var TERMINAL = { completed: 1, failed: 1, cancelled: 1, expired: 1 };
+
+  function setBadge(el, status) {
+    if (!el) return;
+    el.textContent = status;
+    el.className = el.className.replace(/\bs-[a-z_]+/g, "").trim() + " s-" + status;
+  }
+
+  function eta(seconds) {
+    if (seconds === null || seconds === undefined) return "";
+    var s = Math.max(0, Math.round(seconds));
+    return s >= 60 ? Math.floor(s / 60) + "m " + String(s % 60).padStart(2, "0") + "s" : s + "s";
+  }
+
+  // Videos: the submit form's size list follows the chosen model.
+  function modelSizes() {
+    var model = $("#model"), size = $("#size");
+    if (!model || !size) return;
+    model.addEventListener("change", function () {
+      var opt = model.options[model.selectedIndex];
+      var sizes = (opt && opt.dataset.sizes || "").split(",").filter(Boolean);
+      var current = size.value;
+      while (size.firstChild) size.removeChild(size.firstChild);
+      sizes.forEach(function (s) {
+        var o = document.createElement("option");
+        o.value = s; o.textContent = s; o.selected = s === current;
+        size.appendChild(o);
+      });
+    });
+  }
+
+  // Videos: a job's page follows its video.updated events until the job ends.
+  function videoPage() {
+    var box = $("#video");
+    if (!box) return;
+    var id = box.dataset.video;
+    var preview = $("#preview"), previewBox = $("#preview-box"), lastPreview = 0;
+    // The newest preview frame, fetched once when the job is first seen generating and then on
+    // each video.preview event (an API without previews answers 404 and the box stays hidden).
+    function showPreview() {
+      lastPreview = Date.now();
+      preview.src = preview.dataset.src + "&t=" + lastPreview;
+    }
+    if (preview) {
+      preview.addEventListener("load", function () {
+        previewBox.hidden = box.dataset.status === "completed";
+        box.dataset.previewShown = "1";
+      });
+      // No preview for this job (yet, or this API has none): the page simply shows none.
+      preview.addEventListener("error", function () { previewBox.hidden = true; });
+    }
+    function show(v) {
+      setBadge($("#status"), v.status);
+      $("#attempt").textContent = String(v.attempt || 0);
+      $("#progress").value = v.progress;
+      $("#progress").textContent = v.progress + " %";
+      $("#progress-text").textContent = v.progress + " %";
+      $("#eta").textContent = v.eta_seconds !== null && v.eta_seconds !== undefined
+        ? "ETA " + eta(v.eta_seconds) : (v.eta_reason || "");
+      var q = v.queue;
+      $("#queue").textContent = q ? "Position " + q.position + " (" + q.ahead + " ahead, " + q.workers_serving +
+        " workers serving): " + q.reason : "";
+      var err = $("#error");
+      err.hidden = !v.error;
+      err.textContent = v.error ? v.error.code + ": " + v.error.message : "";
+      if (v.status === "in_progress" && preview && !lastPreview) showPreview();
+      if (v.status === "completed") {
+        var player = $("#player");
+        if (!player.getAttribute("src")) {
+          player.poster = player.dataset.poster;
+          player.src = player.dataset.src;
+        }
+        $("#player-box").hidden = false;
+        if (previewBox) previewBox.hidden = true;
+      }
+      if (TERMINAL[v.status]) { var c = $("#cancel-form"); if (c) c.hidden = true; }
+      box.dataset.status = v.status;
+    }
+    if (box.dataset.terminal === "1") return;
+    var source = new EventSource("/console/videos/" + encodeURIComponent(id) + "/events");
+    source.addEventListener("video.updated", function (e) {
+      var v = JSON.parse(e.data);
+      show(v);
+      if (TERMINAL[v.status]) source.close();
+    });
+    source.addEventListener("video.preview", function () {
+      if (preview && box.dataset.status !== "completed") showPreview();
+    });
+    source.addEventListener("error", function (e) {
+      // A named "error" event from the server (the job vanished) carries data; a dropped
+      // connection does not, and EventSource reconnects with Last-Event-ID by itself.
+      if (e.data) source.close();
+    });
+  }
+
+  // Videos list: a few open jobs' rows follow their events.
+  function videoList() {
+    $all("#video-list [data-live]").forEach(function (row) {
+      var source = new EventSource("/console/videos/" + encodeURIComponent(row.dataset.video) + "/events");
+      source.addEventListener("video.updated", function (e) {
+        var v = JSON.parse(e.data);
+        setBadge($("[data-field=status]", row), v.status);
+        $("[data-field=progress]", row).value = v.progress;
+        if (TERMINAL[v.status]) source.close();
+      });
+      source.addEventListener("error", function (e) { if (e.data) source.close(); });
+    });
+  }
+
+  // CI run: the graph's nodes and the job list follow run.updated events.
+  function runPage() {
+    var box = $("#run");
+    if (!box || box.dataset.final === "1") return;
+    // Statuses whose buttons (approve, reject, retry) the server renders: a change into or out
+    // of one reloads the page once, so the right forms (with their tokens) are there.
+    var ACTIONS = { awaiting_approval: 1, failure: 1, cancelled: 1 };
+    var shown = {};
+    $all("#jobs [data-job]").forEach(function (row) {
+      shown[row.dataset.job] = $("[data-field=status]", row).textContent;
+    });
+    var source = new EventSource("/console/runs/" + encodeURIComponent(box.dataset.run) + "/events");
+    source.addEventListener("run.updated", function (e) {
+      var run = JSON.parse(e.data), reload = false;
+      setBadge($("#run-status"), run.status);
+      run.jobs.forEach(function (j) {
+        var before = shown[j.id];
+        if (before !== undefined && before !== j.status && (ACTIONS[before] || ACTIONS[j.status])) reload = true;
+        shown[j.id] = j.status;
+        $all('[data-job="' + CSS.escape(j.id) + '"]').forEach(function (el) {
+          var status = $("[data-field=status]", el);
+          if (status) status.textContent = j.status;
+          if (el.classList.contains("node")) {
+            el.setAttribute("class", "node s-" + j.status);
+          } else {
+            setBadge(status, j.status);
+          }
+        });
+      });
+      box.dataset.status = run.status;
+      if (reload) { source.close(); window.location.reload(); }
+    });
+    source.addEventListener("end", function () {
+      source.close();
+      var c = $("#cancel-run"); if (c) c.hidden = true;
+      box.dataset.final = "1";
+      window.location.reload();
+    });
+  }
+
+  // CI job: the live log. ANSI SGR colours become classes, ::group:: folds, each line links.
+  var ANSI = /\x1b\[([0-9;]*)m/g;
+
+  function appendAnsi(parent, text, style) {
+    var last = 0, m;
+    ANSI.lastIndex = 0;
+    function push(s) {
+      if (!s) return;
+      var span = document.createElement("span");
+      span.textContent = s;
+      var cls = [];
+      if (style.fg !== null) cls.push("ansi-fg-" + style.fg);
+      if (style.bg !== null) cls.push("ansi-bg-" + style.bg);
+      if (style.bold) cls.push("ansi-bold");
+      if (cls.length) span.className = cls.join(" ");
+      parent.appendChild(span);
+    }
+    while ((m = ANSI.exec(text)) !== null) {
+      push(text.slice(last, m.index));
+      last = ANSI.lastIndex;
+      (m[1] || "0").split(";").forEach(function (p) {
+        var n = parseInt(p || "0", 10);
+        if (n === 0) { style.fg = null; style.bg = null; style.bold = false; }
+        else if (n === 1) style.bold = true;
+        else if (n === 22) style.bold = false;
+        else if (n >= 30 && n <= 37) style.fg = n - 30;
+        else if (n >= 90 && n <= 97) style.fg = n - 90 + 8;
+        else if (n === 39) style.fg = null;
+        else if (n >= 40 && n <= 47) style.bg = n - 40;
+        else if (n === 49) style.bg = null;
+      });
+    }
+    push(text.slice(last));
+    // Other escape sequences (cursor moves) are dropped rather than shown as noise.
+  }
+
+  function logPage() {
+    var log = $("#log");
+    if (!log || !log.dataset.stream) return;
+    var state = $("#log-state");
+    var lineNo = 0, pending = "", container = log, style = { fg: null, bg: null, bold: false }, jumped = false;
+
+    function addLine(text) {
+      text = text.replace(/\r$/, "");
+      var group = /^::group::(.*)$/.exec(text);
+      if (group) {
+        var details = document.createElement("details");
+        var summary = document.createElement("summary");
+        summary.textContent = group[1] || "group";
+        details.appendChild(summary);
+        log.appendChild(details);
+        container = details;
+        return;
+      }
+      if (/^::endgroup::\s*$/.test(text)) { container = log; return; }
+      lineNo += 1;
+      var line = document.createElement("div");
+      line.className = "line";
+      line.id = "L" + lineNo;
+      var link = document.createElement("a");
+      link.href = "#L" + lineNo;
+      link.className = "ln";
+      link.textContent = String(lineNo);
+      link.setAttribute("aria-label", "line " + lineNo);
+      var body = document.createElement("span");
+      body.className = "txt";
+      appendAnsi(body, text, style);
+      line.appendChild(link);
+      line.appendChild(body);
+      container.appendChild(line);
+      if (!jumped && window.location.hash === "#L" + lineNo) jumpTo(line);
+    }
+
+    function jumpTo(line) {
+      jumped = true;
+      $all(".line.target", log).forEach(function (el) { el.classList.remove("target"); });
+      var d = line.closest("details");
+      if (d) d.open = true;
+      line.classList.add("target");
+      line.scrollIntoView({ block: "center" });
+    }
+
+    function addText(text) {
+      var parts = (pending + text).split("\n");
+      pending = parts.pop();
+      parts.forEach(addLine);
+    }
+
+    function gap(seq) {
+      var g = document.createElement("div");
+      g.className = "gap";
+      g.textContent = "[output lost: chunk " + seq + " could not be stored]";
+      container.appendChild(g);
+    }
+
+    window.addEventListener("hashchange", function () {
+      var line = /^#L[0-9]+$/.test(window.location.hash) && document.getElementById(window.location.hash.slice(1));
+      if (line) jumpTo(line);
+    });
+
+    var source = new EventSource(log.dataset.stream);
+    source.addEventListener("open", function () { state.textContent = "live"; });
+    source.addEventListener("log", function (e) {
+      var d = JSON.parse(e.data);
+      addText(d.text);
+      log.dataset.nextSeq = String(d.seq + 1);
+    });
+    source.addEventListener("gap", function (e) { gap(JSON.parse(e.data).seq); });
+    source.addEventListener("end", function (e) {
+      var d = JSON.parse(e.data);
+      if (pending) { addLine(pending); pending = ""; }
+      source.close();
+      state.textContent = "ended: " + d.status;
+      log.dataset.ended = "1";
+      var badge = $("#job-status");
+      if (badge && d.status) setBadge(badge, d.status);
+    });
+    source.addEventListener("error", function (e) {
+      if (e.data) { source.close(); state.textContent = "stream closed"; return; }
+      // Dropped: EventSource reconnects and sends Last-Event-ID (the last seq), so the stream
+      // resumes after the last line shown.
+      if (log.dataset.ended !== "1") state.textContent = "reconnecting…";
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    modelSizes();
+    videoPage();
+    videoList();
+    runPage();
+    logPage();
+  });
+})();
