@@ -7,12 +7,20 @@ retried or failed): the release is in the ``finally`` of the run's job task, so 
 passes through it. Requests are granted first come, first served within the tenant; across
 tenants, the task queue's fairness keys do the sharing.
 
+Every free slot is granted in one workflow task: the grants of a round are signalled to their
+runs concurrently (one ``SignalExternalWorkflowExecution`` command each, all in the same task),
+so dispatch is bounded by worker slots, not by one signal round trip per grant. Histories
+recorded before that change (one grant signalled per task) replay through the
+``PATCH_BATCH_GRANTS`` branch. The cap stays exact: a slot is counted as held from the moment
+it is granted (``holders``), and only a ``release`` (or a run found gone) frees it.
+
 The workflow lives as long as the tenant uses CI and continues as new before its history
 grows large, carrying holders and waiters.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -29,6 +37,8 @@ SIGNAL_GRANTED = "slot_granted"
 MAX_HISTORY_EVENTS = 2000
 # An idle semaphore still continues as new now and then, so its history stays short.
 IDLE_ROLLOVER = timedelta(hours=6)
+# Runs started after this change signal all grants of a round together (older ones: one by one).
+PATCH_BATCH_GRANTS = "ci-semaphore-batch-grants"
 
 
 def semaphore_workflow_id(tenant_id: str) -> str:
@@ -72,12 +82,18 @@ class CITenantSemaphoreWorkflow:
 
     @workflow.run
     async def run(self, state: SemaphoreState) -> None:
+        batched = workflow.patched(PATCH_BATCH_GRANTS)
         while True:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
             self._grant()
-            while self._notify:
-                await self._tell(self._notify.pop(0))
+            if batched:
+                if self._notify:
+                    told, self._notify = self._notify, []
+                    await asyncio.gather(*(self._tell(req) for req in told))
+            else:
+                while self._notify:
+                    await self._tell(self._notify.pop(0))
             info = workflow.info()
             if info.get_current_history_length() > MAX_HISTORY_EVENTS or info.is_continue_as_new_suggested():
                 break
