@@ -2,7 +2,8 @@
 
 One process serves two task queues: ``ci_queue(labels)`` (the jobs whose ``runs-on`` equals
 this worker's label set) and the control queue (git work for pushes: every CI worker holds
-mirrors). Job concurrency is ``ci_max_concurrent_jobs``; ``/metrics`` and ``/healthz`` come
+mirrors). Job concurrency is ``Settings.ci_job_slots`` (``ci_max_concurrent_jobs``, or sized
+from the machine's CPUs); ``/metrics`` and ``/healthz`` come
 from the shared health server.
 """
 
@@ -74,12 +75,13 @@ async def serve(settings: Settings) -> None:
     listing = CIListingActivities(mirror, partial(environment_rules, db), actions, partial(assign_run_number, db))
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
+    slots = settings.ci_job_slots
     job_worker = Worker(
         client,
         task_queue=job_queue,
         activities=[jobs.run_job],
-        activity_executor=ThreadPoolExecutor(max_workers=settings.ci_max_concurrent_jobs, thread_name_prefix="ci-job"),
-        max_concurrent_activities=settings.ci_max_concurrent_jobs,
+        activity_executor=ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job"),
+        max_concurrent_activities=slots,
     )
     control_worker = Worker(
         client,
@@ -95,7 +97,13 @@ async def serve(settings: Settings) -> None:
     await ensure_reconcile_schedule(client, settings.queue_prefix, settings.ci_reconcile_interval_seconds)
     async with job_worker, control_worker:
         state["ready"] = True
-        log.info("ci worker (%s sandbox) polling %s and %s", sandbox.name, job_queue, control_worker.task_queue)
+        log.info(
+            "ci worker (%s sandbox, %d job slots) polling %s and %s",
+            sandbox.name,
+            slots,
+            job_queue,
+            control_worker.task_queue,
+        )
         await stop.wait()
         state["ready"] = False
         log.info("ci worker shutting down")
