@@ -135,6 +135,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_ACQUIRE,
         SIGNAL_GRANTED,
         SIGNAL_RELEASE,
+        SIGNAL_TRANSFER,
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
     )
@@ -166,7 +167,7 @@ with workflow.unsafe.imports_passed_through():
         RetryRejectedReason,
         RunStatus,
     )
-    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest, SlotTransfer
     from workflows.ci.types.spec import ConcurrencySpec, JobSpec
     from workflows.queues import (
         CI_JOB_MAX_ATTEMPTS,
@@ -192,6 +193,9 @@ PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
 # Runs started after this change write their state to the read model (``ci_runs``, ``ci_jobs``,
 # ``ci_attempts``) at each transition; older histories replay without those activities.
 PATCH_READ_MODEL = "ci-read-model"
+# Runs started after this change hand the slot of a job round that ended to a job made ready in
+# the same pass (a chain's next job) instead of releasing it and asking the semaphore again.
+PATCH_SLOT_HANDOFF = "ci-slot-handoff"
 
 
 @workflow.defn
@@ -247,6 +251,9 @@ class CIRunWorkflow:
         # Jobs told to stop waiting for a slot (the run was cancelled meanwhile).
         self._abort_wait: set[str] = set()
         self._releases: list[asyncio.Task[None]] = []
+        # Slots of job rounds that just ended, kept until the next scheduling pass: a job made
+        # ready by it inherits one (``SlotTransfer``); the rest are released after the pass.
+        self._spare_slots: list[str] = []
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
@@ -521,6 +528,7 @@ class CIRunWorkflow:
         while True:
             try:
                 self._schedule_ready()
+                self._release_spare_slots()
                 # A job awaiting approval keeps the run open until someone decides (or cancels).
                 if not self._tasks and not self._awaiting_approval():
                     return
@@ -627,7 +635,11 @@ class CIRunWorkflow:
             job_total=job.job_total,
             matrix_job_id=job.matrix_of,
         )
-        self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
+        inherited: str | None = None
+        if self._spare_slots and inp.push.max_concurrent_jobs is not None and job.job_id not in self._job_groups:
+            # Same condition as when the slot was kept (the patch's marker is already recorded).
+            inherited = self._spare_slots.pop(0)
+        self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act, inherited))
 
     def _specialise(self, job: JobState, spec: JobSpec) -> JobSpec:
         """The spec this job round runs: a combination as a job of its own (its id for log keys,
@@ -688,9 +700,12 @@ class CIRunWorkflow:
             else Priority(),
         )
 
-    async def _run_job(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
-        """One job round: a slot under the tenant's cap (when capped), the activity, the result;
-        the slot is released on every way out of here."""
+    async def _run_job(
+        self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput, inherited: str | None = None
+    ) -> None:
+        """One job round: a slot under the tenant's cap (when capped; ``inherited``: the slot of a
+        round of this run that just ended, handed over), the activity, the result; the slot is
+        released (or kept for the next scheduling pass to hand over) on every way out of here."""
         key = f"{job_id}#{round_}"
         capped = self._inp.push.max_concurrent_jobs is not None
         group = self._job_groups.get(job_id)
@@ -702,7 +717,9 @@ class CIRunWorkflow:
                 if outcome != GroupOutcome.GRANTED or key in self._preempted:
                     self._record_cancelled(job_id, round_, self._group_reason(group[0]))
                     return
-            if capped:
+            if capped and inherited is not None:
+                await self._inherit_slot(job_id, inherited, key)
+            elif capped:
                 await self._acquire_slot(job_id, key)
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
@@ -719,8 +736,13 @@ class CIRunWorkflow:
             self._cancelling.discard(job_id)
             self._dirty = True
             if capped:
+                held = key in self._granted
                 self._granted.discard(key)
-                self._releases.append(asyncio.create_task(self._release_slot(key)))
+                if held and group is None and workflow.patched(PATCH_SLOT_HANDOFF):
+                    # Held until this pass of the scheduler: a job it makes ready takes it over.
+                    self._spare_slots.append(key)
+                else:
+                    self._releases.append(asyncio.create_task(self._release_slot(key)))
             if group is not None:
                 self._leave_group(group[0], key)
 
@@ -745,6 +767,34 @@ class CIRunWorkflow:
             except WorkflowAlreadyStartedError:
                 await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
         await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+
+    async def _inherit_slot(self, job_id: str, spare: str, key: str) -> None:
+        """Take over the slot ``spare`` holds: no grant to wait for, the count does not change."""
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
+        move = SlotTransfer(
+            holder=workflow.info().workflow_id, from_key=spare, to_key=key, limit=inp.push.max_concurrent_jobs
+        )
+        try:
+            # Awaited: the semaphore has the new key before this round can release it.
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(inp.push.tenant_id)).signal(
+                SIGNAL_TRANSFER, move
+            )
+        except FailureError:
+            # The semaphore is gone (it held our slot, so it was ended from outside): ask anew.
+            self._releases.append(asyncio.create_task(self._release_slot(spare)))
+            await self._acquire_slot(job_id, key)
+            return
+        except asyncio.CancelledError:
+            # Whether or not the transfer landed, releasing both keys leaves nothing held.
+            self._releases.append(asyncio.create_task(self._release_slot(spare)))
+            raise
+        self._granted.add(key)
+
+    def _release_spare_slots(self) -> None:
+        """Slots no job of this pass took over go back to the tenant."""
+        while self._spare_slots:
+            self._releases.append(asyncio.create_task(self._release_slot(self._spare_slots.pop(0))))
 
     async def _release_slot(self, key: str) -> None:
         try:

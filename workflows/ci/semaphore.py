@@ -14,6 +14,12 @@ recorded before that change (one grant signalled per task) replay through the
 ``PATCH_BATCH_GRANTS`` branch. The cap stays exact: a slot is counted as held from the moment
 it is granted (``holders``), and only a ``release`` (or a run found gone) frees it.
 
+A run whose job round ends while its next job round becomes ready (a chain) may ``transfer``
+the slot to that round instead of releasing it and asking again: the holder's key changes, the
+count does not, and the chain's next job needs no grant. The slot then stays with the chain
+rather than going to the tenant's oldest waiter; it goes back on the first job round that ends
+with no successor ready.
+
 The workflow lives as long as the tenant uses CI and continues as new before its history
 grows large, carrying holders and waiters.
 """
@@ -27,11 +33,12 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest, SlotTransfer
 
 SEMAPHORE_PREFIX = "ci-tenant-sem:"
 SIGNAL_ACQUIRE = "acquire"
 SIGNAL_RELEASE = "release"
+SIGNAL_TRANSFER = "transfer"
 SIGNAL_GRANTED = "slot_granted"
 # Continue as new past this many history events (each grant costs a few).
 MAX_HISTORY_EVENTS = 2000
@@ -71,6 +78,23 @@ class CITenantSemaphoreWorkflow:
                 self._notify.append(req)
         else:
             st.pending.append(req)
+        self._dirty = True
+
+    @workflow.signal(name=SIGNAL_TRANSFER)
+    def transfer(self, move: SlotTransfer) -> None:
+        st = self._state
+        st.limit = max(1, move.limit)
+        for i, h in enumerate(st.holders):
+            if h.holder == move.holder and h.key == move.from_key:
+                st.holders[i] = SlotRequest(holder=move.holder, key=move.to_key, limit=move.limit)
+                st.transferred_total += 1
+                return
+        # Not held: only when this workflow lost its holders (ended from outside and started
+        # afresh). The run's job is already running: count it, so later grants see it.
+        workflow.logger.warning("transfer of %s by %s: slot not held; taking one", move.from_key, move.holder)
+        st.pending = [p for p in st.pending if not (p.holder == move.holder and p.key == move.to_key)]
+        st.holders.append(SlotRequest(holder=move.holder, key=move.to_key, limit=move.limit))
+        st.granted_total += 1
         self._dirty = True
 
     @workflow.signal(name=SIGNAL_RELEASE)
