@@ -1,0 +1,47 @@
+"""Replay the recorded histories of the dispatch paths (batched grants, a chain's slot hand-off):
+a change to the run or the semaphore that would break such executions fails here. Record with
+``python -m tests.ci_dispatch.record_histories`` (it never overwrites a file)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.ci_core.test_ci_replay import WORKFLOWS, load
+from workflows.ci.run import PATCH_SLOT_HANDOFF
+from workflows.ci.semaphore import PATCH_BATCH_GRANTS, SIGNAL_TRANSFER
+
+HISTORIES = Path(__file__).parent / "histories"
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+def patches(path: Path) -> set[str]:
+    found = set()
+    for e in load(path).events:
+        if e.HasField("marker_recorded_event_attributes"):
+            for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads:
+                found.add(json.loads(payload.data)["id"])
+    return found
+
+
+def test_the_recordings_exercise_the_new_paths() -> None:
+    assert {p.stem for p in RECORDED} == {"run-capped_chain", "semaphore-chain_handoff"}
+    assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
+    assert PATCH_BATCH_GRANTS in patches(HISTORIES / "semaphore-chain_handoff.json")
+    signals = [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in load(HISTORIES / "semaphore-chain_handoff.json").events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    assert signals.count(SIGNAL_TRANSFER) == 2, signals
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_recorded_dispatch_history_replays(path: Path) -> None:
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
