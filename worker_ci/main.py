@@ -18,11 +18,12 @@ from functools import partial
 from temporalio.worker import Worker
 
 from activities.ci.actions import ActionSource
-from activities.ci.git import GitMirror
+from activities.ci.git import CopiedTree, GitMirror, WorkTree
 from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.listing import CIListingActivities, environment_rules
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
+from activities.ci.sandbox import SandboxError
 from activities.ci.secrets import ApiSecretSource
 from leasehold.client.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
@@ -32,6 +33,7 @@ from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
+from worker_ci.overlay import OverlayTree
 from worker_ci.sandbox import limits_from, make_sandbox
 from workflows.queues import ci_control_queue, ci_queue
 
@@ -52,6 +54,12 @@ async def serve(settings: Settings) -> None:
     ci_dir = settings.data_dir / "ci"
     mirror = GitMirror(ci_dir / "mirrors", ClonePolicy.from_settings(settings))
     actions = ActionSource.from_settings(settings, ci_dir / "action-mirrors")
+    worktree: WorkTree
+    try:
+        worktree = OverlayTree(ci_dir / "workspaces")
+    except SandboxError as exc:
+        log.warning("job checkouts are copies of the shared tree (no overlay): %s", exc)
+        worktree = CopiedTree()
     jobs = CIJobActivities(
         JobConfig(
             workspaces=ci_dir / "workspaces",
@@ -71,6 +79,7 @@ async def serve(settings: Settings) -> None:
         # The worker holds no secrets key: it trades each attempt's token at the API.
         ApiSecretSource(settings.resolved_api_internal_url),
         actions,
+        worktree,
     )
     listing = CIListingActivities(mirror, partial(environment_rules, db), actions, partial(assign_run_number, db))
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
@@ -98,8 +107,9 @@ async def serve(settings: Settings) -> None:
     async with job_worker, control_worker:
         state["ready"] = True
         log.info(
-            "ci worker (%s sandbox, %d job slots) polling %s and %s",
+            "ci worker (%s sandbox, %s checkouts, %d job slots) polling %s and %s",
             sandbox.name,
+            worktree.name,
             slots,
             job_queue,
             control_worker.task_queue,

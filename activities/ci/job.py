@@ -40,7 +40,7 @@ from activities.ci.action_steps import ActionRunner, SandboxRun
 from activities.ci.actions import ActionSource
 from activities.ci.cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
 from activities.ci.definitions import CIJobDefinition
-from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
+from activities.ci.git import CommitNotFound, CopiedTree, GitError, GitMirror, InvalidRequest, SharedTree, WorkTree
 from activities.ci.logs import LogShipper
 from activities.ci.masking import ADD_MASK, StreamMasker
 from activities.ci.run_records import RunRecords, TrustedRun, UntrustedRun
@@ -294,8 +294,11 @@ class CIJobActivities(CIJobDefinition):
         records: RunRecords,
         secrets: SecretSource | None = None,
         actions: ActionSource | None = None,
+        worktree: WorkTree | None = None,
     ) -> None:
         self._config = config
+        # How a job's work/ is made from its commit's shared tree (overlay where the worker can).
+        self._worktree: WorkTree = worktree or CopiedTree()
         # Where remote actions' code comes from (``None``: only local ``./path`` actions run).
         self._actions = actions
         self._records = records
@@ -372,6 +375,9 @@ class _Attempt:
         self.trusted = trusted
         # The host user the job's files belong to (set by the sandbox in ``_prepare``).
         self.owner: JobOwner | None = None
+        # The commit's shared tree under work/ (held from ``_prepare`` to the end of the attempt).
+        self.tree: SharedTree | None = None
+        self.tree_attached = False
         self.job = inp.job
         self.attempt = attempt
         self.prefix = attempt_log_prefix(trusted.tenant_id, inp.run_id, inp.job.id, attempt)
@@ -454,6 +460,7 @@ class _Attempt:
             self.log.close(AttemptStatus.ERROR, None)
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
+            self._release_checkout()
             _remove_tree(self.root)
             if self.owner is not None:
                 self.o._sandbox.release(self.root)
@@ -538,14 +545,33 @@ class _Attempt:
         self.owner = self.o._sandbox.prepare(self.root)
         self.heartbeat(force=True)
         inp = self.inp
-        mirror = self.o._mirror.ensure_commit(
+        # The commit's files come from a tree shared by its jobs on this host (extracted once),
+        # under a writable layer of this attempt's own: no git process per job.
+        self.tree = self.o._mirror.tree(
             self.trusted.repo_id, self.trusted.clone_url, inp.push.commit_sha, self.heartbeat
         )
-        self.o._mirror.archive(mirror, inp.push.commit_sha, self.root / "work", self.heartbeat)
+        try:
+            self.o._worktree.attach(self.tree.path, self.root / "work")
+        except OSError as exc:
+            raise SandboxError(f"cannot make the job's checkout: {exc}") from exc
+        self.tree_attached = True
         hand_over(self.root / "work", self.owner)
         # $GITHUB_EVENT_PATH: root's file in the read-only runner dir (the job reads it only).
         _write_new(self.root / "runner", "event.json", json.dumps(self._event()).encode(), None)
         self.log.line(f"[leasehold] checked out {inp.push.repo_full_name}@{inp.push.commit_sha}")
+
+    def _release_checkout(self) -> None:
+        """Take the shared tree out of work/ (no process of the job is left) and let it go."""
+        try:
+            if self.tree_attached:
+                self.o._worktree.detach(self.root / "work")
+                self.tree_attached = False
+        except OSError as exc:
+            log.warning("could not detach the checkout of %s: %s", self.root, exc)
+        finally:
+            if self.tree is not None:
+                self.tree.release()
+                self.tree = None
 
     def _store_summary(self) -> str | None:
         """Store the steps' summaries as one markdown object beside the log (masked with every
