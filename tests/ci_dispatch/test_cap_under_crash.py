@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from leasehold.client.ci import start as ci_start
 from leasehold.testing.harness import register_repo_row, start_worker
-from tests.ci_core.conftest import CIStack, Repo, engine_stack, git
+from tests.ci_core.conftest import CIStack, Repo, git
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.job import ACTIVITY_RUN_JOB, AttemptStatus
@@ -40,13 +39,6 @@ BURST = (
         for i in range(3)
     )
 )
-
-
-@pytest.fixture(scope="module")
-def burst_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
-    # Four slots per CI worker, two workers: the cap (3), not the workers, is what binds.
-    with engine_stack(temporal_env, tmp_path_factory.mktemp("ci-dispatch"), ci_max_concurrent_jobs=4) as stack:
-        yield stack
 
 
 def tenant_repo(stack: CIStack, tenant: str, name: str) -> Repo:
@@ -107,8 +99,8 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-async def test_cap_holds_when_a_worker_is_killed_mid_burst(burst_stack: CIStack) -> None:
-    stack = burst_stack
+async def test_cap_holds_when_a_worker_is_killed_mid_burst(dispatch_stack: CIStack) -> None:
+    stack = dispatch_stack
     doomed = start_worker(stack.settings, "ci", stack.logs, "--labels", "linux", name="ci-doomed").wait_healthy(60)
     try:
         tenant = f"tenant-{uuid.uuid4().hex[:8]}"
@@ -136,6 +128,10 @@ async def test_cap_holds_when_a_worker_is_killed_mid_burst(burst_stack: CIStack)
     assert [f.status for f in finals] == [RunStatus.SUCCESS, RunStatus.SUCCESS], finals
     lost = [a for f in finals for j in f.jobs for a in j.attempts if a.status == AttemptStatus.LOST]
     assert lost, "the kill hit a running job: it was retried as a new attempt"
+
+    # The dead worker's checkout mounts were detached by the live one (before its next checkout).
+    mounts = await asyncio.to_thread(Path("/proc/self/mountinfo").read_text)
+    assert f"/.layers/{doomed.pid}/" not in mounts
 
     spans = [s for r in runs for s in await job_spans(stack.client, r)]
     assert len(spans) == 2 * 11
