@@ -388,7 +388,9 @@ class _Attempt:
         self.process_seq = 0
         self.cancelled = False
         self.shutdown = False
-        self.last_heartbeat = 0.0
+        # The activity's start counts as its first sign of life: a job shorter than one heartbeat
+        # interval sends none (the server needs one only within the heartbeat timeout).
+        self.last_heartbeat = time.monotonic()
         self.heartbeat_seconds = max(HEARTBEAT_MIN_SECONDS, inp.push.heartbeat_timeout_seconds * HEARTBEAT_SHARE)
         # Values of the secrets the job references (missing ones empty); they exist only in
         # this attempt's memory and sandbox, and the masker hides them from its log.
@@ -543,7 +545,7 @@ class _Attempt:
     def _prepare(self) -> None:
         self.root.parent.mkdir(parents=True, exist_ok=True)
         self.owner = self.o._sandbox.prepare(self.root)
-        self.heartbeat(force=True)
+        self.heartbeat()
         inp = self.inp
         # The commit's files come from a tree shared by its jobs on this host (extracted once),
         # under a writable layer of this attempt's own: no git process per job.
