@@ -133,8 +133,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.ci.semaphore import (
         SIGNAL_ACQUIRE,
+        SIGNAL_ACQUIRE_MANY,
         SIGNAL_GRANTED,
+        SIGNAL_GRANTED_MANY,
         SIGNAL_RELEASE,
+        SIGNAL_RELEASE_MANY,
         SIGNAL_TRANSFER,
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
@@ -167,7 +170,16 @@ with workflow.unsafe.imports_passed_through():
         RetryRejectedReason,
         RunStatus,
     )
-    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest, SlotTransfer
+    from workflows.ci.types.semaphore import (
+        SemaphoreState,
+        SlotGrant,
+        SlotGrants,
+        SlotRelease,
+        SlotReleases,
+        SlotRequest,
+        SlotRequests,
+        SlotTransfer,
+    )
     from workflows.ci.types.spec import ConcurrencySpec, JobSpec
     from workflows.queues import (
         CI_JOB_MAX_ATTEMPTS,
@@ -196,6 +208,9 @@ PATCH_READ_MODEL = "ci-read-model"
 # Runs started after this change hand the slot of a job round that ended to a job made ready in
 # the same pass (a chain's next job) instead of releasing it and asking the semaphore again.
 PATCH_SLOT_HANDOFF = "ci-slot-handoff"
+# Runs started after this change ask for the slots of one scheduling pass in one signal
+# (``acquire_many``) and give back the spare slots of one pass in one (``release_many``).
+PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
 
 
 @workflow.defn
@@ -254,6 +269,9 @@ class CIRunWorkflow:
         # Slots of job rounds that just ended, kept until the next scheduling pass: a job made
         # ready by it inherits one (``SlotTransfer``); the rest are released after the pass.
         self._spare_slots: list[str] = []
+        # Slot requests of this pass not yet sent, and the task that sends them in one signal.
+        self._acquire_batch: list[SlotRequest] = []
+        self._acquire_flush: asyncio.Task[None] | None = None
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
@@ -750,23 +768,42 @@ class CIRunWorkflow:
         inp = self._inp
         assert inp.push.max_concurrent_jobs is not None
         req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+        if workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
+            # Jobs started in one pass run their tasks one after the other before the flush
+            # task created by the first of them: it sends all their requests in one signal.
+            self._acquire_batch.append(req)
+            if self._acquire_flush is None:
+                self._acquire_flush = asyncio.create_task(self._flush_acquires())
+                self._releases.append(self._acquire_flush)
+            # Sent before waiting: a release of this key can never overtake its request.
+            await asyncio.shield(self._acquire_flush)
+        else:
+            await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
+        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+
+    async def _flush_acquires(self) -> None:
+        reqs, self._acquire_batch, self._acquire_flush = self._acquire_batch, [], None
+        await self._send_acquire(SIGNAL_ACQUIRE_MANY, SlotRequests(requests=reqs), reqs)
+
+    async def _send_acquire(self, signal: str, payload: SlotRequest | SlotRequests, reqs: list[SlotRequest]) -> None:
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
         sem_id = semaphore_workflow_id(inp.push.tenant_id)
         try:
-            await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
+            await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
         except FailureError:
-            # No semaphore yet (or it just rolled over): start it holding this request. It
+            # No semaphore yet (or it just rolled over): start it holding these requests. It
             # outlives this run; a concurrent start by another run makes us signal instead.
             try:
                 await workflow.start_child_workflow(
                     CITenantSemaphoreWorkflow.run,
-                    SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=[req]),
+                    SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=reqs),
                     id=sem_id,
                     task_queue=orchestration_queue(inp.push.queue_prefix),
                     parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 )
             except WorkflowAlreadyStartedError:
-                await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
-        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+                await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
 
     async def _inherit_slot(self, job_id: str, spare: str, key: str) -> None:
         """Take over the slot ``spare`` holds: no grant to wait for, the count does not change."""
@@ -792,9 +829,20 @@ class CIRunWorkflow:
         self._granted.add(key)
 
     def _release_spare_slots(self) -> None:
-        """Slots no job of this pass took over go back to the tenant."""
+        """Slots no job of this pass took over go back to the tenant (in one signal)."""
+        if len(self._spare_slots) > 1 and workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
+            keys, self._spare_slots = self._spare_slots, []
+            self._releases.append(asyncio.create_task(self._release_slots(keys)))
         while self._spare_slots:
             self._releases.append(asyncio.create_task(self._release_slot(self._spare_slots.pop(0))))
+
+    async def _release_slots(self, keys: list[str]) -> None:
+        try:
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.push.tenant_id)).signal(
+                SIGNAL_RELEASE_MANY, SlotReleases(holder=workflow.info().workflow_id, keys=keys)
+            )
+        except FailureError:
+            workflow.logger.warning("tenant semaphore gone; nothing to release for %s", keys)
 
     async def _release_slot(self, key: str) -> None:
         try:
@@ -808,6 +856,11 @@ class CIRunWorkflow:
     def slot_granted(self, grant: SlotGrant) -> None:
         """The tenant semaphore granted a slot to a job round."""
         self._granted.add(grant.key)
+
+    @workflow.signal(name=SIGNAL_GRANTED_MANY)
+    def slots_granted(self, grants: SlotGrants) -> None:
+        """The tenant semaphore granted slots to several job rounds of this run at once."""
+        self._granted.update(grants.keys)
 
     # Matrix jobs ----------------------------------------------------------------------------
 

@@ -9,7 +9,10 @@ tenants, the task queue's fairness keys do the sharing.
 
 Every free slot is granted in one workflow task: the grants of a round are signalled to their
 runs concurrently (one ``SignalExternalWorkflowExecution`` command each, all in the same task),
-so dispatch is bounded by worker slots, not by one signal round trip per grant. Histories
+so dispatch is bounded by worker slots, not by one signal round trip per grant; a run's grants
+of one round travel in one ``slots_granted`` signal, and a run asks for the slots of one
+scheduling pass (``acquire_many``) and gives back those of one pass (``release_many``) in one
+signal each. Histories
 recorded before that change (one grant signalled per task) replay through the
 ``PATCH_BATCH_GRANTS`` branch. The cap stays exact: a slot is counted as held from the moment
 it is granted (``holders``), and only a ``release`` (or a run found gone) frees it.
@@ -33,12 +36,24 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest, SlotTransfer
+    from workflows.ci.types.semaphore import (
+        SemaphoreState,
+        SlotGrant,
+        SlotGrants,
+        SlotRelease,
+        SlotReleases,
+        SlotRequest,
+        SlotRequests,
+        SlotTransfer,
+    )
 
 SEMAPHORE_PREFIX = "ci-tenant-sem:"
 SIGNAL_ACQUIRE = "acquire"
 SIGNAL_RELEASE = "release"
 SIGNAL_TRANSFER = "transfer"
+SIGNAL_ACQUIRE_MANY = "acquire_many"
+SIGNAL_RELEASE_MANY = "release_many"
+SIGNAL_GRANTED_MANY = "slots_granted"
 SIGNAL_GRANTED = "slot_granted"
 # Continue as new past this many history events (each grant costs a few).
 MAX_HISTORY_EVENTS = 2000
@@ -46,6 +61,9 @@ MAX_HISTORY_EVENTS = 2000
 IDLE_ROLLOVER = timedelta(hours=6)
 # Runs started after this change signal all grants of a round together (older ones: one by one).
 PATCH_BATCH_GRANTS = "ci-semaphore-batch-grants"
+# Semaphores started after this change send one ``slots_granted`` per run and round, holding
+# every key granted to that run, instead of one ``slot_granted`` per key.
+PATCH_GRANTS_PER_RUN = "ci-semaphore-grants-per-run"
 
 
 def semaphore_workflow_id(tenant_id: str) -> str:
@@ -80,6 +98,16 @@ class CITenantSemaphoreWorkflow:
             st.pending.append(req)
         self._dirty = True
 
+    @workflow.signal(name=SIGNAL_ACQUIRE_MANY)
+    def acquire_many(self, reqs: SlotRequests) -> None:
+        for req in reqs.requests:
+            self.acquire(req)
+
+    @workflow.signal(name=SIGNAL_RELEASE_MANY)
+    def release_many(self, rels: SlotReleases) -> None:
+        for key in rels.keys:
+            self.release(SlotRelease(holder=rels.holder, key=key))
+
     @workflow.signal(name=SIGNAL_TRANSFER)
     def transfer(self, move: SlotTransfer) -> None:
         st = self._state
@@ -107,11 +135,19 @@ class CITenantSemaphoreWorkflow:
     @workflow.run
     async def run(self, state: SemaphoreState) -> None:
         batched = workflow.patched(PATCH_BATCH_GRANTS)
+        per_run = batched and workflow.patched(PATCH_GRANTS_PER_RUN)
         while True:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
             self._grant()
-            if batched:
+            if per_run:
+                if self._notify:
+                    runs: dict[str, list[str]] = {}
+                    for req in self._notify:
+                        runs.setdefault(req.holder, []).append(req.key)
+                    self._notify = []
+                    await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
+            elif batched:
                 if self._notify:
                     told, self._notify = self._notify, []
                     await asyncio.gather(*(self._tell(req) for req in told))
@@ -146,3 +182,11 @@ class CITenantSemaphoreWorkflow:
             # The run is gone (closed or terminated): its slot must not stay taken.
             workflow.logger.warning("run %s is gone; freeing its slot %s", req.holder, req.key)
             self.release(SlotRelease(holder=req.holder, key=req.key))
+
+    async def _tell_run(self, holder: str, keys: list[str]) -> None:
+        try:
+            await workflow.get_external_workflow_handle(holder).signal(SIGNAL_GRANTED_MANY, SlotGrants(keys=keys))
+        except FailureError:
+            workflow.logger.warning("run %s is gone; freeing its slots %s", holder, keys)
+            for key in keys:
+                self.release(SlotRelease(holder=holder, key=key))

@@ -32,6 +32,25 @@ class SlotTransfer(BaseModel):
     limit: int
 
 
+class SlotRequests(BaseModel):
+    """Signal ``acquire_many``: the ``acquire`` requests of one run's scheduling pass, in one signal."""
+
+    requests: list[SlotRequest]
+
+
+class SlotReleases(BaseModel):
+    """Signal ``release_many``: several job rounds of one run ended in one pass."""
+
+    holder: str
+    keys: list[str]
+
+
+class SlotGrants(BaseModel):
+    """Signal ``slots_granted`` to a run: every grant of one semaphore round for that run."""
+
+    keys: list[str]
+
+
 class SlotGrant(BaseModel):
     """Signal ``slot_granted`` to the run: the job may start its activity."""
 
