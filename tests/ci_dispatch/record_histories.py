@@ -1,8 +1,11 @@
 """Record the dispatch paths' histories for the replay test: ``python -m tests.ci_dispatch.record_histories``.
 
-A capped run (cap 2) of one independent job and a three-job chain: the tenant semaphore grants
-a round's slots in one task (``PATCH_BATCH_GRANTS``) and the chain's next job takes over its
-predecessor's slot (``PATCH_SLOT_HANDOFF``). Real processes (orchestration and CI worker with
+A capped run (cap 2) of one independent job and a three-job chain: the run asks for the slots
+of a pass in one signal (``PATCH_BATCHED_SLOT_SIGNALS``), the tenant semaphore grants a round's
+slots in one task and one signal per run (``PATCH_BATCH_GRANTS``, ``PATCH_GRANTS_PER_RUN``) and
+the chain's next job takes over its predecessor's slot (``PATCH_SLOT_HANDOFF``). Files written
+by earlier versions of this script (``run-capped_chain``, ``semaphore-chain_handoff``: before
+the batched signals) stay as the records of those versions. Real processes (orchestration and CI worker with
 bubblewrap) on a fresh dev server. Existing files are never overwritten (see
 ``tests/ci_core/record_histories.py``).
 """
@@ -66,7 +69,7 @@ async def main(out: Path) -> None:
                 return not sem.holders and not sem.pending and sem.transferred_total == 2
 
             await until("semaphore: chain handed over, every slot released", idle)
-            for name, handle in (("run-capped_chain", run), ("semaphore-chain_handoff", semaphore)):
+            for name, handle in (("run-capped_chain_batched", run), ("semaphore-batched_signals", semaphore)):
                 path = out / f"{name}.json"
                 if path.exists():
                     log.info("kept %s (exists)", path.name)

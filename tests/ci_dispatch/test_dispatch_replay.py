@@ -12,8 +12,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.ci_core.test_ci_replay import WORKFLOWS, load
-from workflows.ci.run import PATCH_SLOT_HANDOFF
-from workflows.ci.semaphore import PATCH_BATCH_GRANTS, SIGNAL_TRANSFER
+from workflows.ci.run import PATCH_BATCHED_SLOT_SIGNALS, PATCH_SLOT_HANDOFF
+from workflows.ci.semaphore import (
+    PATCH_BATCH_GRANTS,
+    PATCH_GRANTS_PER_RUN,
+    SIGNAL_ACQUIRE_MANY,
+    SIGNAL_GRANTED_MANY,
+    SIGNAL_TRANSFER,
+)
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORDED = sorted(HISTORIES.glob("*.json"))
@@ -28,16 +34,41 @@ def patches(path: Path) -> set[str]:
     return found
 
 
-def test_the_recordings_exercise_the_new_paths() -> None:
-    assert {p.stem for p in RECORDED} == {"run-capped_chain", "semaphore-chain_handoff"}
-    assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
-    assert PATCH_BATCH_GRANTS in patches(HISTORIES / "semaphore-chain_handoff.json")
-    signals = [
+def signals(path: Path) -> list[str]:
+    return [
         e.workflow_execution_signaled_event_attributes.signal_name
-        for e in load(HISTORIES / "semaphore-chain_handoff.json").events
+        for e in load(path).events
         if e.HasField("workflow_execution_signaled_event_attributes")
     ]
-    assert signals.count(SIGNAL_TRANSFER) == 2, signals
+
+
+def sent(path: Path) -> list[str]:
+    return [
+        e.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        for e in load(path).events
+        if e.HasField("signal_external_workflow_execution_initiated_event_attributes")
+    ]
+
+
+def test_the_recordings_exercise_the_new_paths() -> None:
+    assert {p.stem for p in RECORDED} == {
+        "run-capped_chain",
+        "semaphore-chain_handoff",
+        "run-capped_chain_batched",
+        "semaphore-batched_signals",
+    }
+    # Before the batched signals: hand-off and batched grants, one grant signal per key.
+    assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
+    assert PATCH_BATCHED_SLOT_SIGNALS not in patches(HISTORIES / "run-capped_chain.json")
+    assert PATCH_BATCH_GRANTS in patches(HISTORIES / "semaphore-chain_handoff.json")
+    assert signals(HISTORIES / "semaphore-chain_handoff.json").count(SIGNAL_TRANSFER) == 2
+    # With them: one acquire for the first pass's two jobs, one grant signal for both.
+    run = HISTORIES / "run-capped_chain_batched.json"
+    assert {PATCH_SLOT_HANDOFF, PATCH_BATCHED_SLOT_SIGNALS} <= patches(run)
+    assert sent(run).count(SIGNAL_ACQUIRE_MANY) == 1 and sent(run).count(SIGNAL_TRANSFER) == 2, sent(run)
+    assert signals(run).count(SIGNAL_GRANTED_MANY) == 1, signals(run)
+    semaphore = HISTORIES / "semaphore-batched_signals.json"
+    assert {PATCH_BATCH_GRANTS, PATCH_GRANTS_PER_RUN} <= patches(semaphore)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
