@@ -211,6 +211,9 @@ PATCH_SLOT_HANDOFF = "ci-slot-handoff"
 # Runs started after this change ask for the slots of one scheduling pass in one signal
 # (``acquire_many``) and give back the spare slots of one pass in one (``release_many``).
 PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
+# Runs started after this change schedule a chain's next job in the same task as the slot's
+# transfer (not after the transfer's signal is acknowledged); a release of that slot waits for it.
+PATCH_EAGER_HANDOFF = "ci-eager-handoff"
 
 
 @workflow.defn
@@ -272,6 +275,9 @@ class CIRunWorkflow:
         # Slot requests of this pass not yet sent, and the task that sends them in one signal.
         self._acquire_batch: list[SlotRequest] = []
         self._acquire_flush: asyncio.Task[None] | None = None
+        # Transfers not awaited by the job that inherited the slot, by the key they made held:
+        # anything that later sends that key (release, next transfer) waits for it first.
+        self._slot_moves: dict[str, asyncio.Task[None]] = {}
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
@@ -735,7 +741,13 @@ class CIRunWorkflow:
                 if outcome != GroupOutcome.GRANTED or key in self._preempted:
                     self._record_cancelled(job_id, round_, self._group_reason(group[0]))
                     return
-            if capped and inherited is not None:
+            if capped and inherited is not None and workflow.patched(PATCH_EAGER_HANDOFF):
+                # Held from now on: the semaphore hears of it before it hears of a release.
+                self._granted.add(key)
+                move = asyncio.create_task(self._send_transfer(job_id, inherited, key))
+                self._slot_moves[key] = move
+                self._releases.append(move)
+            elif capped and inherited is not None:
                 await self._inherit_slot(job_id, inherited, key)
             elif capped:
                 await self._acquire_slot(job_id, key)
@@ -828,6 +840,33 @@ class CIRunWorkflow:
             raise
         self._granted.add(key)
 
+    async def _send_transfer(self, job_id: str, spare: str, key: str) -> None:
+        """The eager hand-off's signal (the job already runs): after the one that made ``spare`` held."""
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
+        earlier = self._slot_moves.pop(spare, None)
+        if earlier is not None:
+            await earlier
+        move = SlotTransfer(
+            holder=workflow.info().workflow_id, from_key=spare, to_key=key, limit=inp.push.max_concurrent_jobs
+        )
+        try:
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(inp.push.tenant_id)).signal(
+                SIGNAL_TRANSFER, move
+            )
+        except FailureError:
+            # The semaphore was ended from outside (its holders with it): have a new one count
+            # this round, which is already running.
+            req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+            await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
+
+    async def _moved(self, keys: list[str]) -> None:
+        """Wait for the transfers that made ``keys`` held (a release must not overtake them)."""
+        for key in keys:
+            move = self._slot_moves.pop(key, None)
+            if move is not None:
+                await move
+
     def _release_spare_slots(self) -> None:
         """Slots no job of this pass took over go back to the tenant (in one signal)."""
         if len(self._spare_slots) > 1 and workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
@@ -837,6 +876,7 @@ class CIRunWorkflow:
             self._releases.append(asyncio.create_task(self._release_slot(self._spare_slots.pop(0))))
 
     async def _release_slots(self, keys: list[str]) -> None:
+        await self._moved(keys)
         try:
             await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.push.tenant_id)).signal(
                 SIGNAL_RELEASE_MANY, SlotReleases(holder=workflow.info().workflow_id, keys=keys)
@@ -845,6 +885,7 @@ class CIRunWorkflow:
             workflow.logger.warning("tenant semaphore gone; nothing to release for %s", keys)
 
     async def _release_slot(self, key: str) -> None:
+        await self._moved([key])
         try:
             await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.push.tenant_id)).signal(
                 SIGNAL_RELEASE, SlotRelease(holder=workflow.info().workflow_id, key=key)
