@@ -3,9 +3,11 @@
 A capped run (cap 2) of one independent job and a three-job chain: the run asks for the slots
 of a pass in one signal (``PATCH_BATCHED_SLOT_SIGNALS``), the tenant semaphore grants a round's
 slots in one task and one signal per run (``PATCH_BATCH_GRANTS``, ``PATCH_GRANTS_PER_RUN``) and
-the chain's next job takes over its predecessor's slot (``PATCH_SLOT_HANDOFF``). Files written
-by earlier versions of this script (``run-capped_chain``, ``semaphore-chain_handoff``: before
-the batched signals) stay as the records of those versions. Real processes (orchestration and CI worker with
+the chain's next job takes over its predecessor's slot (``PATCH_SLOT_HANDOFF``), scheduled in
+the same task as the transfer (``PATCH_EAGER_HANDOFF``). Files written by earlier versions of
+this script stay as the records of those versions: ``run-capped_chain`` and
+``semaphore-chain_handoff`` (before the batched signals), ``run-capped_chain_batched`` and
+``semaphore-batched_signals`` (before the eager hand-off). Real processes (orchestration and CI worker with
 bubblewrap) on a fresh dev server. Existing files are never overwritten (see
 ``tests/ci_core/record_histories.py``).
 """
@@ -69,7 +71,7 @@ async def main(out: Path) -> None:
                 return not sem.holders and not sem.pending and sem.transferred_total == 2
 
             await until("semaphore: chain handed over, every slot released", idle)
-            for name, handle in (("run-capped_chain_batched", run), ("semaphore-batched_signals", semaphore)):
+            for name, handle in (("run-capped_chain_eager", run), ("semaphore-eager_handoff", semaphore)):
                 path = out / f"{name}.json"
                 if path.exists():
                     log.info("kept %s (exists)", path.name)

@@ -12,7 +12,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.ci_core.test_ci_replay import WORKFLOWS, load
-from workflows.ci.run import PATCH_BATCHED_SLOT_SIGNALS, PATCH_SLOT_HANDOFF
+from workflows.ci.run import PATCH_BATCHED_SLOT_SIGNALS, PATCH_EAGER_HANDOFF, PATCH_SLOT_HANDOFF
 from workflows.ci.semaphore import (
     PATCH_BATCH_GRANTS,
     PATCH_GRANTS_PER_RUN,
@@ -20,6 +20,7 @@ from workflows.ci.semaphore import (
     SIGNAL_GRANTED_MANY,
     SIGNAL_TRANSFER,
 )
+from workflows.ci.types.job import ACTIVITY_RUN_JOB
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORDED = sorted(HISTORIES.glob("*.json"))
@@ -56,6 +57,8 @@ def test_the_recordings_exercise_the_new_paths() -> None:
         "semaphore-chain_handoff",
         "run-capped_chain_batched",
         "semaphore-batched_signals",
+        "run-capped_chain_eager",
+        "semaphore-eager_handoff",
     }
     # Before the batched signals: hand-off and batched grants, one grant signal per key.
     assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
@@ -67,8 +70,28 @@ def test_the_recordings_exercise_the_new_paths() -> None:
     assert {PATCH_SLOT_HANDOFF, PATCH_BATCHED_SLOT_SIGNALS} <= patches(run)
     assert sent(run).count(SIGNAL_ACQUIRE_MANY) == 1 and sent(run).count(SIGNAL_TRANSFER) == 2, sent(run)
     assert signals(run).count(SIGNAL_GRANTED_MANY) == 1, signals(run)
+    assert PATCH_EAGER_HANDOFF not in patches(run)
     semaphore = HISTORIES / "semaphore-batched_signals.json"
     assert {PATCH_BATCH_GRANTS, PATCH_GRANTS_PER_RUN} <= patches(semaphore)
+    # The eager hand-off: each transfer sent in the task that schedules the next job.
+    eager = HISTORIES / "run-capped_chain_eager.json"
+    assert {PATCH_SLOT_HANDOFF, PATCH_BATCHED_SLOT_SIGNALS, PATCH_EAGER_HANDOFF} <= patches(eager)
+    assert sent(eager).count(SIGNAL_TRANSFER) == 2, sent(eager)
+    events = load(eager).events
+    transfer_tasks = {
+        e.signal_external_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id
+        for e in events
+        if e.HasField("signal_external_workflow_execution_initiated_event_attributes")
+        and e.signal_external_workflow_execution_initiated_event_attributes.signal_name == SIGNAL_TRANSFER
+    }
+    job_tasks = {
+        e.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == ACTIVITY_RUN_JOB
+    }
+    assert transfer_tasks <= job_tasks, (transfer_tasks, job_tasks)
+    assert signals(HISTORIES / "semaphore-eager_handoff.json").count(SIGNAL_TRANSFER) == 2
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
