@@ -125,7 +125,10 @@ class Settings(BaseSettings):
     ci_cancel_grace_seconds: float = 5.0
     ci_retry_window_seconds: float = 3 * 24 * 3600.0
     # CI worker: concurrent jobs, per-process rlimits and workspace quota of the sandbox, logs.
-    ci_max_concurrent_jobs: int = 2
+    # Job slots per CI worker; None sizes them from the machine (``ci_job_slots``): CI jobs
+    # mostly wait on processes and I/O, so a worker runs ``ci_jobs_per_cpu`` per CPU.
+    ci_max_concurrent_jobs: int | None = None
+    ci_jobs_per_cpu: int = 4
     ci_job_memory_bytes: int = 4 << 30
     ci_job_max_processes: int = 1024
     ci_job_max_file_bytes: int = 1 << 30
@@ -359,6 +362,15 @@ class Settings(BaseSettings):
     @property
     def resolved_public_base_url(self) -> str:
         return (self.public_base_url or f"http://{self.api_host}:{self.api_port}").rstrip("/")
+
+    @property
+    def ci_job_slots(self) -> int:
+        """Concurrent jobs of one CI worker: ``ci_max_concurrent_jobs``, or sized from the CPUs
+        this process may use (never more than the job uid pool, one uid per running job)."""
+        if self.ci_max_concurrent_jobs is not None:
+            return max(1, self.ci_max_concurrent_jobs)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(2, min(cpus * max(1, self.ci_jobs_per_cpu), self.ci_sandbox_uid_count))
 
     def signing_key(self) -> bytes:
         """The key for local signed URLs: configured, or created once in the data dir."""

@@ -2,7 +2,8 @@
 
 One process serves two task queues: ``ci_queue(labels)`` (the jobs whose ``runs-on`` equals
 this worker's label set) and the control queue (git work for pushes: every CI worker holds
-mirrors). Job concurrency is ``ci_max_concurrent_jobs``; ``/metrics`` and ``/healthz`` come
+mirrors). Job concurrency is ``Settings.ci_job_slots`` (``ci_max_concurrent_jobs``, or sized
+from the machine's CPUs); ``/metrics`` and ``/healthz`` come
 from the shared health server.
 """
 
@@ -17,11 +18,12 @@ from functools import partial
 from temporalio.worker import Worker
 
 from activities.ci.actions import ActionSource
-from activities.ci.git import GitMirror
+from activities.ci.git import CopiedTree, GitMirror, WorkTree
 from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.listing import CIListingActivities, environment_rules
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
+from activities.ci.sandbox import SandboxError
 from activities.ci.secrets import ApiSecretSource
 from leasehold.client.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
@@ -31,6 +33,7 @@ from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
+from worker_ci.overlay import OverlayTree
 from worker_ci.sandbox import limits_from, make_sandbox
 from workflows.queues import ci_control_queue, ci_queue
 
@@ -51,6 +54,12 @@ async def serve(settings: Settings) -> None:
     ci_dir = settings.data_dir / "ci"
     mirror = GitMirror(ci_dir / "mirrors", ClonePolicy.from_settings(settings))
     actions = ActionSource.from_settings(settings, ci_dir / "action-mirrors")
+    worktree: WorkTree
+    try:
+        worktree = OverlayTree(ci_dir / "workspaces")
+    except SandboxError as exc:
+        log.warning("job checkouts are copies of the shared tree (no overlay): %s", exc)
+        worktree = CopiedTree()
     jobs = CIJobActivities(
         JobConfig(
             workspaces=ci_dir / "workspaces",
@@ -70,16 +79,18 @@ async def serve(settings: Settings) -> None:
         # The worker holds no secrets key: it trades each attempt's token at the API.
         ApiSecretSource(settings.resolved_api_internal_url),
         actions,
+        worktree,
     )
     listing = CIListingActivities(mirror, partial(environment_rules, db), actions, partial(assign_run_number, db))
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
+    slots = settings.ci_job_slots
     job_worker = Worker(
         client,
         task_queue=job_queue,
         activities=[jobs.run_job],
-        activity_executor=ThreadPoolExecutor(max_workers=settings.ci_max_concurrent_jobs, thread_name_prefix="ci-job"),
-        max_concurrent_activities=settings.ci_max_concurrent_jobs,
+        activity_executor=ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job"),
+        max_concurrent_activities=slots,
     )
     control_worker = Worker(
         client,
@@ -95,7 +106,14 @@ async def serve(settings: Settings) -> None:
     await ensure_reconcile_schedule(client, settings.queue_prefix, settings.ci_reconcile_interval_seconds)
     async with job_worker, control_worker:
         state["ready"] = True
-        log.info("ci worker (%s sandbox) polling %s and %s", sandbox.name, job_queue, control_worker.task_queue)
+        log.info(
+            "ci worker (%s sandbox, %s checkouts, %d job slots) polling %s and %s",
+            sandbox.name,
+            worktree.name,
+            slots,
+            job_queue,
+            control_worker.task_queue,
+        )
         await stop.wait()
         state["ready"] = False
         log.info("ci worker shutting down")

@@ -207,6 +207,10 @@ class _PopenProcess:
         assert self._proc.stdout is not None
         return self._proc.stdout
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def poll(self) -> int | None:
         return self._proc.poll()
 

@@ -12,11 +12,14 @@ gets SIGTERM, then SIGKILL after the grace period.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import hashlib
 import json
 import logging
 import os
 import platform
+import select
 import shutil
 import stat
 import threading
@@ -37,7 +40,7 @@ from activities.ci.action_steps import ActionRunner, SandboxRun
 from activities.ci.actions import ActionSource
 from activities.ci.cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
 from activities.ci.definitions import CIJobDefinition
-from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
+from activities.ci.git import CommitNotFound, CopiedTree, GitError, GitMirror, InvalidRequest, SharedTree, WorkTree
 from activities.ci.logs import LogShipper
 from activities.ci.masking import ADD_MASK, StreamMasker
 from activities.ci.run_records import RunRecords, TrustedRun, UntrustedRun
@@ -83,8 +86,13 @@ log = logging.getLogger(__name__)
 JOBS_TOTAL = Counter("leasehold_ci_jobs_total", "CI job attempts finished on this worker", ["status"])
 JOBS_RUNNING = Gauge("leasehold_ci_jobs_running", "CI job attempts running on this worker")
 
-POLL_SECONDS = 0.2
-HEARTBEAT_SECONDS = 1.0
+# The supervisor's timer: it heartbeats at this share of the heartbeat timeout (the SDK sends
+# at most one per 0.8 x timeout anyway), never more often than HEARTBEAT_MIN_SECONDS.
+HEARTBEAT_SHARE = 0.25
+HEARTBEAT_MIN_SECONDS = 1.0
+# How long the cancel watcher blocks on the activity's cancel event before it checks whether
+# its step is over (it wakes the supervisor at once on a cancel or a worker shutdown).
+CANCEL_WATCH_SECONDS = 0.5
 DISK_CHECK_SECONDS = 2.0
 MAX_OUTPUT_FILE_BYTES = 1 << 20
 # $GITHUB_STEP_SUMMARY: GitHub's cap per step (a larger one is dropped, with a warning), and
@@ -250,6 +258,28 @@ def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
     return io_dir
 
 
+def _open_pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (``None`` where pidfds are missing)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _watch_cancel(over: threading.Event, wake: int) -> None:
+    """Wake the supervisor (a byte on ``wake``) as soon as the activity is cancelled or the worker
+    shuts down; ends once the step is ``over``. Runs in a copy of the activity's context."""
+    try:
+        while not over.is_set():
+            activity.wait_for_cancelled_sync(CANCEL_WATCH_SECONDS)
+            if activity.is_cancelled() or activity.is_worker_shutdown():
+                with contextlib.suppress(OSError):
+                    os.write(wake, b"!")
+                return
+    finally:
+        os.close(wake)
+
+
 class CIJobActivities(CIJobDefinition):
     """Built once per CI worker with its sandbox, store, mirror and Temporal client."""
 
@@ -264,8 +294,11 @@ class CIJobActivities(CIJobDefinition):
         records: RunRecords,
         secrets: SecretSource | None = None,
         actions: ActionSource | None = None,
+        worktree: WorkTree | None = None,
     ) -> None:
         self._config = config
+        # How a job's work/ is made from its commit's shared tree (overlay where the worker can).
+        self._worktree: WorkTree = worktree or CopiedTree()
         # Where remote actions' code comes from (``None``: only local ``./path`` actions run).
         self._actions = actions
         self._records = records
@@ -342,6 +375,9 @@ class _Attempt:
         self.trusted = trusted
         # The host user the job's files belong to (set by the sandbox in ``_prepare``).
         self.owner: JobOwner | None = None
+        # The commit's shared tree under work/ (held from ``_prepare`` to the end of the attempt).
+        self.tree: SharedTree | None = None
+        self.tree_attached = False
         self.job = inp.job
         self.attempt = attempt
         self.prefix = attempt_log_prefix(trusted.tenant_id, inp.run_id, inp.job.id, attempt)
@@ -352,7 +388,10 @@ class _Attempt:
         self.process_seq = 0
         self.cancelled = False
         self.shutdown = False
-        self.last_heartbeat = 0.0
+        # The activity's start counts as its first sign of life: a job shorter than one heartbeat
+        # interval sends none (the server needs one only within the heartbeat timeout).
+        self.last_heartbeat = time.monotonic()
+        self.heartbeat_seconds = max(HEARTBEAT_MIN_SECONDS, inp.push.heartbeat_timeout_seconds * HEARTBEAT_SHARE)
         # Values of the secrets the job references (missing ones empty); they exist only in
         # this attempt's memory and sandbox, and the masker hides them from its log.
         self.secrets: dict[str, str] = {}
@@ -385,7 +424,7 @@ class _Attempt:
 
     def heartbeat(self, force: bool = False) -> None:
         now = time.monotonic()
-        if force or now - self.last_heartbeat >= HEARTBEAT_SECONDS:
+        if force or now - self.last_heartbeat >= self.heartbeat_seconds:
             self.last_heartbeat = now
             activity.heartbeat(
                 JobHeartbeat(attempt=self.attempt, step=self.step_index, log_next_seq=self.log.summary.next_seq)
@@ -423,6 +462,7 @@ class _Attempt:
             self.log.close(AttemptStatus.ERROR, None)
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
+            self._release_checkout()
             _remove_tree(self.root)
             if self.owner is not None:
                 self.o._sandbox.release(self.root)
@@ -505,16 +545,35 @@ class _Attempt:
     def _prepare(self) -> None:
         self.root.parent.mkdir(parents=True, exist_ok=True)
         self.owner = self.o._sandbox.prepare(self.root)
-        self.heartbeat(force=True)
+        self.heartbeat()
         inp = self.inp
-        mirror = self.o._mirror.ensure_commit(
+        # The commit's files come from a tree shared by its jobs on this host (extracted once),
+        # under a writable layer of this attempt's own: no git process per job.
+        self.tree = self.o._mirror.tree(
             self.trusted.repo_id, self.trusted.clone_url, inp.push.commit_sha, self.heartbeat
         )
-        self.o._mirror.archive(mirror, inp.push.commit_sha, self.root / "work", self.heartbeat)
+        try:
+            self.o._worktree.attach(self.tree.path, self.root / "work")
+        except OSError as exc:
+            raise SandboxError(f"cannot make the job's checkout: {exc}") from exc
+        self.tree_attached = True
         hand_over(self.root / "work", self.owner)
         # $GITHUB_EVENT_PATH: root's file in the read-only runner dir (the job reads it only).
         _write_new(self.root / "runner", "event.json", json.dumps(self._event()).encode(), None)
         self.log.line(f"[leasehold] checked out {inp.push.repo_full_name}@{inp.push.commit_sha}")
+
+    def _release_checkout(self) -> None:
+        """Take the shared tree out of work/ (no process of the job is left) and let it go."""
+        try:
+            if self.tree_attached:
+                self.o._worktree.detach(self.root / "work")
+                self.tree_attached = False
+        except OSError as exc:
+            log.warning("could not detach the checkout of %s: %s", self.root, exc)
+        finally:
+            if self.tree is not None:
+                self.tree.release()
+                self.tree = None
 
     def _store_summary(self) -> str | None:
         """Store the steps' summaries as one markdown object beside the log (masked with every
@@ -996,33 +1055,68 @@ class _Attempt:
         return run
 
     def _supervise(self, proc: SandboxProcess, deadline: float) -> _Stop:
-        """Pump output, heartbeat, and stop the tree on cancel, timeout, shutdown or disk quota."""
+        """Pump output, heartbeat, and stop the tree on cancel, timeout, shutdown or disk quota.
+
+        Blocks on the process (a pidfd), a wake pipe (the cancel watcher) and the next timer
+        (heartbeat, deadline, disk check, kill after the grace period): the step's end is seen
+        the moment it happens, and an idle step costs no wake-ups between timers."""
         stop = _Stop()
         reader = threading.Thread(target=self._pump, args=(proc,), daemon=True)
         reader.start()
         grace = self.inp.push.cancel_grace_seconds
         next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
         terminated_at: float | None = None
-        while proc.poll() is None:
-            time.sleep(POLL_SECONDS)
-            self.heartbeat()
-            now = time.monotonic()
-            if stop.reason is None:
-                if self.cancelled or self.shutdown:
-                    stop.reason, stop.message = AttemptStatus.CANCELLED, "cancelled"
-                elif now >= deadline:
-                    stop.reason, stop.message = AttemptStatus.TIMED_OUT, "timeout-minutes exceeded"
-                elif now >= next_disk_check:
-                    next_disk_check = now + DISK_CHECK_SECONDS
-                    if _disk_usage(self.root, self.o._config.disk_bytes) > self.o._config.disk_bytes:
-                        stop.reason = AttemptStatus.FAILURE
-                        stop.message = f"workspace exceeded {self.o._config.disk_bytes} bytes"
-                if stop.reason is not None:
-                    proc.terminate_tree()
-                    terminated_at = now
-            elif terminated_at is not None and now - terminated_at >= grace:
-                proc.kill_tree()
-                terminated_at = None
+        exit_fd = _open_pidfd(proc.pid)
+        wake_read, wake_write = os.pipe()
+        over = threading.Event()
+        # The activity's cancel and shutdown events live in its context: the watcher runs in a copy.
+        watcher = threading.Thread(
+            target=contextvars.copy_context().run, args=(_watch_cancel, over, wake_write), daemon=True
+        )
+        watcher.start()
+        watching = True
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                timers = [self.last_heartbeat + self.heartbeat_seconds]
+                if stop.reason is None:
+                    timers += [deadline, next_disk_check]
+                elif terminated_at is not None:
+                    timers.append(terminated_at + grace)
+                waiting = ([wake_read] if watching else []) + ([exit_fd] if exit_fd is not None else [])
+                # Without a pidfd (an old kernel) the exit is still seen within a short tick.
+                cap = None if exit_fd is not None else 0.05
+                timeout = max(0.0, min(timers) - now)
+                ready, _, _ = select.select(waiting, [], [], timeout if cap is None else min(timeout, cap))
+                if wake_read in ready and not os.read(wake_read, 64):
+                    # The watcher has said its piece and closed its end.
+                    watching = False
+                if proc.poll() is not None:
+                    break
+                self.heartbeat()
+                now = time.monotonic()
+                if stop.reason is None:
+                    if self.cancelled or self.shutdown:
+                        stop.reason, stop.message = AttemptStatus.CANCELLED, "cancelled"
+                    elif now >= deadline:
+                        stop.reason, stop.message = AttemptStatus.TIMED_OUT, "timeout-minutes exceeded"
+                    elif now >= next_disk_check:
+                        next_disk_check = now + DISK_CHECK_SECONDS
+                        if _disk_usage(self.root, self.o._config.disk_bytes) > self.o._config.disk_bytes:
+                            stop.reason = AttemptStatus.FAILURE
+                            stop.message = f"workspace exceeded {self.o._config.disk_bytes} bytes"
+                    if stop.reason is not None:
+                        proc.terminate_tree()
+                        terminated_at = now
+                elif terminated_at is not None and now - terminated_at >= grace:
+                    proc.kill_tree()
+                    terminated_at = None
+        finally:
+            over.set()
+            if exit_fd is not None:
+                os.close(exit_fd)
+            os.close(wake_read)
+            # The watcher owns the write end: it closes it when it sees ``over``.
         # The step's shell is gone: nothing of its tree may outlive it (background jobs).
         proc.kill_tree()
         reader.join(timeout=10)

@@ -54,6 +54,11 @@ class SandboxProcess(Protocol):
     def stdout(self) -> IO[bytes]:
         """Combined stdout and stderr."""
 
+    @property
+    def pid(self) -> int:
+        """Host pid of the process the worker started (its exit ends the step; the job
+        supervisor waits on it through a pidfd rather than polling)."""
+
     def poll(self) -> int | None:
         """Exit status, or ``None`` while running."""
 

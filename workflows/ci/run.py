@@ -133,8 +133,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.ci.semaphore import (
         SIGNAL_ACQUIRE,
+        SIGNAL_ACQUIRE_MANY,
         SIGNAL_GRANTED,
+        SIGNAL_GRANTED_MANY,
         SIGNAL_RELEASE,
+        SIGNAL_RELEASE_MANY,
+        SIGNAL_TRANSFER,
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
     )
@@ -166,7 +170,16 @@ with workflow.unsafe.imports_passed_through():
         RetryRejectedReason,
         RunStatus,
     )
-    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+    from workflows.ci.types.semaphore import (
+        SemaphoreState,
+        SlotGrant,
+        SlotGrants,
+        SlotRelease,
+        SlotReleases,
+        SlotRequest,
+        SlotRequests,
+        SlotTransfer,
+    )
     from workflows.ci.types.spec import ConcurrencySpec, JobSpec
     from workflows.queues import (
         CI_JOB_MAX_ATTEMPTS,
@@ -192,6 +205,15 @@ PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
 # Runs started after this change write their state to the read model (``ci_runs``, ``ci_jobs``,
 # ``ci_attempts``) at each transition; older histories replay without those activities.
 PATCH_READ_MODEL = "ci-read-model"
+# Runs started after this change hand the slot of a job round that ended to a job made ready in
+# the same pass (a chain's next job) instead of releasing it and asking the semaphore again.
+PATCH_SLOT_HANDOFF = "ci-slot-handoff"
+# Runs started after this change ask for the slots of one scheduling pass in one signal
+# (``acquire_many``) and give back the spare slots of one pass in one (``release_many``).
+PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
+# Runs started after this change schedule a chain's next job in the same task as the slot's
+# transfer (not after the transfer's signal is acknowledged); a release of that slot waits for it.
+PATCH_EAGER_HANDOFF = "ci-eager-handoff"
 
 
 @workflow.defn
@@ -247,6 +269,15 @@ class CIRunWorkflow:
         # Jobs told to stop waiting for a slot (the run was cancelled meanwhile).
         self._abort_wait: set[str] = set()
         self._releases: list[asyncio.Task[None]] = []
+        # Slots of job rounds that just ended, kept until the next scheduling pass: a job made
+        # ready by it inherits one (``SlotTransfer``); the rest are released after the pass.
+        self._spare_slots: list[str] = []
+        # Slot requests of this pass not yet sent, and the task that sends them in one signal.
+        self._acquire_batch: list[SlotRequest] = []
+        self._acquire_flush: asyncio.Task[None] | None = None
+        # Transfers not awaited by the job that inherited the slot, by the key they made held:
+        # anything that later sends that key (release, next transfer) waits for it first.
+        self._slot_moves: dict[str, asyncio.Task[None]] = {}
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
@@ -521,6 +552,7 @@ class CIRunWorkflow:
         while True:
             try:
                 self._schedule_ready()
+                self._release_spare_slots()
                 # A job awaiting approval keeps the run open until someone decides (or cancels).
                 if not self._tasks and not self._awaiting_approval():
                     return
@@ -627,7 +659,11 @@ class CIRunWorkflow:
             job_total=job.job_total,
             matrix_job_id=job.matrix_of,
         )
-        self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act))
+        inherited: str | None = None
+        if self._spare_slots and inp.push.max_concurrent_jobs is not None and job.job_id not in self._job_groups:
+            # Same condition as when the slot was kept (the patch's marker is already recorded).
+            inherited = self._spare_slots.pop(0)
+        self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act, inherited))
 
     def _specialise(self, job: JobState, spec: JobSpec) -> JobSpec:
         """The spec this job round runs: a combination as a job of its own (its id for log keys,
@@ -688,9 +724,12 @@ class CIRunWorkflow:
             else Priority(),
         )
 
-    async def _run_job(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
-        """One job round: a slot under the tenant's cap (when capped), the activity, the result;
-        the slot is released on every way out of here."""
+    async def _run_job(
+        self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput, inherited: str | None = None
+    ) -> None:
+        """One job round: a slot under the tenant's cap (when capped; ``inherited``: the slot of a
+        round of this run that just ended, handed over), the activity, the result; the slot is
+        released (or kept for the next scheduling pass to hand over) on every way out of here."""
         key = f"{job_id}#{round_}"
         capped = self._inp.push.max_concurrent_jobs is not None
         group = self._job_groups.get(job_id)
@@ -702,7 +741,15 @@ class CIRunWorkflow:
                 if outcome != GroupOutcome.GRANTED or key in self._preempted:
                     self._record_cancelled(job_id, round_, self._group_reason(group[0]))
                     return
-            if capped:
+            if capped and inherited is not None and workflow.patched(PATCH_EAGER_HANDOFF):
+                # Held from now on: the semaphore hears of it before it hears of a release.
+                self._granted.add(key)
+                move = asyncio.create_task(self._send_transfer(job_id, inherited, key))
+                self._slot_moves[key] = move
+                self._releases.append(move)
+            elif capped and inherited is not None:
+                await self._inherit_slot(job_id, inherited, key)
+            elif capped:
                 await self._acquire_slot(job_id, key)
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
@@ -719,8 +766,13 @@ class CIRunWorkflow:
             self._cancelling.discard(job_id)
             self._dirty = True
             if capped:
+                held = key in self._granted
                 self._granted.discard(key)
-                self._releases.append(asyncio.create_task(self._release_slot(key)))
+                if held and group is None and workflow.patched(PATCH_SLOT_HANDOFF):
+                    # Held until this pass of the scheduler: a job it makes ready takes it over.
+                    self._spare_slots.append(key)
+                else:
+                    self._releases.append(asyncio.create_task(self._release_slot(key)))
             if group is not None:
                 self._leave_group(group[0], key)
 
@@ -728,25 +780,112 @@ class CIRunWorkflow:
         inp = self._inp
         assert inp.push.max_concurrent_jobs is not None
         req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+        if workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
+            # Jobs started in one pass run their tasks one after the other before the flush
+            # task created by the first of them: it sends all their requests in one signal.
+            self._acquire_batch.append(req)
+            if self._acquire_flush is None:
+                self._acquire_flush = asyncio.create_task(self._flush_acquires())
+                self._releases.append(self._acquire_flush)
+            # Sent before waiting: a release of this key can never overtake its request.
+            await asyncio.shield(self._acquire_flush)
+        else:
+            await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
+        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+
+    async def _flush_acquires(self) -> None:
+        reqs, self._acquire_batch, self._acquire_flush = self._acquire_batch, [], None
+        await self._send_acquire(SIGNAL_ACQUIRE_MANY, SlotRequests(requests=reqs), reqs)
+
+    async def _send_acquire(self, signal: str, payload: SlotRequest | SlotRequests, reqs: list[SlotRequest]) -> None:
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
         sem_id = semaphore_workflow_id(inp.push.tenant_id)
         try:
-            await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
+            await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
         except FailureError:
-            # No semaphore yet (or it just rolled over): start it holding this request. It
+            # No semaphore yet (or it just rolled over): start it holding these requests. It
             # outlives this run; a concurrent start by another run makes us signal instead.
             try:
                 await workflow.start_child_workflow(
                     CITenantSemaphoreWorkflow.run,
-                    SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=[req]),
+                    SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=reqs),
                     id=sem_id,
                     task_queue=orchestration_queue(inp.push.queue_prefix),
                     parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 )
             except WorkflowAlreadyStartedError:
-                await workflow.get_external_workflow_handle(sem_id).signal(SIGNAL_ACQUIRE, req)
-        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+                await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
+
+    async def _inherit_slot(self, job_id: str, spare: str, key: str) -> None:
+        """Take over the slot ``spare`` holds: no grant to wait for, the count does not change."""
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
+        move = SlotTransfer(
+            holder=workflow.info().workflow_id, from_key=spare, to_key=key, limit=inp.push.max_concurrent_jobs
+        )
+        try:
+            # Awaited: the semaphore has the new key before this round can release it.
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(inp.push.tenant_id)).signal(
+                SIGNAL_TRANSFER, move
+            )
+        except FailureError:
+            # The semaphore is gone (it held our slot, so it was ended from outside): ask anew.
+            self._releases.append(asyncio.create_task(self._release_slot(spare)))
+            await self._acquire_slot(job_id, key)
+            return
+        except asyncio.CancelledError:
+            # Whether or not the transfer landed, releasing both keys leaves nothing held.
+            self._releases.append(asyncio.create_task(self._release_slot(spare)))
+            raise
+        self._granted.add(key)
+
+    async def _send_transfer(self, job_id: str, spare: str, key: str) -> None:
+        """The eager hand-off's signal (the job already runs): after the one that made ``spare`` held."""
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
+        earlier = self._slot_moves.pop(spare, None)
+        if earlier is not None:
+            await earlier
+        move = SlotTransfer(
+            holder=workflow.info().workflow_id, from_key=spare, to_key=key, limit=inp.push.max_concurrent_jobs
+        )
+        try:
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(inp.push.tenant_id)).signal(
+                SIGNAL_TRANSFER, move
+            )
+        except FailureError:
+            # The semaphore was ended from outside (its holders with it): have a new one count
+            # this round, which is already running.
+            req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+            await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
+
+    async def _moved(self, keys: list[str]) -> None:
+        """Wait for the transfers that made ``keys`` held (a release must not overtake them)."""
+        for key in keys:
+            move = self._slot_moves.pop(key, None)
+            if move is not None:
+                await move
+
+    def _release_spare_slots(self) -> None:
+        """Slots no job of this pass took over go back to the tenant (in one signal)."""
+        if len(self._spare_slots) > 1 and workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
+            keys, self._spare_slots = self._spare_slots, []
+            self._releases.append(asyncio.create_task(self._release_slots(keys)))
+        while self._spare_slots:
+            self._releases.append(asyncio.create_task(self._release_slot(self._spare_slots.pop(0))))
+
+    async def _release_slots(self, keys: list[str]) -> None:
+        await self._moved(keys)
+        try:
+            await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.push.tenant_id)).signal(
+                SIGNAL_RELEASE_MANY, SlotReleases(holder=workflow.info().workflow_id, keys=keys)
+            )
+        except FailureError:
+            workflow.logger.warning("tenant semaphore gone; nothing to release for %s", keys)
 
     async def _release_slot(self, key: str) -> None:
+        await self._moved([key])
         try:
             await workflow.get_external_workflow_handle(semaphore_workflow_id(self._inp.push.tenant_id)).signal(
                 SIGNAL_RELEASE, SlotRelease(holder=workflow.info().workflow_id, key=key)
@@ -758,6 +897,11 @@ class CIRunWorkflow:
     def slot_granted(self, grant: SlotGrant) -> None:
         """The tenant semaphore granted a slot to a job round."""
         self._granted.add(grant.key)
+
+    @workflow.signal(name=SIGNAL_GRANTED_MANY)
+    def slots_granted(self, grants: SlotGrants) -> None:
+        """The tenant semaphore granted slots to several job rounds of this run at once."""
+        self._granted.update(grants.keys)
 
     # Matrix jobs ----------------------------------------------------------------------------
 

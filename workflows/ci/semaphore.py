@@ -7,28 +7,63 @@ retried or failed): the release is in the ``finally`` of the run's job task, so 
 passes through it. Requests are granted first come, first served within the tenant; across
 tenants, the task queue's fairness keys do the sharing.
 
+Every free slot is granted in one workflow task: the grants of a round are signalled to their
+runs concurrently (one ``SignalExternalWorkflowExecution`` command each, all in the same task),
+so dispatch is bounded by worker slots, not by one signal round trip per grant; a run's grants
+of one round travel in one ``slots_granted`` signal, and a run asks for the slots of one
+scheduling pass (``acquire_many``) and gives back those of one pass (``release_many``) in one
+signal each. Histories
+recorded before that change (one grant signalled per task) replay through the
+``PATCH_BATCH_GRANTS`` branch. The cap stays exact: a slot is counted as held from the moment
+it is granted (``holders``), and only a ``release`` (or a run found gone) frees it.
+
+A run whose job round ends while its next job round becomes ready (a chain) may ``transfer``
+the slot to that round instead of releasing it and asking again: the holder's key changes, the
+count does not, and the chain's next job needs no grant. The slot then stays with the chain
+rather than going to the tenant's oldest waiter; it goes back on the first job round that ends
+with no successor ready.
+
 The workflow lives as long as the tenant uses CI and continues as new before its history
 grows large, carrying holders and waiters.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.ci.types.semaphore import SemaphoreState, SlotGrant, SlotRelease, SlotRequest
+    from workflows.ci.types.semaphore import (
+        SemaphoreState,
+        SlotGrant,
+        SlotGrants,
+        SlotRelease,
+        SlotReleases,
+        SlotRequest,
+        SlotRequests,
+        SlotTransfer,
+    )
 
 SEMAPHORE_PREFIX = "ci-tenant-sem:"
 SIGNAL_ACQUIRE = "acquire"
 SIGNAL_RELEASE = "release"
+SIGNAL_TRANSFER = "transfer"
+SIGNAL_ACQUIRE_MANY = "acquire_many"
+SIGNAL_RELEASE_MANY = "release_many"
+SIGNAL_GRANTED_MANY = "slots_granted"
 SIGNAL_GRANTED = "slot_granted"
 # Continue as new past this many history events (each grant costs a few).
 MAX_HISTORY_EVENTS = 2000
 # An idle semaphore still continues as new now and then, so its history stays short.
 IDLE_ROLLOVER = timedelta(hours=6)
+# Runs started after this change signal all grants of a round together (older ones: one by one).
+PATCH_BATCH_GRANTS = "ci-semaphore-batch-grants"
+# Semaphores started after this change send one ``slots_granted`` per run and round, holding
+# every key granted to that run, instead of one ``slot_granted`` per key.
+PATCH_GRANTS_PER_RUN = "ci-semaphore-grants-per-run"
 
 
 def semaphore_workflow_id(tenant_id: str) -> str:
@@ -63,6 +98,33 @@ class CITenantSemaphoreWorkflow:
             st.pending.append(req)
         self._dirty = True
 
+    @workflow.signal(name=SIGNAL_ACQUIRE_MANY)
+    def acquire_many(self, reqs: SlotRequests) -> None:
+        for req in reqs.requests:
+            self.acquire(req)
+
+    @workflow.signal(name=SIGNAL_RELEASE_MANY)
+    def release_many(self, rels: SlotReleases) -> None:
+        for key in rels.keys:
+            self.release(SlotRelease(holder=rels.holder, key=key))
+
+    @workflow.signal(name=SIGNAL_TRANSFER)
+    def transfer(self, move: SlotTransfer) -> None:
+        st = self._state
+        st.limit = max(1, move.limit)
+        for i, h in enumerate(st.holders):
+            if h.holder == move.holder and h.key == move.from_key:
+                st.holders[i] = SlotRequest(holder=move.holder, key=move.to_key, limit=move.limit)
+                st.transferred_total += 1
+                return
+        # Not held: only when this workflow lost its holders (ended from outside and started
+        # afresh). The run's job is already running: count it, so later grants see it.
+        workflow.logger.warning("transfer of %s by %s: slot not held; taking one", move.from_key, move.holder)
+        st.pending = [p for p in st.pending if not (p.holder == move.holder and p.key == move.to_key)]
+        st.holders.append(SlotRequest(holder=move.holder, key=move.to_key, limit=move.limit))
+        st.granted_total += 1
+        self._dirty = True
+
     @workflow.signal(name=SIGNAL_RELEASE)
     def release(self, rel: SlotRelease) -> None:
         st = self._state
@@ -72,12 +134,26 @@ class CITenantSemaphoreWorkflow:
 
     @workflow.run
     async def run(self, state: SemaphoreState) -> None:
+        batched = workflow.patched(PATCH_BATCH_GRANTS)
+        per_run = batched and workflow.patched(PATCH_GRANTS_PER_RUN)
         while True:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
             self._grant()
-            while self._notify:
-                await self._tell(self._notify.pop(0))
+            if per_run:
+                if self._notify:
+                    runs: dict[str, list[str]] = {}
+                    for req in self._notify:
+                        runs.setdefault(req.holder, []).append(req.key)
+                    self._notify = []
+                    await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
+            elif batched:
+                if self._notify:
+                    told, self._notify = self._notify, []
+                    await asyncio.gather(*(self._tell(req) for req in told))
+            else:
+                while self._notify:
+                    await self._tell(self._notify.pop(0))
             info = workflow.info()
             if info.get_current_history_length() > MAX_HISTORY_EVENTS or info.is_continue_as_new_suggested():
                 break
@@ -106,3 +182,11 @@ class CITenantSemaphoreWorkflow:
             # The run is gone (closed or terminated): its slot must not stay taken.
             workflow.logger.warning("run %s is gone; freeing its slot %s", req.holder, req.key)
             self.release(SlotRelease(holder=req.holder, key=req.key))
+
+    async def _tell_run(self, holder: str, keys: list[str]) -> None:
+        try:
+            await workflow.get_external_workflow_handle(holder).signal(SIGNAL_GRANTED_MANY, SlotGrants(keys=keys))
+        except FailureError:
+            workflow.logger.warning("run %s is gone; freeing its slots %s", holder, keys)
+            for key in keys:
+                self.release(SlotRelease(holder=holder, key=key))

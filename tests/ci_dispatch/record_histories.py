@@ -1,0 +1,91 @@
+"""Record the dispatch paths' histories for the replay test: ``python -m tests.ci_dispatch.record_histories``.
+
+A capped run (cap 2) of one independent job and a three-job chain: the run asks for the slots
+of a pass in one signal (``PATCH_BATCHED_SLOT_SIGNALS``), the tenant semaphore grants a round's
+slots in one task and one signal per run (``PATCH_BATCH_GRANTS``, ``PATCH_GRANTS_PER_RUN``) and
+the chain's next job takes over its predecessor's slot (``PATCH_SLOT_HANDOFF``), scheduled in
+the same task as the transfer (``PATCH_EAGER_HANDOFF``). Files written by earlier versions of
+this script stay as the records of those versions: ``run-capped_chain`` and
+``semaphore-chain_handoff`` (before the batched signals), ``run-capped_chain_batched`` and
+``semaphore-batched_signals`` (before the eager hand-off). Real processes (orchestration and CI worker with
+bubblewrap) on a fresh dev server. Existing files are never overwritten (see
+``tests/ci_core/record_histories.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from leasehold.testing.temporal import start_local_environment
+from tests.ci_core.conftest import engine_stack
+from tests.ci_core.record_histories import TENANT, WORKFLOW_PATH, push, run_handle, until
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
+from workflows.ci.types.run import RunStatus
+
+HISTORIES = Path(__file__).parent / "histories"
+
+CHAIN = """
+on: push
+jobs:
+  solo:
+    runs-on: linux
+    steps: [{run: echo solo; sleep 1}]
+  first:
+    runs-on: linux
+    steps: [{run: echo first}]
+  second:
+    needs: first
+    runs-on: linux
+    steps: [{run: echo second}]
+  third:
+    needs: second
+    runs-on: linux
+    steps: [{run: echo third}]
+"""
+
+log = logging.getLogger(__name__)
+
+
+async def main(out: Path) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    env = await start_local_environment()
+    extra = {"ci_retry_window_seconds": 2.0, "ci_reconcile_interval_seconds": 86400.0}
+    try:
+        with tempfile.TemporaryDirectory() as tmp, engine_stack(env, Path(tmp), **extra) as stack:
+            repo = stack.repo("chain")
+            _, state = await push(stack, repo, repo.commit({WORKFLOW_PATH: CHAIN}), max_concurrent_jobs=2)
+            run = run_handle(stack.client, state.runs[0].run_id)
+            assert (await run.result()).status == RunStatus.SUCCESS
+            semaphore = stack.client.get_workflow_handle_for(
+                CITenantSemaphoreWorkflow.run, semaphore_workflow_id(TENANT)
+            )
+
+            async def idle() -> bool:
+                sem = await semaphore.query(CITenantSemaphoreWorkflow.state)
+                return not sem.holders and not sem.pending and sem.transferred_total == 2
+
+            await until("semaphore: chain handed over, every slot released", idle)
+            for name, handle in (("run-capped_chain_eager", run), ("semaphore-eager_handoff", semaphore)):
+                path = out / f"{name}.json"
+                if path.exists():
+                    log.info("kept %s (exists)", path.name)
+                    continue
+                path.write_text((await handle.fetch_history()).to_json())
+                log.info("wrote %s", path.name)
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES
+    target.mkdir(parents=True, exist_ok=True)
+    asyncio.run(main(target))
+    logging.shutdown()
+    # As in tests/ci_core/record_histories.py: skip a teardown the Temporal core's threads can abort.
+    os._exit(0)
