@@ -79,7 +79,7 @@ from api.video.eta import (
     snapshot_to_json,
 )
 from api.video.memo import WORKFLOW_TYPE, JobMemo
-from api.video.open_jobs import OpenJob, open_jobs
+from api.video.open_jobs import JobFacts, OpenJob, open_jobs
 from api.video.views import Estimate, JobView, pending_generation
 from leasehold.gpu_classes import GpuClass
 from leasehold.records.video.capacity import completed_since, publish, published, try_lead
@@ -231,6 +231,8 @@ class CapacityTracker:
         # its last job and says nothing about whether it is still there.
         self._last_busy: dict[str, float] = {}
         self._recent: dict[str, _Recent] = {}
+        # What each pool's refreshes learnt of its open jobs' states (``open_jobs``).
+        self._facts: dict[str, dict[str, JobFacts]] = {}
         self._plans: dict[str, tuple[float, QueuePlan | None]] = {}
         self._exact: dict[str, tuple[tuple[float, frozenset[str]], QueuePlan | None]] = {}
         self._refreshed = asyncio.Event()
@@ -336,7 +338,11 @@ class CapacityTracker:
         # The model's open jobs on this pool's queue. Jobs of a deployment that had no classes
         # when they were submitted (no class) wait on ``video.<model>``, which no pool of a
         # classed deployment measures.
-        rows = [row for row in await asyncio.to_thread(open_jobs, self.db, spec) if row.gpu_class == pool.class_name]
+        rows = [
+            row
+            for row in await asyncio.to_thread(open_jobs, self.db, spec, self._facts.setdefault(model, {}))
+            if row.gpu_class == pool.class_name
+        ]
         open_ids = {row.job.job_id for row in rows}
         # Only generating jobs are described (their progress, worker and heartbeat are in the
         # engine alone): as many as there are workers, not as many as wait.
