@@ -263,6 +263,15 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
+def answer(args: Any, value: Any, show: Callable[[Any], None]) -> int:
+    """Print what the API answered: as JSON with ``--json``, else for people; exit OK."""
+    if args.json:
+        print_json(value)
+    else:
+        show(value)
+    return int(Exit.OK)
+
+
 def note(text: str) -> None:
     """A line for the person, on stderr (stdout stays the command's result); text from the API
     or a job cannot drive the terminal."""

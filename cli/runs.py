@@ -21,6 +21,7 @@ from cli.remote import (
     Exit,
     Reconnect,
     add_api_arguments,
+    answer,
     api_from,
     command,
     failure_of,
@@ -153,22 +154,14 @@ def _show_run(run: dict[str, Any]) -> None:
 def cmd_get(args: argparse.Namespace) -> int:
     api = api_from(args)
     run = api.call("GET", f"/v1/runs/{args.run}")
-    if args.json:
-        print_json(run)
-    else:
-        _show_run(run)
-    return int(Exit.OK)
+    return answer(args, run, _show_run)
 
 
 @command
 def cmd_cancel(args: argparse.Namespace) -> int:
     api = api_from(args)
     run = api.call("POST", f"/v1/runs/{args.run}/cancel")
-    if args.json:
-        print_json(run)
-    else:
-        _show_run(run)
-    return int(Exit.OK)
+    return answer(args, run, _show_run)
 
 
 @command

@@ -21,6 +21,7 @@ from cli.remote import (
     Exit,
     Reconnect,
     add_api_arguments,
+    answer,
     api_from,
     command,
     failure_of,
@@ -311,11 +312,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.watch:
         return _finish(api, args, args.video_id)
     video = api.call("GET", f"/v1/videos/{args.video_id}")
-    if args.json:
-        print_json(video)
-    else:
-        _show(video)
-    return int(Exit.OK)
+    return answer(args, video, _show)
 
 
 @command
@@ -355,11 +352,7 @@ def _short(text: str, limit: int = 48) -> str:
 def cmd_cancel(args: argparse.Namespace) -> int:
     api = api_from(args)
     video = api.call("POST", f"/v1/videos/{args.video_id}/cancel")
-    if args.json:
-        print_json(video)
-    else:
-        _show(video)
-    return int(Exit.OK)
+    return answer(args, video, _show)
 
 
 @command
