@@ -80,6 +80,10 @@ def model_stack(temporal_env, catalogue: Catalogue, tmp_path_factory: pytest.Tem
         models=[MODEL, PROCEDURAL],
         checkpoint_interval_seconds=1.0,
         video_heartbeat_timeout_seconds=5.0,
+        # A step of the tiny model at 64x64 (9 frames) takes at least 26 ms: on an idle host the
+        # whole 400-step job otherwise ended before a checkpoint could be seen and a worker
+        # killed. The floor changes no bytes (the reference video is computed unpaced).
+        video_step_pace_seconds_per_frame_megapixel=0.7,
     )
     settings.data_dir.mkdir(parents=True)
     init_database(settings.resolved_database_url)

@@ -19,7 +19,7 @@ def _procedural(spec: VideoModelSpec, device: str, threads: int, pace: float) ->
 def _wan(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
     from worker_gpu.models.diffusers_video import WanVideoModel
 
-    model = WanVideoModel(spec, device=device, threads=threads)
+    model = WanVideoModel(spec, device=device, threads=threads, pace_seconds_per_frame_megapixel=pace)
     model.load()
     return model
 
@@ -36,6 +36,6 @@ def load_model(spec: VideoModelSpec, device: str, threads: int, pace: float = 0.
     implementation of its family, ``FileNotFoundError`` when its weights are not there.
 
     ``pace``: seconds per frame-megapixel each sampler step takes at least (0: as fast as it
-    computes; the stand-in only); see ``Settings.video_step_pace_seconds_per_frame_megapixel``.
+    computes); see ``Settings.video_step_pace_seconds_per_frame_megapixel``.
     """
     return LOADERS[spec.family](spec, device, threads, pace)

@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,17 @@ class DiffusersState:
 class WanVideoModel:
     """A Wan 2.1 text-to-video pipeline from a catalogue entry; ``load`` once, then many jobs."""
 
-    def __init__(self, spec: VideoModelSpec, device: str = "auto", threads: int = 1) -> None:
+    def __init__(
+        self,
+        spec: VideoModelSpec,
+        device: str = "auto",
+        threads: int = 1,
+        pace_seconds_per_frame_megapixel: float = 0.0,
+    ) -> None:
         self.spec = spec
+        # As the stand-in's: a floor on each step's time (tests and benchmarks that need a job
+        # to last on a fast host); it changes no bytes.
+        self._pace = max(0.0, pace_seconds_per_frame_megapixel)
         self.name = spec.name
         self.device = resolve_device(device)
         self.dtype = _DTYPES[spec.dtype]
@@ -233,6 +243,15 @@ class WanVideoModel:
 
     @torch.no_grad()
     def step(self, state: DiffusersState) -> None:
+        began = time.perf_counter()
+        self._step(state)
+        if self._pace > 0:
+            job = state.job
+            rest = self._pace * job.frames * job.width * job.height / 1e6 - (time.perf_counter() - began)
+            if rest > 0:
+                time.sleep(rest)
+
+    def _step(self, state: DiffusersState) -> None:
         transformer = self.pipe.transformer
         t = state.scheduler.timesteps[state.step]
         latents_in = state.latents.to(transformer.dtype)
