@@ -59,7 +59,13 @@ def make_engine(url: str) -> Engine:
     and its file is owner-only."""
     if url.startswith("sqlite"):
         _private_sqlite_file(url)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        # A pool as large as the threads that query (the event loop's default executor, the
+        # capacity refresh, the projection): a connection beyond the pool is closed when it is
+        # returned, and a new one pays SQLite's schema parse and the pragmas below again, which
+        # cost more than the point query it was opened for.
+        engine = create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=16, max_overflow=16
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record):  # type: ignore[no-untyped-def]

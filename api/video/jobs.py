@@ -35,8 +35,7 @@ from api.video.submit import SubmitGate, VideoSubmission
 from api.video.views import JobView, row_view
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import record_deletion
-from leasehold.records.video.job_reads import CursorNotFound, owned_job, owned_page
-from leasehold.records.video.jobs import VideoJobRecord
+from leasehold.records.video.job_reads import CursorNotFound, JobRow, owned_job, owned_page
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
 from workflows.video import models as video_models
@@ -164,7 +163,7 @@ class VideoJobs:
     def _handle(self, job_id: str) -> WorkflowHandle:
         return self.client.get_workflow_handle(workflow_id(job_id))
 
-    async def _record(self, job_id: str) -> VideoJobRecord:
+    async def _record(self, job_id: str) -> JobRow:
         """The caller's row of ``job_id``; 404 if it is missing, deleted, or someone else's."""
         if not is_job_id(job_id):
             raise not_found("video")
@@ -177,7 +176,7 @@ class VideoJobs:
         """The caller's job ``job_id`` (404 if it is missing, deleted, or someone else's)."""
         return await self._view(await self._record(job_id))
 
-    async def _view(self, record: VideoJobRecord) -> JobView:
+    async def _view(self, record: JobRow) -> JobView:
         """The view of a row; a running job's live progress is added from the engine (cached)."""
         live = await self.live.of(record.job_id) if record.status == VideoStatus.IN_PROGRESS.value else None
         if live is not None and live.status is not None:

@@ -43,7 +43,7 @@ from activities.video.generation import GENERATE_VIDEO
 from api.schemas.video import Video, VideoError, VideoQueue
 from api.video.memo import JobMemo
 from leasehold.records.api_keys import Principal
-from leasehold.records.video.jobs import VideoJobRecord
+from leasehold.records.video.job_reads import JobRow
 from workflows.video.models import format_size
 from workflows.video.types import TERMINAL_STATUSES, GenerateProgress, VideoJobInput, VideoJobState, VideoStatus
 
@@ -218,7 +218,7 @@ DEFAULT_EXPIRES_AFTER_SECONDS: int = VideoJobInput.model_fields["expires_after_s
 FINISHING_PROGRESS = 99
 
 
-def memo_of_row(record: VideoJobRecord, state: VideoJobState) -> JobMemo:
+def memo_of_row(record: JobRow, state: VideoJobState) -> JobMemo:
     """What the job *is*, from its row: the request, its hash, when and how it was dispatched."""
     return JobMemo(
         **state.request.model_dump(),
@@ -231,7 +231,7 @@ def memo_of_row(record: VideoJobRecord, state: VideoJobState) -> JobMemo:
 
 
 def row_view(
-    record: VideoJobRecord,
+    record: JobRow,
     owner: Principal,
     execution_status: WorkflowExecutionStatus | None = None,
     generation: PendingGeneration | None = None,

