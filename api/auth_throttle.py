@@ -14,6 +14,7 @@ IPv6 clients are counted per /64, the block one subscriber usually holds.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import threading
@@ -25,8 +26,10 @@ from collections.abc import Callable
 MAX_TRACKED_CLIENTS = 10_000
 
 
+@functools.lru_cache(maxsize=4096)
 def client_key(host: str | None) -> str:
-    """The bucket an address counts in: the address itself, or its /64 for IPv6."""
+    """The bucket an address counts in: the address itself, or its /64 for IPv6 (asked on every
+    authenticated request, hence remembered for the addresses seen last)."""
     if not host:
         return "unknown"
     try:

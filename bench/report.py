@@ -7,6 +7,7 @@ import platform
 import statistics
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -28,6 +29,12 @@ def percentile(values: list[float], q: float) -> float:
     low = int(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ms(seconds: float) -> str:

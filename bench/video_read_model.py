@@ -35,7 +35,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench.report import Table, ms, percentile
+from bench.report import Table, ms, percentile, process_cpu_seconds
 from bench.submit_latency import FLOOR_QUEUE, FLOOR_WORKFLOW, _open_loop
 from leasehold.database import init_database
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
@@ -150,14 +150,16 @@ class _KeepAliveReader:
             self.stream[1].close()
 
 
-async def reads(base: str, key: str, job_ids: list[str], client: Client, seconds: float) -> Table:
+async def reads(base: str, key: str, job_ids: list[str], client: Client, seconds: float, api_pid: int) -> Table:
     table = Table(
         "Status reads, read model",
-        ["reader", "reads/s", "p50 ms", "p99 ms", "errors"],
+        ["reader", "reads/s", "p50 ms", "p99 ms", "errors", "API CPU ms/read"],
         notes=[
             f"{READERS} concurrent loops for {seconds:g} s each, over {len(job_ids)} queued jobs; "
             "API: GET /v1/videos/{id} from one API process, by httpx and by a bare keep-alive socket client "
             "(the clients share the host's cores with the API); raw: DescribeWorkflowExecution of the same jobs.",
+            "API CPU ms/read: the API process's CPU time (user + system) over the phase, per read; it does "
+            "not depend on the host's load as the rates do, and 1000 / it bounds one process's rate.",
         ],
     )
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
@@ -187,7 +189,9 @@ async def reads(base: str, key: str, job_ids: list[str], client: Client, seconds
             ("raw describe", raw),
         )
         for name, call in readers:
+            cpu_before = process_cpu_seconds(api_pid)
             latencies, errors = await _closed_loop(READERS, seconds, call)
+            api_cpu = (process_cpu_seconds(api_pid) - cpu_before) / max(1, len(latencies))
             table.rows.append(
                 [
                     name,
@@ -195,6 +199,7 @@ async def reads(base: str, key: str, job_ids: list[str], client: Client, seconds
                     ms(percentile(latencies, 0.5)),
                     ms(percentile(latencies, 0.99)),
                     str(errors),
+                    f"{api_cpu * 1000:.2f}" if name.startswith("API") else "-",
                 ]
             )
         for reader in lean:
@@ -336,7 +341,8 @@ async def main(args: argparse.Namespace) -> None:
                 proc.wait_healthy(120)
             keys = [create_key(db, f"submit-{i}", "user", "paid") for i in range(SUBMIT_USERS)]
             client = env.client
-            tables.append(await submits(base, keys, client, args.rates, args.seconds))
+            if "submits" in args.phases:
+                tables.append(await submits(base, keys, client, args.rates, args.seconds))
             # Status reads of jobs just submitted (queued: nobody generates).
             reader = create_key(db, "reader", "user", "paid")
             async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {reader}"}) as http:
@@ -346,17 +352,19 @@ async def main(args: argparse.Namespace) -> None:
                     response.raise_for_status()
                     ids.append(response.json()["id"])
             await asyncio.sleep(1.0)
-            tables.append(await reads(base, reader, ids, client, args.seconds))
-            print(tables[-1].text(), flush=True)
-            # Two API processes with the cap, on the same database.
-            first, first_base = start_api(settings, root / "api-1")
-            second_settings = settings.model_copy(update={"api_port": free_port()})
-            second, second_base = start_api(second_settings, root / "api-2")
-            procs += [first, second]
-            first.wait_healthy(120)
-            second.wait_healthy(120)
-            tables.append(await admission(settings, [first_base, second_base]))
-            print(tables[-1].text(), flush=True)
+            if "reads" in args.phases:
+                tables.append(await reads(base, reader, ids, client, args.seconds, api.pid))
+                print(tables[-1].text(), flush=True)
+            if "admission" in args.phases:
+                # Two API processes with the cap, on the same database.
+                first, first_base = start_api(settings, root / "api-1")
+                second_settings = settings.model_copy(update={"api_port": free_port()})
+                second, second_base = start_api(second_settings, root / "api-2")
+                procs += [first, second]
+                first.wait_healthy(120)
+                second.wait_healthy(120)
+                tables.append(await admission(settings, [first_base, second_base]))
+                print(tables[-1].text(), flush=True)
             for proc in procs:
                 proc.stop()
     finally:
@@ -376,6 +384,12 @@ def _parse() -> argparse.Namespace:
         "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[25.0, 50.0, 80.0], help="submit rates"
     )
     parser.add_argument("--database-url", default=None, help="the read model's database (default: SQLite)")
+    parser.add_argument(
+        "--phases",
+        type=lambda s: set(s.split(",")),
+        default={"submits", "reads", "admission"},
+        help="which phases to run, comma-separated (default: submits,reads,admission)",
+    )
     return parser.parse_args()
 
 
