@@ -59,12 +59,13 @@ def make_engine(url: str) -> Engine:
     and its file is owner-only."""
     if url.startswith("sqlite"):
         _private_sqlite_file(url)
-        # A pool as large as the threads that query (the event loop's default executor, the
-        # capacity refresh, the projection): a connection beyond the pool is closed when it is
-        # returned, and a new one pays SQLite's schema parse and the pragmas below again, which
-        # cost more than the point query it was opened for.
+        # A pool as large as the threads that query (the event loop's default executor, at most
+        # 32 threads, and the capacity refresh): a connection beyond the pool is closed when it
+        # is returned, and the next one pays SQLite's schema parse and the pragmas below again,
+        # which cost more than the point query it was opened for (status reads: 1.1 ms of CPU
+        # each with the default 5, 0.75 ms with enough).
         engine = create_engine(
-            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=16, max_overflow=16
+            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=32, max_overflow=16
         )
 
         @event.listens_for(engine, "connect")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol, cast
 
-from sqlalchemy import ColumnElement, Engine, Select, and_, bindparam, exists, or_, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import ColumnElement, Connection, Engine, Select, and_, bindparam, exists, or_, select
+from sqlalchemy.orm import sessionmaker
 
 from leasehold.records.video.deletions import VideoDeletion
 from leasehold.records.video.jobs import VideoJobRecord
@@ -39,6 +39,8 @@ class JobRow(Protocol):
     def fairness_key(self) -> str | None: ...
     @property
     def fairness_weight(self) -> float | None: ...
+    @property
+    def created_at(self) -> datetime: ...
 
 
 class CursorNotFound(LookupError):
@@ -55,8 +57,10 @@ def _owner_criteria() -> list[ColumnElement[bool]]:
     ]
 
 
-def _owned() -> Select[VideoJobRecord]:
-    return select(VideoJobRecord).where(*_owner_criteria())
+def _owned() -> Select[Any]:
+    """The owner's live rows, as plain columns (read on a connection: no session, no identity
+    map, no instance to build; through the ORM a status read cost 190 us of CPU, this way 75)."""
+    return select(*VideoJobRecord.__table__.columns).where(*_owner_criteria())
 
 
 # Built once: a status read is the hottest query of the API, and building the statement cost
@@ -64,38 +68,34 @@ def _owned() -> Select[VideoJobRecord]:
 _OWNED_JOB = _owned().where(VideoJobRecord.job_id == bindparam("job_id"))
 
 
-def _owned_job(session: Session, job_id: str, tenant_id: str, user_id: str) -> VideoJobRecord | None:
+def _owned_job(connection: Connection, job_id: str, tenant_id: str, user_id: str) -> JobRow | None:
     owner = {"job_id": job_id, "tenant_id": tenant_id, "user_id": user_id}
-    return session.scalars(_OWNED_JOB, owner).one_or_none()
+    return cast(JobRow | None, connection.execute(_OWNED_JOB, owner).one_or_none())
 
 
-# The same query for the status read, as plain columns on a connection: no session, no
-# identity map, no instance to build. Through the ORM the read cost 190 us of CPU; this way 75.
-_OWNED_JOB_ROW = select(*VideoJobRecord.__table__.columns).where(
-    *_owner_criteria(), VideoJobRecord.job_id == bindparam("job_id")
-)
+def _engine(factory: sessionmaker) -> Engine:
+    engine: Engine = factory.kw["bind"]
+    return engine
 
 
 def owned_job(factory: sessionmaker, job_id: str, tenant_id: str, user_id: str) -> JobRow | None:
     """The row of ``job_id`` if it belongs to this tenant's user and was not deleted."""
-    engine: Engine = factory.kw["bind"]
-    owner = {"job_id": job_id, "tenant_id": tenant_id, "user_id": user_id}
-    with engine.connect() as connection:
-        return cast(JobRow | None, connection.execute(_OWNED_JOB_ROW, owner).one_or_none())
+    with _engine(factory).connect() as connection:
+        return _owned_job(connection, job_id, tenant_id, user_id)
 
 
 def owned_page(
     factory: sessionmaker, tenant_id: str, user_id: str, after: str | None, limit: int, descending: bool
-) -> list[VideoJobRecord]:
+) -> list[JobRow]:
     """Up to ``limit + 1`` of the owner's rows by (created_at, job_id), after the job ``after``.
 
     One row more than asked tells the caller whether another page follows. Raises
     ``CursorNotFound`` when ``after`` is not the owner's job.
     """
-    with factory() as session:
+    with _engine(factory).connect() as connection:
         query = _owned()
         if after is not None:
-            cursor = _owned_job(session, after, tenant_id, user_id)
+            cursor = _owned_job(connection, after, tenant_id, user_id)
             if cursor is None:
                 raise CursorNotFound(after)
             query = query.where(_beyond(cursor.created_at, cursor.job_id, descending))
@@ -103,7 +103,8 @@ def owned_page(
             query = query.order_by(VideoJobRecord.created_at.desc(), VideoJobRecord.job_id.desc())
         else:
             query = query.order_by(VideoJobRecord.created_at.asc(), VideoJobRecord.job_id.asc())
-        return list(session.scalars(query.limit(limit + 1), {"tenant_id": tenant_id, "user_id": user_id}))
+        rows = connection.execute(query.limit(limit + 1), {"tenant_id": tenant_id, "user_id": user_id})
+        return cast(list[JobRow], list(rows))
 
 
 def _beyond(created_at: datetime, job_id: str, descending: bool) -> ColumnElement[bool]:
