@@ -61,7 +61,7 @@ from leasehold.storage import LocalObjectStore
 from leasehold.testing.temporal import start_local_environment
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from, make_sandbox
 from workflows.ci.run import CIRunWorkflow
-from workflows.ci.semaphore import CITenantSemaphoreWorkflow
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.job import ACTIVITY_RUN_JOB
 from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState
@@ -244,6 +244,35 @@ async def job_spans(client: Client, handle: WorkflowHandle[CIRunWorkflow, CIRunS
     return spans
 
 
+def event_kind(event: object) -> str:
+    """A history event's group for the per-job count: workflow tasks, the job activity, the
+    read-model projection, the attempt Update, signals sent and received, the rest."""
+    kind = event.WhichOneof("attributes") or "other"  # type: ignore[attr-defined]
+    if kind.startswith("workflow_task_"):
+        return "workflow task"
+    if kind.startswith("activity_task_"):
+        attrs = getattr(event, kind)
+        if kind == "activity_task_scheduled_event_attributes":
+            name = attrs.activity_type.name
+        else:
+            name = ""
+        return f"activity:{name}" if name else "activity (started/closed)"
+    if kind.startswith("workflow_execution_update_"):
+        return "update"
+    if "signal" in kind:
+        return "signal"
+    if "child_workflow" in kind:
+        return "child workflow"
+    return "other"
+
+
+async def count_events(client: Client, workflow_id: str, counts: dict[str, int]) -> None:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    for e in history.events:
+        kind = event_kind(e)
+        counts[kind] = counts.get(kind, 0) + 1
+
+
 def max_overlap(spans: list[tuple[float, float]]) -> int:
     edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
     best = now = 0
@@ -271,6 +300,9 @@ class Figures:
     raw_cpu: Cpu = field(default_factory=Cpu)
     dispatch_cpu: Cpu = field(default_factory=Cpu)
     loads: list[tuple[float, float, float]] = field(default_factory=list)
+    # History events of the dispatch round, by kind: the runs', and the tenant semaphores'.
+    run_events: dict[str, int] = field(default_factory=dict)
+    semaphore_events: dict[str, int] = field(default_factory=dict)
 
 
 class CIWorkers:
@@ -329,6 +361,8 @@ async def dispatch_round(client: Client, fig: Figures, workers: CIWorkers, url: 
     fig.dispatch_rate = len(jobs) / (last - started)
     for tenant, handle in zip(tenants, handles, strict=True):
         fig.cap_max[tenant] = max_overlap(await job_spans(client, handle))
+        await count_events(client, handle.id, fig.run_events)
+        await count_events(client, semaphore_workflow_id(tenant), fig.semaphore_events)
 
 
 async def chain_round(client: Client, fig: Figures, workers: CIWorkers, url: str, sha: str) -> None:
@@ -466,6 +500,16 @@ def report(fig: Figures) -> str:
             f"on {os.cpu_count()} idle CPUs that bounds the rate at {units * (os.cpu_count() or 1) / cpu.total:.0f}/s"
             if cpu.total
             else f"CPU {label}: not measured"
+        )
+    if fig.run_events:
+        jobs = fig.dispatch_jobs or 1
+        # Activity started/closed events belong to the activities scheduled beside them.
+        detail = ", ".join(
+            f"{kind} {n / jobs:.1f}" for kind, n in sorted(fig.run_events.items(), key=lambda kv: -kv[1])
+        )
+        lines.append(
+            f"engine events per job (dispatch round): runs {sum(fig.run_events.values()) / jobs:.1f} ({detail}); "
+            f"tenant semaphores {sum(fig.semaphore_events.values()) / jobs:.1f}"
         )
     if fig.loads:
         one = [load[0] for load in fig.loads]

@@ -70,9 +70,10 @@ at the attempt whose result was recorded. ``CI_IDEMPOTENCY_KEY = <run id>/<job i
 across attempts for external side effects.
 
 Read model: the state the ``state`` query answers is also written to SQL (``ci_runs``,
-``ci_jobs``, ``ci_attempts``) by a background ``SnapshotWriter``: one write in flight, the
-newest state each time, a final write before the workflow returns, so the API serves the run
-after the engine forgets it. No job ever waits on it.
+``ci_jobs``, ``ci_attempts``) by a background ``SnapshotWriter``: one write in flight, and
+while jobs run at most one per interval (0.5 s, or 50 ms per job up to 5 s: each write carries
+every job), the newest state each time, a final write before the workflow returns, so the API
+serves the run after the engine forgets it. No job ever waits on it.
 
 History bound: at most ``MAX_JOBS_PER_WORKFLOW`` jobs and ``CI_MAX_RETRIES_PER_RUN`` retries,
 each job round costing about ten events (and at most about 18 more for its read-model writes,
@@ -86,7 +87,7 @@ import asyncio
 import hashlib
 import json
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
@@ -214,6 +215,15 @@ PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
 # Runs started after this change schedule a chain's next job in the same task as the slot's
 # transfer (not after the transfer's signal is acknowledged); a release of that slot waits for it.
 PATCH_EAGER_HANDOFF = "ci-eager-handoff"
+# Runs started after this change space their read-model writes (``_pace_snapshot``): the changes
+# of that interval join one write instead of each write carrying the whole state again.
+PATCH_PACED_SNAPSHOTS = "ci-paced-snapshots"
+# The interval between the starts of two read-model writes of a running run: a write carries
+# the whole state (every job), so a larger run writes less often; its final state is written
+# at once. Status shown by the API trails the engine by at most this much while jobs run.
+SNAPSHOT_INTERVAL_MIN_SECONDS = 0.5
+SNAPSHOT_INTERVAL_PER_JOB_SECONDS = 0.05
+SNAPSHOT_INTERVAL_MAX_SECONDS = 5.0
 
 
 @workflow.defn
@@ -281,9 +291,14 @@ class CIRunWorkflow:
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
-            self._write_snapshot, f"run {inp.run_id}", lambda: current_snapshot_version(workflow.info())
+            self._write_snapshot,
+            f"run {inp.run_id}",
+            lambda: current_snapshot_version(workflow.info()),
+            pace=self._pace_snapshot,
         )
         self._projecting = False
+        self._paced_snapshots = False
+        self._last_snapshot_at: datetime | None = None
         # Matrix jobs: the evaluated strategy of each expanded one (rebuilt by replay).
         self._strategies: dict[str, ResolvedStrategy] = {}
         # Concurrency groups: member key -> job id ("" for the whole run), the group's answer,
@@ -495,6 +510,7 @@ class CIRunWorkflow:
     async def run(self, inp: CIRunInput) -> CIRunState:
         self._projecting = workflow.patched(PATCH_READ_MODEL)
         if self._projecting:
+            self._paced_snapshots = workflow.patched(PATCH_PACED_SNAPSHOTS)
             self._snapshots.start()
         workflow.upsert_search_attributes(
             [
@@ -541,6 +557,22 @@ class CIRunWorkflow:
             schedule_to_close_timeout=CI_PROJECTION_SCHEDULE_TO_CLOSE,
             retry_policy=CI_PROJECTION_RETRY,
         )
+
+    async def _pace_snapshot(self) -> None:
+        """Hold the next read-model write back until the run's interval since the last one has
+        passed (not when the run is closing: its final state goes out at once)."""
+        if self._paced_snapshots and self._last_snapshot_at is not None and not self._snapshots.closing:
+            interval = min(
+                SNAPSHOT_INTERVAL_MAX_SECONDS,
+                max(SNAPSHOT_INTERVAL_MIN_SECONDS, SNAPSHOT_INTERVAL_PER_JOB_SECONDS * len(self._state.jobs)),
+            )
+            wait = interval - (workflow.now() - self._last_snapshot_at).total_seconds()
+            if wait > 0:
+                try:
+                    await workflow.wait_condition(lambda: self._snapshots.closing, timeout=wait)
+                except TimeoutError:
+                    pass
+        self._last_snapshot_at = workflow.now()
 
     async def _close_snapshots(self) -> None:
         """Every way out of the run passes here: the read model gets the final state."""
