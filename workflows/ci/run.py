@@ -215,6 +215,11 @@ PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
 # Runs started after this change schedule a chain's next job in the same task as the slot's
 # transfer (not after the transfer's signal is acknowledged); a release of that slot waits for it.
 PATCH_EAGER_HANDOFF = "ci-eager-handoff"
+# Runs started after this change hand a spare slot (a job round of this run ended, no job was made
+# ready by it) to a job round of this run already waiting for a grant, instead of releasing the
+# slot and waiting for the semaphore to grant it back: one ``transfer`` signal instead of a
+# release, a grant and the task each wakes.
+PATCH_SPARE_TO_WAITING = "ci-spare-slot-to-waiting-job"
 # Runs started after this change space their read-model writes (``_pace_snapshot``): the changes
 # of that interval join one write instead of each write carrying the whole state again.
 PATCH_PACED_SNAPSHOTS = "ci-paced-snapshots"
@@ -288,6 +293,9 @@ class CIRunWorkflow:
         # Transfers not awaited by the job that inherited the slot, by the key they made held:
         # anything that later sends that key (release, next transfer) waits for it first.
         self._slot_moves: dict[str, asyncio.Task[None]] = {}
+        # Job rounds whose slot request the semaphore has acknowledged and that wait for its
+        # grant (key -> job id, oldest first): a spare slot of this run may go to them instead.
+        self._awaiting_grant: dict[str, str] = {}
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
@@ -823,7 +831,12 @@ class CIRunWorkflow:
             await asyncio.shield(self._acquire_flush)
         else:
             await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
-        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+        # Acknowledged: a transfer to this key reaches the semaphore after the request did.
+        self._awaiting_grant[key] = job_id
+        try:
+            await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+        finally:
+            self._awaiting_grant.pop(key, None)
 
     async def _flush_acquires(self) -> None:
         reqs, self._acquire_batch, self._acquire_flush = self._acquire_batch, [], None
@@ -900,7 +913,24 @@ class CIRunWorkflow:
                 await move
 
     def _release_spare_slots(self) -> None:
-        """Slots no job of this pass took over go back to the tenant (in one signal)."""
+        """Slots no job of this pass took over go to this run's job rounds waiting for a grant
+        (oldest first), and the rest back to the tenant (in one signal)."""
+        waiting = [
+            (key, job_id)
+            for key, job_id in self._awaiting_grant.items()
+            if key not in self._granted and job_id not in self._abort_wait
+        ]
+        if self._spare_slots and waiting and workflow.patched(PATCH_SPARE_TO_WAITING):
+            for key, job_id in waiting[: len(self._spare_slots)]:
+                spare = self._spare_slots.pop(0)
+                # Held from now on (the job's task wakes in this activation); the semaphore
+                # swaps the keys and drops the request, or, if it granted the request meanwhile,
+                # frees ``spare``: either way the count stays exact. A release of ``key`` waits
+                # for this signal (``_slot_moves``).
+                self._granted.add(key)
+                move = asyncio.create_task(self._send_transfer(job_id, spare, key))
+                self._slot_moves[key] = move
+                self._releases.append(move)
         if len(self._spare_slots) > 1 and workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
             keys, self._spare_slots = self._spare_slots, []
             self._releases.append(asyncio.create_task(self._release_slots(keys)))
