@@ -25,6 +25,12 @@ Printed, in order:
 5. **Small tenant**: a big tenant (uncapped) queues ``--behind`` jobs, then a small tenant
    starts one run of one job: the wait from its start to its job's start.
 
+6. **CPU and events per job**: CPU seconds of the dev server, of this process and of its
+   children per job of the dispatch round (beside the raw engine's per workflow), and the
+   history events per job of that round, by kind, from the runs' and the tenant semaphores'
+   histories (``--unsandboxed-workflows`` runs the CI workflows outside the SDK's workflow
+   sandbox, to show what it costs; production keeps the sandbox).
+
 Figures, never assertions; the CPU load seen during the run is printed with them.
 """
 
@@ -285,6 +291,7 @@ def max_overlap(spans: list[tuple[float, float]]) -> int:
 @dataclass
 class Figures:
     slots: int = 0
+    unsandboxed: bool = False
     sandbox: str = ""
     raw_rate: float = 0.0
     raw_chain: float = 0.0
@@ -308,7 +315,9 @@ class Figures:
 class CIWorkers:
     """The orchestration and CI workers of one round (fresh task queues each)."""
 
-    def __init__(self, client: Client, work: Path, url_root: Path, sandbox: Sandbox, slots: int) -> None:
+    def __init__(
+        self, client: Client, work: Path, url_root: Path, sandbox: Sandbox, slots: int, unsandboxed: bool = False
+    ) -> None:
         self.prefix = f"bench-{uuid.uuid4().hex[:6]}-"
         store = LocalObjectStore(work / "store", b"bench-signing-key", "http://127.0.0.1/")
         jobs = CIJobActivities(
@@ -326,6 +335,8 @@ class CIWorkers:
             task_queue=orchestration_queue(self.prefix),
             workflows=[CIRunWorkflow, CITenantSemaphoreWorkflow],
             activities=[projection.project_ci_run, projection.project_ci_push],
+            # The orchestrator runs workflows in the SDK's sandbox; the flag measures its cost.
+            **({"workflow_runner": UnsandboxedWorkflowRunner()} if unsandboxed else {}),
             activity_executor=ThreadPoolExecutor(max_workers=8),
             max_concurrent_workflow_tasks=8,
         )
@@ -419,7 +430,7 @@ async def sample_load(fig: Figures, stop: asyncio.Event) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> Figures:
-    fig = Figures(behind=args.behind)
+    fig = Figures(behind=args.behind, unsandboxed=args.unsandboxed_workflows)
     settings = Settings(ci_max_concurrent_jobs=args.slots)
     fig.slots = settings.ci_job_slots
     env = await start_local_environment()
@@ -441,7 +452,9 @@ async def main_async(args: argparse.Namespace) -> Figures:
             print(
                 f"raw engine: {fig.raw_rate:.1f} workflows/s; chain {fig.raw_chain * 1000:.0f} ms/activity", flush=True
             )
-            async with CIWorkers(env.client, root / "dispatch", root, sandbox, fig.slots) as workers:
+            async with CIWorkers(
+                env.client, root / "dispatch", root, sandbox, fig.slots, args.unsandboxed_workflows
+            ) as workers:
                 before = cpu_now(pid)
                 await dispatch_round(env.client, fig, workers, url, sha)
                 fig.dispatch_cpu = cpu_now(pid) - before
@@ -469,7 +482,8 @@ def report(fig: Figures) -> str:
     lines = [
         f"CI dispatch on one dev server ({os.cpu_count()} CPUs; CI worker: {fig.slots} job slots, "
         f"{fig.sandbox} sandbox)",
-        f"{'measure':<62} {'value':>14}   baseline",
+        f"{'measure':<62} {'value':>14}   baseline"
+        + ("\n(CI workflows OUTSIDE the SDK's workflow sandbox: --unsandboxed-workflows)" if fig.unsandboxed else ""),
         f"{'raw engine: workflows of 1 trivial activity, 400 at once':<62} {fig.raw_rate:>10.1f} /s   -",
         f"{'dispatch: 400 trivial jobs from 10 tenants (cap 8 each)':<62} {fig.dispatch_rate:>7.1f} jobs/s"
         f"   {ratio:.0%} of the raw engine; target >= 35 jobs/s or >= 80 %",
@@ -522,6 +536,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=None, help="CI worker job slots (default: sized from the CPUs)")
     parser.add_argument("--behind", type=int, default=BEHIND, help="jobs queued ahead of the small tenant (0: skip)")
     parser.add_argument("--sandbox", choices=["bubblewrap", "unsafe-process"], default="bubblewrap")
+    parser.add_argument(
+        "--unsandboxed-workflows",
+        action="store_true",
+        help="run the CI workflows outside the SDK's workflow sandbox (what the sandbox costs; not production)",
+    )
     return parser.parse_args(argv)
 
 
