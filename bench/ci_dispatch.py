@@ -53,6 +53,7 @@ from pathlib import Path
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
@@ -336,7 +337,7 @@ class CIWorkers:
             workflows=[CIRunWorkflow, CITenantSemaphoreWorkflow],
             activities=[projection.project_ci_run, projection.project_ci_push],
             # The orchestrator runs workflows in the SDK's sandbox; the flag measures its cost.
-            **({"workflow_runner": UnsandboxedWorkflowRunner()} if unsandboxed else {}),
+            workflow_runner=UnsandboxedWorkflowRunner() if unsandboxed else SandboxedWorkflowRunner(),
             activity_executor=ThreadPoolExecutor(max_workers=8),
             max_concurrent_workflow_tasks=8,
         )
