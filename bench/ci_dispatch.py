@@ -25,6 +25,12 @@ Printed, in order:
 5. **Small tenant**: a big tenant (uncapped) queues ``--behind`` jobs, then a small tenant
    starts one run of one job: the wait from its start to its job's start.
 
+6. **CPU and events per job**: CPU seconds of the dev server, of this process and of its
+   children per job of the dispatch round (beside the raw engine's per workflow), and the
+   history events per job of that round, by kind, from the runs' and the tenant semaphores'
+   histories (``--unsandboxed-workflows`` runs the CI workflows outside the SDK's workflow
+   sandbox, to show what it costs; production keeps the sandbox).
+
 Figures, never assertions; the CPU load seen during the run is printed with them.
 """
 
@@ -47,6 +53,7 @@ from pathlib import Path
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
@@ -61,7 +68,7 @@ from leasehold.storage import LocalObjectStore
 from leasehold.testing.temporal import start_local_environment
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from, make_sandbox
 from workflows.ci.run import CIRunWorkflow
-from workflows.ci.semaphore import CITenantSemaphoreWorkflow
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.job import ACTIVITY_RUN_JOB
 from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState
@@ -244,6 +251,35 @@ async def job_spans(client: Client, handle: WorkflowHandle[CIRunWorkflow, CIRunS
     return spans
 
 
+def event_kind(event: object) -> str:
+    """A history event's group for the per-job count: workflow tasks, the job activity, the
+    read-model projection, the attempt Update, signals sent and received, the rest."""
+    kind = event.WhichOneof("attributes") or "other"  # type: ignore[attr-defined]
+    if kind.startswith("workflow_task_"):
+        return "workflow task"
+    if kind.startswith("activity_task_"):
+        attrs = getattr(event, kind)
+        if kind == "activity_task_scheduled_event_attributes":
+            name = attrs.activity_type.name
+        else:
+            name = ""
+        return f"activity:{name}" if name else "activity (started/closed)"
+    if kind.startswith("workflow_execution_update_"):
+        return "update"
+    if "signal" in kind:
+        return "signal"
+    if "child_workflow" in kind:
+        return "child workflow"
+    return "other"
+
+
+async def count_events(client: Client, workflow_id: str, counts: dict[str, int]) -> None:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    for e in history.events:
+        kind = event_kind(e)
+        counts[kind] = counts.get(kind, 0) + 1
+
+
 def max_overlap(spans: list[tuple[float, float]]) -> int:
     edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
     best = now = 0
@@ -256,6 +292,7 @@ def max_overlap(spans: list[tuple[float, float]]) -> int:
 @dataclass
 class Figures:
     slots: int = 0
+    unsandboxed: bool = False
     sandbox: str = ""
     raw_rate: float = 0.0
     raw_chain: float = 0.0
@@ -271,12 +308,17 @@ class Figures:
     raw_cpu: Cpu = field(default_factory=Cpu)
     dispatch_cpu: Cpu = field(default_factory=Cpu)
     loads: list[tuple[float, float, float]] = field(default_factory=list)
+    # History events of the dispatch round, by kind: the runs', and the tenant semaphores'.
+    run_events: dict[str, int] = field(default_factory=dict)
+    semaphore_events: dict[str, int] = field(default_factory=dict)
 
 
 class CIWorkers:
     """The orchestration and CI workers of one round (fresh task queues each)."""
 
-    def __init__(self, client: Client, work: Path, url_root: Path, sandbox: Sandbox, slots: int) -> None:
+    def __init__(
+        self, client: Client, work: Path, url_root: Path, sandbox: Sandbox, slots: int, unsandboxed: bool = False
+    ) -> None:
         self.prefix = f"bench-{uuid.uuid4().hex[:6]}-"
         store = LocalObjectStore(work / "store", b"bench-signing-key", "http://127.0.0.1/")
         jobs = CIJobActivities(
@@ -294,6 +336,8 @@ class CIWorkers:
             task_queue=orchestration_queue(self.prefix),
             workflows=[CIRunWorkflow, CITenantSemaphoreWorkflow],
             activities=[projection.project_ci_run, projection.project_ci_push],
+            # The orchestrator runs workflows in the SDK's sandbox; the flag measures its cost.
+            workflow_runner=UnsandboxedWorkflowRunner() if unsandboxed else SandboxedWorkflowRunner(),
             activity_executor=ThreadPoolExecutor(max_workers=8),
             max_concurrent_workflow_tasks=8,
         )
@@ -329,6 +373,8 @@ async def dispatch_round(client: Client, fig: Figures, workers: CIWorkers, url: 
     fig.dispatch_rate = len(jobs) / (last - started)
     for tenant, handle in zip(tenants, handles, strict=True):
         fig.cap_max[tenant] = max_overlap(await job_spans(client, handle))
+        await count_events(client, handle.id, fig.run_events)
+        await count_events(client, semaphore_workflow_id(tenant), fig.semaphore_events)
 
 
 async def chain_round(client: Client, fig: Figures, workers: CIWorkers, url: str, sha: str) -> None:
@@ -385,7 +431,7 @@ async def sample_load(fig: Figures, stop: asyncio.Event) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> Figures:
-    fig = Figures(behind=args.behind)
+    fig = Figures(behind=args.behind, unsandboxed=args.unsandboxed_workflows)
     settings = Settings(ci_max_concurrent_jobs=args.slots)
     fig.slots = settings.ci_job_slots
     env = await start_local_environment()
@@ -407,7 +453,9 @@ async def main_async(args: argparse.Namespace) -> Figures:
             print(
                 f"raw engine: {fig.raw_rate:.1f} workflows/s; chain {fig.raw_chain * 1000:.0f} ms/activity", flush=True
             )
-            async with CIWorkers(env.client, root / "dispatch", root, sandbox, fig.slots) as workers:
+            async with CIWorkers(
+                env.client, root / "dispatch", root, sandbox, fig.slots, args.unsandboxed_workflows
+            ) as workers:
                 before = cpu_now(pid)
                 await dispatch_round(env.client, fig, workers, url, sha)
                 fig.dispatch_cpu = cpu_now(pid) - before
@@ -435,7 +483,8 @@ def report(fig: Figures) -> str:
     lines = [
         f"CI dispatch on one dev server ({os.cpu_count()} CPUs; CI worker: {fig.slots} job slots, "
         f"{fig.sandbox} sandbox)",
-        f"{'measure':<62} {'value':>14}   baseline",
+        f"{'measure':<62} {'value':>14}   baseline"
+        + ("\n(CI workflows OUTSIDE the SDK's workflow sandbox: --unsandboxed-workflows)" if fig.unsandboxed else ""),
         f"{'raw engine: workflows of 1 trivial activity, 400 at once':<62} {fig.raw_rate:>10.1f} /s   -",
         f"{'dispatch: 400 trivial jobs from 10 tenants (cap 8 each)':<62} {fig.dispatch_rate:>7.1f} jobs/s"
         f"   {ratio:.0%} of the raw engine; target >= 35 jobs/s or >= 80 %",
@@ -467,6 +516,16 @@ def report(fig: Figures) -> str:
             if cpu.total
             else f"CPU {label}: not measured"
         )
+    if fig.run_events:
+        jobs = fig.dispatch_jobs or 1
+        # Activity started/closed events belong to the activities scheduled beside them.
+        detail = ", ".join(
+            f"{kind} {n / jobs:.1f}" for kind, n in sorted(fig.run_events.items(), key=lambda kv: -kv[1])
+        )
+        lines.append(
+            f"engine events per job (dispatch round): runs {sum(fig.run_events.values()) / jobs:.1f} ({detail}); "
+            f"tenant semaphores {sum(fig.semaphore_events.values()) / jobs:.1f}"
+        )
     if fig.loads:
         one = [load[0] for load in fig.loads]
         lines.append(f"load average (1 min) during the run: min {min(one):.1f}, max {max(one):.1f} (shared machine)")
@@ -478,6 +537,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slots", type=int, default=None, help="CI worker job slots (default: sized from the CPUs)")
     parser.add_argument("--behind", type=int, default=BEHIND, help="jobs queued ahead of the small tenant (0: skip)")
     parser.add_argument("--sandbox", choices=["bubblewrap", "unsafe-process"], default="bubblewrap")
+    parser.add_argument(
+        "--unsandboxed-workflows",
+        action="store_true",
+        help="run the CI workflows outside the SDK's workflow sandbox (what the sandbox costs; not production)",
+    )
     return parser.parse_args(argv)
 
 

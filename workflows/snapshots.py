@@ -21,16 +21,30 @@ from temporalio.exceptions import ActivityError
 class SnapshotWriter:
     """Coalesces a workflow's state changes into read-model writes, one at a time."""
 
-    def __init__(self, write: Callable[[int], Awaitable[object]], what: str, version: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        write: Callable[[int], Awaitable[object]],
+        what: str,
+        version: Callable[[], int],
+        pace: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         # ``write(version)`` schedules the projection activity with the state as it is now;
-        # ``version()`` numbers it (it must grow within the execution).
+        # ``version()`` numbers it (it must grow within the execution). ``pace()``, awaited
+        # before each write once something changed, may hold the write back (a minimum interval)
+        # so the changes meanwhile join it; it must return at once when ``closing``.
         self._write = write
+        self._pace = pace
         self._version = version
         self._what = what
         self._changes = 0
         self._written = 0
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def closing(self) -> bool:
+        """``flush()`` was called: the last write goes out without pacing."""
+        return self._closing
 
     def changed(self) -> None:
         """The state moved on: the next write will carry it."""
@@ -59,6 +73,8 @@ class SnapshotWriter:
             await workflow.wait_condition(lambda: self._changes > self._written or self._closing)
             if self._changes == self._written:
                 return
+            if self._pace is not None:
+                await self._pace()
             target = self._changes
             try:
                 await self._write(self._version())

@@ -295,8 +295,11 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
         )
     else:
         in_group_queue = False
+        # Let in by its group (or it has none): what it asks for next is a slot.
+        admitted = not job.concurrency_group
         if job.concurrency_group:
             group = facts.groups.get(job.concurrency_group, UNAVAILABLE)
+            admitted = isinstance(group, GroupState) and _same(group.running, holder, key)
             if isinstance(group, GroupState) and _same(group.pending, holder, key):
                 in_group_queue = True
                 blockers.append(
@@ -313,13 +316,15 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
                 out.position, out.ahead = place + 1, place
                 blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place)))
             elif not in_group_queue and not any(h.holder == holder and h.key == key for h in sem.holders):
-                # Neither waiting nor holding: its request (or its grant) is in flight right now.
-                blockers.append(
-                    QueueBlockerOut(
-                        reason=QueueReason.STARTING,
-                        message=f"asking for a slot ({len(sem.holders)} of {sem.limit} slots of your tenant in use)",
-                    )
+                # Neither waiting nor holding: its request (or its grant) is in flight right now,
+                # to its concurrency group first when it has one that has not let it in yet.
+                in_use = f"{len(sem.holders)} of {sem.limit} slots of your tenant in use"
+                asking = (
+                    f"asking for a slot ({in_use})"
+                    if admitted
+                    else f"asking for its place in concurrency group {job.concurrency_group!r} ({in_use})"
                 )
+                blockers.append(QueueBlockerOut(reason=QueueReason.STARTING, message=asking))
             elif in_group_queue and len(sem.holders) >= sem.limit:
                 # It asks for a slot once its group lets it in; the cap is full meanwhile.
                 blockers.append(

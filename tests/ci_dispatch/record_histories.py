@@ -7,9 +7,15 @@ the chain's next job takes over its predecessor's slot (``PATCH_SLOT_HANDOFF``),
 the same task as the transfer (``PATCH_EAGER_HANDOFF``). Files written by earlier versions of
 this script stay as the records of those versions: ``run-capped_chain`` and
 ``semaphore-chain_handoff`` (before the batched signals), ``run-capped_chain_batched`` and
-``semaphore-batched_signals`` (before the eager hand-off). Real processes (orchestration and CI worker with
-bubblewrap) on a fresh dev server. Existing files are never overwritten (see
-``tests/ci_core/record_histories.py``).
+``semaphore-batched_signals`` (before the eager hand-off).
+
+Then a run of three independent jobs under a cap of one: the first job's slot goes on to the
+job rounds waiting for a grant (``PATCH_SPARE_TO_WAITING``: two transfers, one grant), its
+read-model writes paced (``PATCH_PACED_SNAPSHOTS``): ``run-spare_to_waiting`` and
+``semaphore-spare_to_waiting`` (the semaphore's whole history, both runs).
+
+Real processes (orchestration and CI worker with bubblewrap) on a fresh dev server. Existing
+files are never overwritten (see ``tests/ci_core/record_histories.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +54,30 @@ jobs:
     steps: [{run: echo third}]
 """
 
+SPARE = """
+on: push
+jobs:
+  a:
+    runs-on: linux
+    steps: [{run: echo a}]
+  b:
+    runs-on: linux
+    steps: [{run: echo b}]
+  c:
+    runs-on: linux
+    steps: [{run: echo c}]
+"""
+
 log = logging.getLogger(__name__)
+
+
+async def keep(out: Path, name: str, handle: object) -> None:
+    path = out / f"{name}.json"
+    if path.exists():
+        log.info("kept %s (exists)", path.name)
+        return
+    path.write_text((await handle.fetch_history()).to_json())  # type: ignore[attr-defined]
+    log.info("wrote %s", path.name)
 
 
 async def main(out: Path) -> None:
@@ -72,12 +101,20 @@ async def main(out: Path) -> None:
 
             await until("semaphore: chain handed over, every slot released", idle)
             for name, handle in (("run-capped_chain_eager", run), ("semaphore-eager_handoff", semaphore)):
-                path = out / f"{name}.json"
-                if path.exists():
-                    log.info("kept %s (exists)", path.name)
-                    continue
-                path.write_text((await handle.fetch_history()).to_json())
-                log.info("wrote %s", path.name)
+                await keep(out, name, handle)
+
+            spare = stack.repo("spare")
+            _, state = await push(stack, spare, spare.commit({WORKFLOW_PATH: SPARE}), max_concurrent_jobs=1)
+            run = run_handle(stack.client, state.runs[0].run_id)
+            assert (await run.result()).status == RunStatus.SUCCESS
+
+            async def handed_on() -> bool:
+                sem = await semaphore.query(CITenantSemaphoreWorkflow.state)
+                return not sem.holders and not sem.pending and sem.transferred_total == 2 + 2
+
+            await until("semaphore: the spare slot handed to the waiting jobs, released", handed_on)
+            await keep(out, "run-spare_to_waiting", run)
+            await keep(out, "semaphore-spare_to_waiting", semaphore)
     finally:
         await env.shutdown()
 

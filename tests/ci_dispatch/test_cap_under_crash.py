@@ -1,6 +1,6 @@
-"""The tenant cap with batched grants and chain hand-offs, under a CI worker killed with kill -9
-mid-burst: never more of the tenant's jobs at once than its cap (counted from the run
-histories), every job ends, and every slot comes back.
+"""The tenant cap with batched grants, chain hand-offs and spare slots handed to waiting jobs,
+under a CI worker killed with kill -9 mid-burst: never more of the tenant's jobs at once than
+its cap (counted from the run histories), every job ends, and every slot comes back.
 
 Real processes on the session's dev server: an orchestration worker and two CI workers (real
 bubblewrap) serving the same label; one of them is SIGKILLed while it runs jobs of the burst.
@@ -147,7 +147,10 @@ async def test_cap_holds_when_a_worker_is_killed_mid_burst(dispatch_stack: CISta
             break
         await asyncio.sleep(0.3)
     assert state is not None and state.holders == [] and state.pending == [], state
-    # Each chain's next job took over its predecessor's slot (c0 -> c1 -> c2, twice)...
-    assert state.transferred_total == 2 * 2, state
-    # ...and every other job round was granted one (the retried attempts keep their round's).
-    assert state.granted_total == 2 * (8 + 1), state
+    # Every job round got its slot exactly once (the retried attempts keep their round's): a
+    # grant, or a transfer from a round of its run that ended (a chain's next job, c0 -> c1 ->
+    # c2 twice at least, or a job that waited for a grant while its run had a slot to spare).
+    assert state.granted_total + state.transferred_total == 2 * 11, state
+    assert state.transferred_total >= 2 * 2, state
+    # A run of 11 jobs under a cap of 3 asks for at least its first share of slots.
+    assert state.granted_total >= 3, state

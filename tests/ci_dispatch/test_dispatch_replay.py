@@ -12,7 +12,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.ci_core.test_ci_replay import WORKFLOWS, load
-from workflows.ci.run import PATCH_BATCHED_SLOT_SIGNALS, PATCH_EAGER_HANDOFF, PATCH_SLOT_HANDOFF
+from workflows.ci.run import (
+    PATCH_BATCHED_SLOT_SIGNALS,
+    PATCH_EAGER_HANDOFF,
+    PATCH_PACED_SNAPSHOTS,
+    PATCH_SLOT_HANDOFF,
+    PATCH_SPARE_TO_WAITING,
+)
 from workflows.ci.semaphore import (
     PATCH_BATCH_GRANTS,
     PATCH_GRANTS_PER_RUN,
@@ -59,6 +65,8 @@ def test_the_recordings_exercise_the_new_paths() -> None:
         "semaphore-batched_signals",
         "run-capped_chain_eager",
         "semaphore-eager_handoff",
+        "run-spare_to_waiting",
+        "semaphore-spare_to_waiting",
     }
     # Before the batched signals: hand-off and batched grants, one grant signal per key.
     assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
@@ -92,6 +100,13 @@ def test_the_recordings_exercise_the_new_paths() -> None:
     }
     assert transfer_tasks <= job_tasks, (transfer_tasks, job_tasks)
     assert signals(HISTORIES / "semaphore-eager_handoff.json").count(SIGNAL_TRANSFER) == 2
+    # Three jobs under a cap of one: one grant, then the slot handed on to the two that waited;
+    # the read-model writes paced.
+    spare = HISTORIES / "run-spare_to_waiting.json"
+    assert {PATCH_SPARE_TO_WAITING, PATCH_PACED_SNAPSHOTS} <= patches(spare)
+    assert sent(spare).count(SIGNAL_ACQUIRE_MANY) == 1 and sent(spare).count(SIGNAL_TRANSFER) == 2, sent(spare)
+    assert signals(spare).count(SIGNAL_GRANTED_MANY) == 1, signals(spare)
+    assert signals(HISTORIES / "semaphore-spare_to_waiting.json").count(SIGNAL_TRANSFER) == 2 + 2
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])

@@ -67,11 +67,18 @@ def test_job_in_a_concurrency_group_behind_another_run_then_the_full_cap() -> No
     assert out.position is None and (out.slots_in_use, out.slot_limit) == (2, 2)
     assert out.concurrency_group == "prod"
 
-    # Let in by its group, its slot request not seen by the semaphore yet: in flight.
+    # Its request to the group not seen by the group yet: in flight, to the group.
+    facts.groups["prod"] = GroupState(
+        tenant_id="t1", group="prod", running=GroupRequest(holder=run_workflow_id(OTHER), key="deploy#0")
+    )
+    out = explain_job(state, deploy, facts, NOW)
+    assert reasons(out) == ["starting"] and out.message.startswith("asking for its place in concurrency group 'prod'")
+    # Let in by its group, its slot request not seen by the semaphore yet: in flight, for a slot.
     facts.groups["prod"] = GroupState(
         tenant_id="t1", group="prod", running=GroupRequest(holder=run_workflow_id(RUN), key="deploy#0")
     )
-    assert reasons(explain_job(state, deploy, facts, NOW)) == ["starting"]
+    out = explain_job(state, deploy, facts, NOW)
+    assert reasons(out) == ["starting"] and out.message == "asking for a slot (2 of 2 slots of your tenant in use)"
     # Holding a slot, only a worker is left.
     assert isinstance(facts.semaphore, SemaphoreState)
     facts.semaphore.holders[1] = SlotRequest(holder=run_workflow_id(RUN), key="deploy#0", limit=2)

@@ -129,15 +129,6 @@ def test_capped_tenant_and_unserved_labels(queue_stack: CIStack) -> None:
     assert wait_run(capped, second.run_id)["status"] == "cancelled"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known intermittent defect (issue 18, open): with the batched slot requests, the two "
-        "members of a concurrency group are sometimes both explained as 'starting' (neither found "
-        "waiting in the group nor holding a slot) instead of one 'no_worker' and one "
-        "'concurrency_group'; seen in about one run in three of this package"
-    ),
-)
 def test_approval_needs_and_worker_explanations(queue_stack: CIStack) -> None:
     tenant = queue_stack.new_tenant()
 
@@ -147,18 +138,24 @@ def test_approval_needs_and_worker_explanations(queue_stack: CIStack) -> None:
 
     pushed = push_workflow(queue_stack, GATED, client=tenant, before_push=protect)
     try:
-        run = wait_for(
-            "the run's jobs to wait",
-            lambda: (
-                (r := get_run(tenant, pushed.run_id))
-                and job(r, "deploy")["status"] == "awaiting_approval"
-                and job(r, "nowhere")["status"] == "queued"
-                and (job(r, "nowhere")["queue"] or {}).get("reason") == "no_worker"
-                and {(job(r, j)["queue"] or {}).get("reason") for j in ("first", "second")}
-                == {"no_worker", "concurrency_group"}
-                and r
-            ),
-        )
+        try:
+            run = wait_for(
+                "the run's jobs to wait",
+                lambda: (
+                    (r := get_run(tenant, pushed.run_id))
+                    and job(r, "deploy")["status"] == "awaiting_approval"
+                    and job(r, "nowhere")["status"] == "queued"
+                    and (job(r, "nowhere")["queue"] or {}).get("reason") == "no_worker"
+                    and {(job(r, j)["queue"] or {}).get("reason") for j in ("first", "second")}
+                    == {"no_worker", "concurrency_group"}
+                    and r
+                ),
+            )
+        except AssertionError as exc:
+            # Say where each job stood, not only that the wait ran out.
+            r = get_run(tenant, pushed.run_id)
+            seen = {j["id"]: (j["status"], j.get("error"), reasons(j)) for j in r["jobs"]}
+            raise AssertionError(f"{exc}; jobs: {seen}") from None
         deploy, after, nowhere = job(run, "deploy"), job(run, "after"), job(run, "nowhere")
         assert reasons(deploy) == ["approval", "no_worker"]
         assert "'Production'" in deploy["queue"]["message"] and deploy["queue"]["environment"] == "Production"

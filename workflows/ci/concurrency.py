@@ -36,6 +36,11 @@ MAX_HISTORY_EVENTS = 2000
 IDLE_EXIT = timedelta(hours=1)
 # Longest group name kept (GitHub's own limit is 400 characters).
 MAX_GROUP_CHARS = 400
+# Groups that run this change grant a pending member of a free group before they take a new
+# request. Signals are applied before the run method's first step, so a request delivered in
+# the group's first workflow task found the member it was started with still pending (the group
+# free) and superseded it; older histories replay that way.
+PATCH_GRANT_BEFORE_ACQUIRE = "ci-group-grant-before-acquire"
 
 
 def group_workflow_id(tenant_id: str, group: str) -> str:
@@ -65,9 +70,21 @@ class CIConcurrencyGroupWorkflow:
     def _tell(self, req: GroupRequest, outcome: GroupOutcome) -> None:
         self._notify.append((req.holder, GroupNotice(key=req.key, outcome=outcome, group=self._state.group)))
 
+    def _grant_pending(self) -> None:
+        """The group is free and a member waits: it runs now."""
+        st = self._state
+        if st.running is None and st.pending is not None:
+            st.running, st.pending = st.pending, None
+            st.granted_total += 1
+            self._tell(st.running, GroupOutcome.GRANTED)
+
     @workflow.signal(name=SIGNAL_GROUP_ACQUIRE)
     def acquire(self, req: GroupRequest) -> None:
         st = self._state
+        if st.running is None and st.pending is not None and workflow.patched(PATCH_GRANT_BEFORE_ACQUIRE):
+            # A free group with a waiter is a waiter not granted yet (the run loop has not had
+            # its turn): it came first, so it runs, and this request waits behind it.
+            self._grant_pending()
         if _same(st.running, req.holder, req.key):
             # A repeated request (a signal delivered again): tell it again.
             self._tell(req, GroupOutcome.GRANTED)
@@ -92,11 +109,7 @@ class CIConcurrencyGroupWorkflow:
     async def run(self, state: GroupState) -> None:
         while True:
             self._dirty = False
-            st = self._state
-            if st.running is None and st.pending is not None:
-                st.running, st.pending = st.pending, None
-                st.granted_total += 1
-                self._tell(st.running, GroupOutcome.GRANTED)
+            self._grant_pending()
             while self._notify:
                 await self._send(*self._notify.pop(0))
             info = workflow.info()

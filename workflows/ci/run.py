@@ -70,9 +70,10 @@ at the attempt whose result was recorded. ``CI_IDEMPOTENCY_KEY = <run id>/<job i
 across attempts for external side effects.
 
 Read model: the state the ``state`` query answers is also written to SQL (``ci_runs``,
-``ci_jobs``, ``ci_attempts``) by a background ``SnapshotWriter``: one write in flight, the
-newest state each time, a final write before the workflow returns, so the API serves the run
-after the engine forgets it. No job ever waits on it.
+``ci_jobs``, ``ci_attempts``) by a background ``SnapshotWriter``: one write in flight, and
+while jobs run at most one per interval (0.5 s, or 50 ms per job up to 5 s: each write carries
+every job), the newest state each time, a final write before the workflow returns, so the API
+serves the run after the engine forgets it. No job ever waits on it.
 
 History bound: at most ``MAX_JOBS_PER_WORKFLOW`` jobs and ``CI_MAX_RETRIES_PER_RUN`` retries,
 each job round costing about ten events (and at most about 18 more for its read-model writes,
@@ -86,7 +87,7 @@ import asyncio
 import hashlib
 import json
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
@@ -214,6 +215,20 @@ PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
 # Runs started after this change schedule a chain's next job in the same task as the slot's
 # transfer (not after the transfer's signal is acknowledged); a release of that slot waits for it.
 PATCH_EAGER_HANDOFF = "ci-eager-handoff"
+# Runs started after this change hand a spare slot (a job round of this run ended, no job was made
+# ready by it) to a job round of this run already waiting for a grant, instead of releasing the
+# slot and waiting for the semaphore to grant it back: one ``transfer`` signal instead of a
+# release, a grant and the task each wakes.
+PATCH_SPARE_TO_WAITING = "ci-spare-slot-to-waiting-job"
+# Runs started after this change space their read-model writes (``_pace_snapshot``): the changes
+# of that interval join one write instead of each write carrying the whole state again.
+PATCH_PACED_SNAPSHOTS = "ci-paced-snapshots"
+# The interval between the starts of two read-model writes of a running run: a write carries
+# the whole state (every job), so a larger run writes less often; its final state is written
+# at once. Status shown by the API trails the engine by at most this much while jobs run.
+SNAPSHOT_INTERVAL_MIN_SECONDS = 0.5
+SNAPSHOT_INTERVAL_PER_JOB_SECONDS = 0.05
+SNAPSHOT_INTERVAL_MAX_SECONDS = 5.0
 
 
 @workflow.defn
@@ -278,12 +293,20 @@ class CIRunWorkflow:
         # Transfers not awaited by the job that inherited the slot, by the key they made held:
         # anything that later sends that key (release, next transfer) waits for it first.
         self._slot_moves: dict[str, asyncio.Task[None]] = {}
+        # Job rounds whose slot request the semaphore has acknowledged and that wait for its
+        # grant (key -> job id, oldest first): a spare slot of this run may go to them instead.
+        self._awaiting_grant: dict[str, str] = {}
         # The read model's copy of ``self._state``: written in the background, never awaited by
         # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
         self._snapshots = SnapshotWriter(
-            self._write_snapshot, f"run {inp.run_id}", lambda: current_snapshot_version(workflow.info())
+            self._write_snapshot,
+            f"run {inp.run_id}",
+            lambda: current_snapshot_version(workflow.info()),
+            pace=self._pace_snapshot,
         )
         self._projecting = False
+        self._paced_snapshots = False
+        self._last_snapshot_at: datetime | None = None
         # Matrix jobs: the evaluated strategy of each expanded one (rebuilt by replay).
         self._strategies: dict[str, ResolvedStrategy] = {}
         # Concurrency groups: member key -> job id ("" for the whole run), the group's answer,
@@ -495,6 +518,7 @@ class CIRunWorkflow:
     async def run(self, inp: CIRunInput) -> CIRunState:
         self._projecting = workflow.patched(PATCH_READ_MODEL)
         if self._projecting:
+            self._paced_snapshots = workflow.patched(PATCH_PACED_SNAPSHOTS)
             self._snapshots.start()
         workflow.upsert_search_attributes(
             [
@@ -541,6 +565,22 @@ class CIRunWorkflow:
             schedule_to_close_timeout=CI_PROJECTION_SCHEDULE_TO_CLOSE,
             retry_policy=CI_PROJECTION_RETRY,
         )
+
+    async def _pace_snapshot(self) -> None:
+        """Hold the next read-model write back until the run's interval since the last one has
+        passed (not when the run is closing: its final state goes out at once)."""
+        if self._paced_snapshots and self._last_snapshot_at is not None and not self._snapshots.closing:
+            interval = min(
+                SNAPSHOT_INTERVAL_MAX_SECONDS,
+                max(SNAPSHOT_INTERVAL_MIN_SECONDS, SNAPSHOT_INTERVAL_PER_JOB_SECONDS * len(self._state.jobs)),
+            )
+            wait = interval - (workflow.now() - self._last_snapshot_at).total_seconds()
+            if wait > 0:
+                try:
+                    await workflow.wait_condition(lambda: self._snapshots.closing, timeout=wait)
+                except TimeoutError:
+                    pass
+        self._last_snapshot_at = workflow.now()
 
     async def _close_snapshots(self) -> None:
         """Every way out of the run passes here: the read model gets the final state."""
@@ -791,7 +831,12 @@ class CIRunWorkflow:
             await asyncio.shield(self._acquire_flush)
         else:
             await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
-        await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+        # Acknowledged: a transfer to this key reaches the semaphore after the request did.
+        self._awaiting_grant[key] = job_id
+        try:
+            await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+        finally:
+            self._awaiting_grant.pop(key, None)
 
     async def _flush_acquires(self) -> None:
         reqs, self._acquire_batch, self._acquire_flush = self._acquire_batch, [], None
@@ -868,7 +913,24 @@ class CIRunWorkflow:
                 await move
 
     def _release_spare_slots(self) -> None:
-        """Slots no job of this pass took over go back to the tenant (in one signal)."""
+        """Slots no job of this pass took over go to this run's job rounds waiting for a grant
+        (oldest first), and the rest back to the tenant (in one signal)."""
+        waiting = [
+            (key, job_id)
+            for key, job_id in self._awaiting_grant.items()
+            if key not in self._granted and job_id not in self._abort_wait
+        ]
+        if self._spare_slots and waiting and workflow.patched(PATCH_SPARE_TO_WAITING):
+            for key, job_id in waiting[: len(self._spare_slots)]:
+                spare = self._spare_slots.pop(0)
+                # Held from now on (the job's task wakes in this activation); the semaphore
+                # swaps the keys and drops the request, or, if it granted the request meanwhile,
+                # frees ``spare``: either way the count stays exact. A release of ``key`` waits
+                # for this signal (``_slot_moves``).
+                self._granted.add(key)
+                move = asyncio.create_task(self._send_transfer(job_id, spare, key))
+                self._slot_moves[key] = move
+                self._releases.append(move)
         if len(self._spare_slots) > 1 and workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
             keys, self._spare_slots = self._spare_slots, []
             self._releases.append(asyncio.create_task(self._release_slots(keys)))

@@ -21,7 +21,12 @@ A run whose job round ends while its next job round becomes ready (a chain) may 
 the slot to that round instead of releasing it and asking again: the holder's key changes, the
 count does not, and the chain's next job needs no grant. The slot then stays with the chain
 rather than going to the tenant's oldest waiter; it goes back on the first job round that ends
-with no successor ready.
+with no successor ready. A run whose job round ends while another of its rounds waits here for
+a grant transfers the slot to that round the same way (its request is dropped; if it was
+granted meanwhile, the transferred slot is freed instead), so a run's jobs beyond its share of
+the cap start one after the other without a release and a grant each. Like a chain's, that
+slot stays with the run rather than going to the tenant's oldest waiter (most often the same:
+a run asks for all its ready jobs at once, before the tenant's later runs ask).
 
 The workflow lives as long as the tenant uses CI and continues as new before its history
 grows large, carrying holders and waiters.
@@ -112,6 +117,15 @@ class CITenantSemaphoreWorkflow:
     def transfer(self, move: SlotTransfer) -> None:
         st = self._state
         st.limit = max(1, move.limit)
+        # The new key may be a request still waiting here (the run handed a spare slot to a job
+        # round that had asked for one): it is held by the transfer, never granted on its own.
+        st.pending = [p for p in st.pending if not (p.holder == move.holder and p.key == move.to_key)]
+        if any(h.holder == move.holder and h.key == move.to_key for h in st.holders):
+            # Granted before the transfer arrived: the round holds that slot, so the one it was
+            # handed is free again.
+            st.holders = [h for h in st.holders if not (h.holder == move.holder and h.key == move.from_key)]
+            self._dirty = True
+            return
         for i, h in enumerate(st.holders):
             if h.holder == move.holder and h.key == move.from_key:
                 st.holders[i] = SlotRequest(holder=move.holder, key=move.to_key, limit=move.limit)
