@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import pytest_asyncio
@@ -16,6 +18,10 @@ from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.testing.harness import stop_all_started, unique_prefix
 from leasehold.testing.temporal import start_local_environment
+from tests.video_webhooks.stack import Stack
+from tests.video_webhooks.stack import running_stack as running_previews_webhooks_stack
+
+T = TypeVar("T")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -39,7 +45,7 @@ def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def temporal_address(temporal_env: WorkflowEnvironment) -> str:
     return temporal_env.client.service_client.config.target_host
 
@@ -121,3 +127,43 @@ def postgres_url() -> Iterator[str]:
 
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'leasehold.db'}"
+
+
+# Stacks that several packages share are session fixtures; each one stops right after the last
+# test that uses it, so its processes do not idle through the packages that run later.
+_LAST_USER: dict[str, str] = {}  # fixture name -> node id of the last test that uses it
+_RELEASE: dict[str, Callable[[], object]] = {}  # shared stack's fixture name -> what stops it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:
+        for name in getattr(item, "fixturenames", ()):
+            _LAST_USER[name] = item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    del nextitem
+    for name in [name for name in _RELEASE if _LAST_USER.get(name) == item.nodeid]:
+        _RELEASE.pop(name)()
+
+
+@contextmanager
+def shared_until_last_use(name: str, stack: AbstractContextManager[T]) -> Iterator[T]:
+    """Enter ``stack`` for the session fixture ``name``, to be left after its last user's test."""
+    with ExitStack() as exits:
+        value = exits.enter_context(stack)
+        _RELEASE[name] = exits.close
+        try:
+            yield value
+        finally:
+            _RELEASE.pop(name, None)
+
+
+@pytest.fixture(scope="session")
+def previews_webhooks_stack(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """tests/video_previews and tests/video_webhooks: one settings, one stack."""
+    root = tmp_path_factory.mktemp("previews-webhooks")
+    running = running_previews_webhooks_stack(temporal_address, root)
+    with shared_until_last_use("previews_webhooks_stack", running) as stack:
+        yield stack
