@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -14,8 +16,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
-from leasehold.testing.harness import stop_all_started, unique_prefix
+from leasehold.testing.harness import start_worker, stop_all_started, stop_together, unique_prefix
+from leasehold.testing.process_stack import HEALTHY_WITHIN
 from leasehold.testing.temporal import start_local_environment
+from tests.ci_api.conftest import CIStack, running_ci_stack
+from tests.video_webhooks.stack import Stack
+from tests.video_webhooks.stack import running_stack as running_previews_webhooks_stack
+
+T = TypeVar("T")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -39,7 +47,7 @@ def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def temporal_address(temporal_env: WorkflowEnvironment) -> str:
     return temporal_env.client.service_client.config.target_host
 
@@ -121,3 +129,81 @@ def postgres_url() -> Iterator[str]:
 
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'leasehold.db'}"
+
+
+# Stacks that several packages share are session fixtures; each one stops right after the last
+# test that uses it, so its processes do not idle through the packages that run later.
+_LAST_USER: dict[str, str] = {}  # fixture name -> node id of the last test that uses it
+_RELEASE: dict[str, Callable[[], object]] = {}  # shared stack's fixture name -> what stops it
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:
+        for name in getattr(item, "fixturenames", ()):
+            _LAST_USER[name] = item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    del nextitem
+    for name in [name for name in _RELEASE if _LAST_USER.get(name) == item.nodeid]:
+        _RELEASE.pop(name)()
+
+
+@contextmanager
+def shared_until_last_use(name: str, stack: AbstractContextManager[T]) -> Iterator[T]:
+    """Enter ``stack`` for the session fixture ``name``, to be left after its last user's test."""
+    with ExitStack() as exits:
+        value = exits.enter_context(stack)
+        _RELEASE[name] = exits.close
+        try:
+            yield value
+        finally:
+            _RELEASE.pop(name, None)
+
+
+@pytest.fixture(scope="session")
+def previews_webhooks_stack(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """tests/video_previews and tests/video_webhooks: one settings, one stack."""
+    root = tmp_path_factory.mktemp("previews-webhooks")
+    running = running_previews_webhooks_stack(temporal_address, root)
+    with shared_until_last_use("previews_webhooks_stack", running) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def ci_video_stack(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
+    """The CI tests' stack (API, orchestration and CI workers) plus a GPU worker, for
+    tests/cli_people and tests/console. Its settings are the union of what the two packages
+    asked for apart; a setting one of them sets changes nothing the other's tests look at
+    (the CLI ignores preview events and never shows the Web UI link; the console's runs use
+    fewer than four job slots at once, and its live-log test waits for the first line)."""
+    settings: dict[str, Any] = {
+        "checkpoint_interval_seconds": 1.0,
+        "video_heartbeat_timeout_seconds": 5.0,
+        # The console shows preview frames while a video generates, and links the Web UI.
+        "video_preview_every_steps": 4,
+        "console_temporal_ui_url": "http://127.0.0.1:9/ui",
+        # The CLI runs several jobs of one run at once (one of them waits to be cancelled), and
+        # live logs ship often enough that a follower sees a job's output while it runs.
+        "ci_max_concurrent_jobs": 4,
+        "ci_log_flush_seconds": 0.2,
+    }
+    running = _running_ci_video_stack(temporal_env, tmp_path_factory.mktemp("ci-video"), settings)
+    with shared_until_last_use("ci_video_stack", running) as stack:
+        yield stack
+
+
+@contextmanager
+def _running_ci_video_stack(
+    temporal_env: WorkflowEnvironment, root: Path, settings: dict[str, Any]
+) -> Iterator[CIStack]:
+    with running_ci_stack(temporal_env, root, **settings) as stack:
+        try:
+            stack.start_workers()
+            gpu = start_worker(stack.settings, "gpu", stack.logs, "--model", "procedural-v1")
+            stack.workers.append(gpu)
+            gpu.wait_healthy(HEALTHY_WITHIN)
+            yield stack
+        finally:
+            stop_together([*stack.workers, stack.api])

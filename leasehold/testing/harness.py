@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,19 +85,27 @@ class ManagedProcess:
             assert self.proc is not None
             self.proc.wait(timeout=10)
 
-    def stop(self, timeout: float = 20.0) -> int | None:
-        if self.proc is None:
-            return None
+    def terminate(self) -> None:
+        """Ask the whole group to stop (SIGTERM, after SIGCONT in case a test stopped it); no wait."""
         if self.alive():
             try:
                 os.killpg(self.pid, signal.SIGCONT)
                 os.killpg(self.pid, signal.SIGTERM)
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
             except ProcessLookupError:
                 pass
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None:
+            return None
+        self.terminate()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
         return self.proc.returncode
 
     def log_tail(self, lines: int = 40) -> str:
@@ -104,6 +113,17 @@ class ManagedProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def stop_together(procs: Iterable[ManagedProcess], timeout: float = 20.0) -> None:
+    """Stop several processes at once: all are told first, then each is waited for, so the
+    slowest shutdown, not the sum of them, is what a test's teardown costs."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc.stop(timeout=max(0.1, deadline - time.monotonic()))
 
 
 def unique_prefix() -> str:

@@ -1,6 +1,7 @@
-"""One stack for the people's CLI: the API, an orchestration worker, a CI worker and a GPU worker
-as real processes on the session's dev server (the CI tests' stack plus a GPU worker). Tests
-run the real ``leasehold`` CLI as a subprocess against it, with only an API URL and a key."""
+"""The people's CLI against the session's CI and video stack: the API, an orchestration worker,
+a CI worker and a GPU worker as real processes on the session's dev server (the CI tests' stack
+plus a GPU worker, shared with tests/console). Tests run the real ``leasehold`` CLI as a
+subprocess against it, with only an API URL and a key."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from leasehold.database import init_database
 from leasehold.records.api_keys import create_key
-from leasehold.testing.harness import REPO_ROOT, start_worker
-from tests.ci_api.conftest import CIStack, running_ci_stack
+from leasehold.testing.harness import REPO_ROOT
+from tests.ci_api.conftest import CIStack
 
 MODEL = "procedural-v1"
 # Small and short so generation takes seconds on two CPU cores.
@@ -151,20 +151,5 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
 
 
 @pytest.fixture(scope="package")
-def people_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:  # type: ignore[no-untyped-def]
-    with running_ci_stack(
-        temporal_env,
-        tmp_path_factory.mktemp("cli-people"),
-        checkpoint_interval_seconds=1.0,
-        video_heartbeat_timeout_seconds=5.0,
-        # Several jobs of one run at once (one of them waits to be cancelled), and live logs
-        # shipped often enough that a follower sees a job's output while it runs.
-        ci_max_concurrent_jobs=4,
-        ci_log_flush_seconds=0.2,
-    ) as stack:
-        stack.workers.append(start_worker(stack.settings, "orchestration", stack.logs))
-        stack.workers.append(start_worker(stack.settings, "ci", stack.logs, "--labels", "linux"))
-        stack.workers.append(start_worker(stack.settings, "gpu", stack.logs, "--model", MODEL))
-        for worker in stack.workers:
-            worker.wait_healthy(120)
-        yield stack
+def people_stack(ci_video_stack: CIStack) -> CIStack:
+    return ci_video_stack

@@ -1,6 +1,6 @@
-"""One stack for the console's browser tests: the API, the orchestration, CI and GPU workers as
-real processes against the session's dev server (the CI package's launcher with the video
-package's settings), and the system Chromium driven headless by Playwright.
+"""The console's browser tests: the session's CI and video stack (the API, the orchestration,
+CI and GPU workers as real processes, shared with tests/cli_people), and the system Chromium
+driven headless by Playwright.
 
 Under ``CI=true`` a missing Chromium or Playwright fails the tests; elsewhere they skip, saying
 why. Screenshots go to ``LEASEHOLD_CONSOLE_SCREENSHOTS`` when set, else the test's tmp dir.
@@ -20,8 +20,7 @@ import pytest
 
 from leasehold.database import init_database
 from leasehold.records.api_keys import create_key
-from leasehold.testing.harness import start_worker
-from tests.ci_api.conftest import CIStack, running_ci_stack
+from tests.ci_api.conftest import CIStack
 
 CHROMIUM = os.environ.get("LEASEHOLD_CHROMIUM", "/usr/bin/chromium")
 MODEL = "procedural-v1"
@@ -58,29 +57,26 @@ class ConsoleStack:
         return Tenant(tenant_id, key)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without a browser the browser tests skip before their stack starts (not under CI)."""
+    del config
+    missing = _browser_missing()
+    if missing is None or os.environ.get("CI") == "true":
+        return
+    for item in items:
+        if "console_stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.skip(reason=missing))
+
+
 @pytest.fixture(scope="package")
-def console_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleStack]:  # type: ignore[no-untyped-def]
+def console_stack(ci_video_stack: CIStack, tmp_path_factory: pytest.TempPathFactory) -> ConsoleStack:
     missing = _browser_missing()
     if missing is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests must run under CI: {missing}")
-        pytest.skip(missing)
+        pytest.fail(f"browser tests must run under CI: {missing}")
     root = tmp_path_factory.mktemp("console")
     shots = Path(os.environ.get("LEASEHOLD_CONSOLE_SCREENSHOTS") or root / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
-    with running_ci_stack(
-        temporal_env,
-        root,
-        checkpoint_interval_seconds=1.0,
-        video_heartbeat_timeout_seconds=5.0,
-        video_preview_every_steps=4,
-        console_temporal_ui_url="http://127.0.0.1:9/ui",
-    ) as stack:
-        stack.start_workers()
-        gpu = start_worker(stack.settings, "gpu", stack.logs, "--model", MODEL)
-        stack.workers.append(gpu)
-        gpu.wait_healthy(90)
-        yield ConsoleStack(stack, shots)
+    return ConsoleStack(ci_video_stack, shots)
 
 
 @pytest.fixture(scope="package")

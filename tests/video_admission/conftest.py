@@ -11,17 +11,13 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from leasehold.database import init_database
-from leasehold.devserver import free_port
-from leasehold.records.api_keys import create_key
-from leasehold.settings import Settings
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from leasehold.testing.harness import ManagedProcess
+from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 
 MODEL = "procedural-v1"
 SIZE = "180x320"
@@ -42,25 +38,17 @@ class Caller:
 
 
 @dataclass
-class AdmissionStack:
-    settings: Settings
-    base_url: str
-    logs: Path
-    api: ManagedProcess
+class AdmissionStack(ProcessStack):
     gpus: list[ManagedProcess] = field(default_factory=list)
-    others: list[ManagedProcess] = field(default_factory=list)
 
     def caller(self, tier: str = "paid", tenant_id: str | None = None, user_id: str | None = None) -> Caller:
-        tenant_id = tenant_id or f"tenant-{secrets.token_hex(4)}"
         user_id = user_id or f"user-{secrets.token_hex(3)}"
-        key = create_key(init_database(self.settings.resolved_database_url), tenant_id, user_id, tier)
-        http = httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-        return Caller(tenant_id, user_id, tier, http)
+        tenant_id, key = self.new_key(tenant_id, user_id, tier)
+        return Caller(tenant_id, user_id, tier, self.http(key))
 
     def add_gpu(self) -> ManagedProcess:
-        worker = start_worker(self.settings, "gpu", self.logs, "--model", MODEL, name=f"gpu-{len(self.gpus)}")
+        worker = self.add_worker(gpu_worker(MODEL, name=f"gpu-{len(self.gpus)}"))
         self.gpus.append(worker)
-        worker.wait_healthy(120)
         return worker
 
     def capacity(self, caller: Caller) -> dict[str, Any]:
@@ -108,40 +96,16 @@ def cancel_all(caller: Caller, ids: list[str]) -> None:
 METRICS_TOKEN = "admission-metrics-token"
 
 
-def stack_settings(root: Path, temporal_address: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "data_dir": root / "data",
-        "temporal_address": temporal_address,
-        "queue_prefix": unique_prefix(),
-        "api_port": free_port(),
-        "checkpoint_interval_seconds": 1.0,
-        "video_heartbeat_timeout_seconds": 5.0,
-        "video_capacity_refresh_seconds": 1.0,
-        "video_paid_max_queued": PAID_CAP,
-        "video_free_max_queued": FREE_CAP,
-        "metrics_token": METRICS_TOKEN,
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
 @pytest.fixture(scope="package")
-def admission_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdmissionStack]:  # type: ignore[no-untyped-def]
+def admission_stack(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdmissionStack]:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="openai")
-    root = tmp_path_factory.mktemp("video-admission")
-    logs = root / "logs"
-    logs.mkdir()
-    settings = stack_settings(root, temporal_env.client.service_client.config.target_host)
-    settings.data_dir.mkdir(parents=True)
-    init_database(settings.resolved_database_url)
-    api, base_url = start_api(settings, logs)
-    stack = AdmissionStack(settings=settings, base_url=base_url, logs=logs, api=api)
-    try:
-        stack.others.append(start_worker(settings, "orchestration", logs))
-        api.wait_healthy(60)
-        for proc in stack.others:
-            proc.wait_healthy(60)
+    with AdmissionStack.running(
+        temporal_address,
+        tmp_path_factory.mktemp("video-admission"),
+        ORCHESTRATION,
+        video_capacity_refresh_seconds=1.0,
+        video_paid_max_queued=PAID_CAP,
+        video_free_max_queued=FREE_CAP,
+        metrics_token=METRICS_TOKEN,
+    ) as stack:
         yield stack
-    finally:
-        for proc in [*stack.gpus, *stack.others, api]:
-            proc.stop()

@@ -6,24 +6,18 @@ stay queued run before it). Tests isolate themselves by user, never by restartin
 from __future__ import annotations
 
 import json
-import secrets
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from leasehold.database import init_database
-from leasehold.devserver import free_port
-from leasehold.records.api_keys import create_key
-from leasehold.settings import Settings
-from leasehold.storage import ObjectStore, open_store
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from leasehold.testing.harness import ManagedProcess
+from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 
 MODEL = "procedural-v1"
 # Small and short so generation takes seconds on two CPU cores.
@@ -48,27 +42,17 @@ class Caller:
 
 
 @dataclass
-class VideoStack:
-    settings: Settings
-    base_url: str
-    logs: Path
-    api: ManagedProcess
-    workers: list[ManagedProcess] = field(default_factory=list)
+class VideoStack(ProcessStack):
     gpu: ManagedProcess | None = None
 
     def caller(self, tenant_id: str | None = None, user_id: str = "user") -> Caller:
         """A fresh API key (for a fresh tenant unless one is given)."""
-        tenant_id = tenant_id or f"tenant-{secrets.token_hex(4)}"
-        key = create_key(init_database(self.settings.resolved_database_url), tenant_id, user_id, "paid")
-        http = httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        tenant_id, key = self.new_key(tenant_id, user_id)
         sdk = openai.OpenAI(base_url=f"{self.base_url}/v1", api_key=key, max_retries=0, timeout=60)
-        return Caller(tenant_id, user_id, key, http, sdk)
+        return Caller(tenant_id, user_id, key, self.http(key), sdk)
 
     def anonymous(self) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=30)
-
-    def store(self) -> ObjectStore:
-        return open_store(self.settings)
+        return self.http()
 
 
 def create(caller: Caller, steps: int = FAST_STEPS, **fields: Any) -> dict[str, Any]:
@@ -115,39 +99,15 @@ def sse_events(response: httpx.Response, limit: int = 10_000) -> Iterator[dict[s
 
 
 @pytest.fixture(scope="package")
-def video_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VideoStack]:  # type: ignore[no-untyped-def]
+def video_stack(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VideoStack]:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="openai")
-    root = tmp_path_factory.mktemp("video-api")
-    logs = root / "logs"
-    logs.mkdir()
-    settings = Settings(
-        data_dir=root / "data",
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        queue_prefix=unique_prefix(),
-        api_port=free_port(),
-        checkpoint_interval_seconds=1.0,
-        video_heartbeat_timeout_seconds=5.0,
-    )
-    settings.data_dir.mkdir(parents=True)
-    init_database(settings.resolved_database_url)
-    api, base_url = start_api(settings, logs)
-    stack = VideoStack(settings=settings, base_url=base_url, logs=logs, api=api)
-    try:
-        stack.workers.append(start_worker(settings, "orchestration", logs))
-        api.wait_healthy(60)
-        for worker in stack.workers:
-            worker.wait_healthy(60)
+    with VideoStack.running(temporal_address, tmp_path_factory.mktemp("video-api"), ORCHESTRATION) as stack:
         yield stack
-    finally:
-        for proc in [*stack.workers, api]:
-            proc.stop()
 
 
 @pytest.fixture(scope="package")
 def gpu_stack(video_stack: VideoStack) -> VideoStack:
     """The stack plus a GPU worker for ``MODEL`` (started once, on first need)."""
     if video_stack.gpu is None:
-        video_stack.gpu = start_worker(video_stack.settings, "gpu", video_stack.logs, "--model", MODEL)
-        video_stack.workers.append(video_stack.gpu)
-        video_stack.gpu.wait_healthy(120)
+        video_stack.gpu = video_stack.add_worker(gpu_worker(MODEL))
     return video_stack

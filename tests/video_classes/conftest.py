@@ -13,19 +13,15 @@ import secrets
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from temporalio.client import Client
 
-from leasehold.database import init_database
-from leasehold.devserver import free_port
 from leasehold.gpu_classes import GIB
-from leasehold.records.api_keys import create_key
-from leasehold.settings import Settings
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from leasehold.testing.harness import ManagedProcess
+from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 from workflows.video.ids import workflow_id
 from workflows.video.models import get_model
 
@@ -59,22 +55,15 @@ class Caller:
 
 
 @dataclass
-class ClassStack:
-    settings: Settings
-    base_url: str
-    logs: Path
-    api: ManagedProcess
-    workers: dict[str, ManagedProcess]
-    others: list[ManagedProcess]
-
+class ClassStack(ProcessStack):
     def caller(self, tier: str = "paid") -> Caller:
-        key = create_key(
-            init_database(self.settings.resolved_database_url),
-            f"tenant-{secrets.token_hex(4)}",
-            f"user-{secrets.token_hex(3)}",
-            tier,
-        )
-        return Caller(httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30))
+        _tenant, key = self.new_key(user_id=f"user-{secrets.token_hex(3)}", tier=tier)
+        return Caller(self.http(key))
+
+    def gpu(self, gpu_class: str) -> ManagedProcess:
+        """The GPU worker started for ``gpu_class`` (its memory covers that class and no larger)."""
+        (proc,) = [p for p in self.workers if p.name == f"gpu-{gpu_class}"]
+        return proc
 
     def capacity(self, caller: Caller) -> dict[str | None, dict[str, Any]]:
         response = caller.http.get("/v1/capacity")
@@ -110,37 +99,18 @@ def body(job: tuple[str, int], steps: int = FAST_STEPS, **fields: Any) -> dict[s
 
 
 @pytest.fixture(scope="package")
-def class_stack(temporal_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClassStack]:  # type: ignore[no-untyped-def]
+def class_stack(temporal_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClassStack]:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="openai")
-    root = tmp_path_factory.mktemp("video-classes")
-    logs = root / "logs"
-    logs.mkdir()
-    settings = Settings(
-        data_dir=root / "data",
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        queue_prefix=unique_prefix(),
-        api_port=free_port(),
-        checkpoint_interval_seconds=1.0,
-        video_heartbeat_timeout_seconds=5.0,
+    # The small worker has more than ``small`` but less than ``large``: it serves ``small``.
+    memory = {"small": (SMALL_GIB + LARGE_GIB) / 2, "large": LARGE_GIB}
+    gpus = [gpu_worker(MODEL, "--memory-gib", str(gib), name=f"gpu-{name}") for name, gib in memory.items()]
+    with ClassStack.running(
+        temporal_address,
+        tmp_path_factory.mktemp("video-classes"),
+        ORCHESTRATION,
+        *gpus,
         video_capacity_refresh_seconds=1.0,
         video_gpu_classes={"small": SMALL_GIB, "large": LARGE_GIB},
         metrics_token=METRICS_TOKEN,
-    )
-    settings.data_dir.mkdir(parents=True)
-    init_database(settings.resolved_database_url)
-    api, base_url = start_api(settings, logs)
-    others = [start_worker(settings, "orchestration", logs)]
-    # The small worker has more than ``small`` but less than ``large``: it serves ``small``.
-    memory = {"small": (SMALL_GIB + LARGE_GIB) / 2, "large": LARGE_GIB}
-    workers = {
-        name: start_worker(settings, "gpu", logs, "--model", MODEL, "--memory-gib", str(gib), name=f"gpu-{name}")
-        for name, gib in memory.items()
-    }
-    stack = ClassStack(settings, base_url, logs, api, workers, others)
-    try:
-        for proc in [api, *others, *workers.values()]:
-            proc.wait_healthy(120)
+    ) as stack:
         yield stack
-    finally:
-        for proc in [*workers.values(), *others, api]:
-            proc.stop()

@@ -77,9 +77,9 @@ def test_capacity_per_class_and_jobs_routed_by_memory(class_stack: ClassStack) -
     small_queue, small_worker = class_stack.generated_on(small["id"])
     big_queue, big_worker = class_stack.generated_on(big["id"])
     assert small_queue == prefix + QUEUE_SMALL
-    assert f"-gpu-small-{class_stack.workers['small'].pid}@" in small_worker
+    assert f"-gpu-small-{class_stack.gpu('small').pid}@" in small_worker
     assert big_queue == prefix + QUEUE_LARGE
-    assert f"-gpu-large-{class_stack.workers['large'].pid}@" in big_worker
+    assert f"-gpu-large-{class_stack.gpu('large').pid}@" in big_worker
     # The classes' own figures: each completion counted on its class.
     after = wait_until(
         lambda: (
@@ -158,7 +158,7 @@ def test_small_job_falls_back_to_large_when_small_has_no_worker(class_stack: Cla
         wait_until(lambda: status(caller, slow["id"])["status"] == "in_progress", 60, "the slow job started")
         # Measured busy: from here its last poll, which came before the job, does not count.
         wait_until(lambda: class_stack.capacity(caller)["small"]["running"] == 1, 30, "the small worker measured busy")
-        gone = class_stack.workers["small"]
+        gone = class_stack.gpu("small")
         gone.signal(15)
         gone.proc.wait(timeout=60)  # type: ignore[union-attr]
         wait_until(
@@ -168,7 +168,7 @@ def test_small_job_falls_back_to_large_when_small_has_no_worker(class_stack: Cla
         wait_until(lambda: completed(caller, moved["id"]), 60, "the small job completed on the large worker")
         queue, worker = class_stack.generated_on(moved["id"])
         assert queue == class_stack.settings.queue_prefix + QUEUE_LARGE
-        assert f"-gpu-large-{class_stack.workers['large'].pid}@" in worker
+        assert f"-gpu-large-{class_stack.gpu('large').pid}@" in worker
         # The preempted job stays on its own class's queue: it waits for a small worker.
         assert status(caller, slow["id"])["status"] in ("queued", "in_progress")
     finally:

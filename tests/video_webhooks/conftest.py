@@ -1,16 +1,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.video_webhooks.stack import Receiver, Stack, issue15_stack
+from tests.video_webhooks.stack import Receiver, Stack
 
 
-@pytest.fixture(scope="session")
-def stack(temporal_env: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Stack:
-    return issue15_stack(temporal_env, tmp_path_factory, request)
+@pytest.fixture(scope="package")
+def stack(previews_webhooks_stack: Stack) -> Stack:
+    return previews_webhooks_stack
 
 
 @pytest.fixture(scope="package")

@@ -5,23 +5,18 @@ seen mid-way. Shared by tests/video_previews and tests/video_webhooks (started o
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from leasehold.database import init_database
-from leasehold.devserver import free_port
-from leasehold.records.api_keys import create_key
-from leasehold.settings import Settings
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 
 MODEL = "procedural-v1"
 SIZE = "180x320"
@@ -34,17 +29,10 @@ PACE = 0.2
 
 
 @dataclass
-class Stack:
-    settings: Settings
-    base_url: str
-    logs: Path
-    processes: list[ManagedProcess] = field(default_factory=list)
-
+class Stack(ProcessStack):
     def caller(self, tenant_id: str | None = None) -> httpx.Client:
         """An HTTP client with a fresh API key (a fresh tenant unless one is given)."""
-        tenant_id = tenant_id or f"tenant-{secrets.token_hex(4)}"
-        key = create_key(init_database(self.settings.resolved_database_url), tenant_id, "user", "paid")
-        return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        return self.http(self.new_key(tenant_id)[1])
 
 
 def create_video(client: httpx.Client, steps: int, prompt: str = "a red kite over the sea") -> dict[str, Any]:
@@ -65,23 +53,15 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: fl
     raise AssertionError(f"{what}: not within {timeout}s")
 
 
-_STACK: dict[str, Stack] = {}
-
-
-def issue15_stack(temporal_env: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Stack:
-    """The session's stack, started by whichever package asks first."""
-    if "stack" in _STACK:
-        return _STACK["stack"]
-    root = tmp_path_factory.mktemp("issue15")
-    logs = root / "logs"
-    logs.mkdir()
-    settings = Settings(
-        data_dir=root / "data",
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        queue_prefix=unique_prefix(),
-        api_port=free_port(),
+@contextmanager
+def running_stack(temporal_address: str, root: Path) -> Iterator[Stack]:
+    """The stack, with its settings; the session starts it once for both packages."""
+    with Stack.running(
+        temporal_address,
+        root,
+        ORCHESTRATION,
+        gpu_worker(MODEL),
         checkpoint_interval_seconds=2.0,
-        video_heartbeat_timeout_seconds=5.0,
         video_preview_every_steps=PREVIEW_EVERY,
         video_preview_max_side=PREVIEW_MAX_SIDE,
         video_step_pace_seconds_per_frame_megapixel=PACE,
@@ -89,26 +69,8 @@ def issue15_stack(temporal_env: Any, tmp_path_factory: pytest.TempPathFactory, r
         video_webhook_allow_cidrs=["127.0.0.1/32"],
         video_webhook_timeout_seconds=3.0,
         lifecycle_schedules=False,
-    )
-    settings.data_dir.mkdir(parents=True)
-    init_database(settings.resolved_database_url)
-    api, base_url = start_api(settings, logs)
-    stack = Stack(settings=settings, base_url=base_url, logs=logs, processes=[api])
-
-    def stop() -> None:
-        for proc in reversed(stack.processes):
-            proc.stop()
-        _STACK.pop("stack", None)
-
-    # Session-scoped fixtures finalize before the dev server they depend on.
-    request.addfinalizer(stop)
-    stack.processes.append(start_worker(settings, "orchestration", logs))
-    stack.processes.append(start_worker(settings, "gpu", logs, "--model", MODEL))
-    api.wait_healthy(60)
-    stack.processes[1].wait_healthy(60)
-    stack.processes[2].wait_healthy(120)
-    _STACK["stack"] = stack
-    return stack
+    ) as stack:
+        yield stack
 
 
 @dataclass
