@@ -417,9 +417,13 @@ class CapacityTracker:
                     seen[job_id] = previous
                 continue
             pending = await pending_generation(self.client.data_converter, desc)
-            if pending is None and _has_other_activity(desc):
+            if pending is None and (row.generating or _has_other_activity(desc)):
+                # Generation ended: the workflow is cleaning up, or writing the outcome to the
+                # read model (its row reads ``in_progress`` until that write lands, and a retry
+                # would still show the generation pending). Planned as waiting, a finished job
+                # took a worker's next turn from the jobs really waiting.
                 starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
-                continue  # generation ended; the workflow is cleaning up
+                continue
             if pending is not None and pending.started:
                 progress = pending.progress
                 started_at = pending.started_at or 0.0
@@ -459,7 +463,8 @@ class CapacityTracker:
                 else:
                     seen[job_id] = _Observed(pending.attempt, step, sent_at, started_at, shape)
                 continue
-            # An attempt failed and the next one waits for a worker: queued again.
+            # Waiting for a worker: its first attempt (scheduled or about to be), or the next one
+            # after an attempt failed.
             queued.append(job)
         # Jobs that were running at the last refresh and are gone now have ended.
         ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
@@ -908,7 +913,8 @@ async def stop_capacity(app: FastAPI) -> None:
 
 
 def _has_other_activity(desc: Any) -> bool:
-    """Whether the workflow runs its clean-up (any activity but generation and its read-model writes)."""
+    """Whether the workflow runs its clean-up (any activity but generation and its read-model
+    writes: a job next in line writes its first one before its generation is scheduled)."""
     return any(
         p.activity_type.name not in (GENERATE_VIDEO, PROJECT_VIDEO_JOB) for p in desc.raw_description.pending_activities
     )
