@@ -171,6 +171,8 @@ class Job:
     status: str = "queued"
     # From the server's history once closed: when the attempt that finished started, which attempt.
     generation_started: float | None = None
+    # When that attempt's generation completed (its worker free again; the job closes later).
+    generation_ended: float | None = None
     attempt: int = 0
     # False for jobs submitted after the measured phase (they only keep the load on).
     measured: bool = True
@@ -383,6 +385,9 @@ class Bench:
                     if started.scheduled_event_id in generation:
                         job.generation_started = event.event_time.ToDatetime(UTC).timestamp()
                         job.attempt = started.attempt
+                elif event.HasField("activity_task_completed_event_attributes"):
+                    if event.activity_task_completed_event_attributes.scheduled_event_id in generation:
+                        job.generation_ended = event.event_time.ToDatetime(UTC).timestamp()
 
     def dump(self, path: Path) -> None:
         """One JSON line per accepted job: what was predicted at submit and what happened."""
@@ -402,6 +407,12 @@ class Bench:
                 f"queue wait: median {statistics.median(waits):.0f} s, p90 {percentile(waits, 0.9):.0f} s, "
                 f"max {max(waits):.0f} s; time to close: median "
                 f"{statistics.median([j.done - j.submitted for j in jobs if j.done is not None]):.0f} s"
+            )
+        tails = [j.done - j.generation_ended for j in jobs if j.generation_ended is not None and j.done is not None]
+        if tails:
+            print(
+                f"from the end of generation to the job's close (worker already free): median "
+                f"{statistics.median(tails):.1f} s, p90 {percentile(tails, 0.9):.1f} s"
             )
         # Where the ETA's error comes from: its expected start vs the real one, and its
         # expected run time vs the real one (from the start of the attempt that finished).

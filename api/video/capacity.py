@@ -43,6 +43,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -236,6 +237,8 @@ class CapacityTracker:
         self._plans: dict[str, tuple[float, QueuePlan | None]] = {}
         self._exact: dict[str, tuple[tuple[float, frozenset[str]], QueuePlan | None]] = {}
         self._refreshed = asyncio.Event()
+        # Reads of ended jobs' results, running beside the refreshes (``_observe_end``).
+        self._ending: set[asyncio.Task[Callable[[], None] | None]] = set()
         # Who this replica is to the lease, and when the publication it plans from was made.
         self.identity = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._published_at: datetime | None = None
@@ -247,24 +250,28 @@ class CapacityTracker:
         measures and publishes; the others load what it published."""
         deployment = orchestration_queue(self.settings.queue_prefix)
         leading = False
-        while True:
-            try:
-                lead = await asyncio.to_thread(
-                    try_lead, self.db, deployment, self.identity, self.settings.video_capacity_lease_seconds
-                )
-                if lead and not leading:
-                    # Take over where the last leader stopped (its costs, arrivals, passes).
-                    log.info("capacity: %s leads the measurement of %s", self.identity, deployment)
-                    await self.follow(deployment)
-                leading = lead
-                if lead:
-                    await self.refresh()
-                    await asyncio.to_thread(publish, self.db, deployment, self.identity, self.to_json())
-                else:
-                    await self.follow(deployment)
-            except Exception:
-                log.exception("capacity refresh failed")
-            await asyncio.sleep(self.settings.video_capacity_refresh_seconds)
+        try:
+            while True:
+                try:
+                    lead = await asyncio.to_thread(
+                        try_lead, self.db, deployment, self.identity, self.settings.video_capacity_lease_seconds
+                    )
+                    if lead and not leading:
+                        # Take over where the last leader stopped (its costs, arrivals, passes).
+                        log.info("capacity: %s leads the measurement of %s", self.identity, deployment)
+                        await self.follow(deployment)
+                    leading = lead
+                    if lead:
+                        await self.refresh()
+                        await asyncio.to_thread(publish, self.db, deployment, self.identity, self.to_json())
+                    else:
+                        await self.follow(deployment)
+                except Exception:
+                    log.exception("capacity refresh failed")
+                await asyncio.sleep(self.settings.video_capacity_refresh_seconds)
+        finally:
+            for task in self._ending:
+                task.cancel()
 
     async def follow(self, deployment: str) -> bool:
         """Load the leader's latest publication if it is newer than what this replica has."""
@@ -330,6 +337,7 @@ class CapacityTracker:
     # Measurement -------------------------------------------------------------------------
 
     async def _refresh_model(self, model: str) -> None:
+        self._learn_ended()
         now = time.time()
         tq_task = asyncio.create_task(self._describe_queue(model))
         count_task = asyncio.create_task(self._completions(model, now))
@@ -417,9 +425,13 @@ class CapacityTracker:
                     seen[job_id] = previous
                 continue
             pending = await pending_generation(self.client.data_converter, desc)
-            if pending is None and _has_other_activity(desc):
+            if pending is None and (row.generating or _has_other_activity(desc)):
+                # Generation ended: the workflow is cleaning up, or writing the outcome to the
+                # read model (its row reads ``in_progress`` until that write lands, and a retry
+                # would still show the generation pending). Planned as waiting, a finished job
+                # took a worker's next turn from the jobs really waiting.
                 starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
-                continue  # generation ended; the workflow is cleaning up
+                continue
             if pending is not None and pending.started:
                 progress = pending.progress
                 started_at = pending.started_at or 0.0
@@ -459,12 +471,16 @@ class CapacityTracker:
                 else:
                     seen[job_id] = _Observed(pending.attempt, step, sent_at, started_at, shape)
                 continue
-            # An attempt failed and the next one waits for a worker: queued again.
+            # Waiting for a worker: its first attempt (scheduled or about to be), or the next one
+            # after an attempt failed.
             queued.append(job)
         # Jobs that were running at the last refresh and are gone now have ended.
         ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
-        if ended:
-            await asyncio.gather(*(self._observe_end(model, job_id, obs) for job_id, obs in ended[:16]))
+        # What each learns arrives once its job has closed, after its clean-up and outcome
+        # writes: awaited here, that tail (seconds on a loaded host) delayed every snapshot.
+        for job_id, obs in ended[:16]:
+            task = asyncio.create_task(self._observe_end(model, job_id, obs), name=f"video-ended-{job_id}")
+            self._ending.add(task)
         self._observed[model] = seen
 
         pollers = []
@@ -593,29 +609,53 @@ class CapacityTracker:
             return self.snapshots[model].completions_per_minute
         return counted.count * 60.0 / COMPLETION_WINDOW_SECONDS
 
-    async def _observe_end(self, model: str, job_id: str, observed: _Observed) -> None:
-        """A job we saw running has ended: learn its overhead and run time from its result."""
+    def _learn_ended(self) -> None:
+        """Apply what the ended jobs' background reads (``_observe_end``) have learnt so far.
+
+        Applied here, in the refresh's own task, because the plans computed in a thread read
+        the costs while no refresh runs (``_install``).
+        """
+        for task in [t for t in self._ending if t.done()]:
+            self._ending.discard(task)
+            if task.cancelled() or task.exception() is not None:
+                continue
+            learn = task.result()
+            if learn is not None:
+                learn()
+
+    async def _observe_end(self, model: str, job_id: str, observed: _Observed) -> Callable[[], None] | None:
+        """A job we saw running has ended: what its result teaches of its costs (applied by
+        ``_learn_ended``), or ``None``."""
         handle = self.client.get_workflow_handle(workflow_id(job_id), result_type=VideoJobState)
         try:
             state = await asyncio.wait_for(handle.result(rpc_timeout=RPC_TIMEOUT), RPC_TIMEOUT.total_seconds())
         except Exception:
-            return  # cancelled, failed, deleted or not closed after all: nothing to learn
+            return None  # cancelled, failed, deleted or not closed after all: nothing to learn
         result = state.result
         if state.status is not VideoStatus.COMPLETED or result is None or state.completed_at is None:
-            return
+            return None
+        costs = self.costs[model]
         stepped = max(1, result.total_steps - result.resumed_from_step)
-        self.costs[model].observe_step(observed.shape, result.gpu_seconds / stepped)
-        if result.attempt == observed.attempt:
-            # The caller's wait ends when the job closes, after the post-generation clean-up,
-            # so that is part of a job's overhead.
-            ended_at = state.completed_at.timestamp()
-            try:
-                closed = (await handle.describe(rpc_timeout=RPC_TIMEOUT)).close_time
-            except RPCError:
-                closed = None
-            if closed is not None:
-                ended_at = max(ended_at, closed.timestamp())
-            self.costs[model].observe_job(ended_at - observed.started_at, result.gpu_seconds)
+        per_step = result.gpu_seconds / stepped
+        if result.attempt != observed.attempt:
+            return lambda: costs.observe_step(observed.shape, per_step)
+        # The caller's wait ends when the job closes, after the post-generation clean-up and
+        # outcome writes, so that is part of a job's overhead; but its worker was free from the
+        # end of generation (when the workflow recorded the result), so that tail is kept apart.
+        generated_at = state.completed_at.timestamp()
+        ended_at = generated_at
+        try:
+            closed = (await handle.describe(rpc_timeout=RPC_TIMEOUT)).close_time
+        except RPCError:
+            closed = None
+        if closed is not None:
+            ended_at = max(ended_at, closed.timestamp())
+
+        def learn() -> None:
+            costs.observe_step(observed.shape, per_step)
+            costs.observe_job(ended_at - observed.started_at, result.gpu_seconds, ended_at - generated_at)
+
+        return learn
 
     # Per-user counts and submissions -----------------------------------------------------
 
@@ -908,7 +948,8 @@ async def stop_capacity(app: FastAPI) -> None:
 
 
 def _has_other_activity(desc: Any) -> bool:
-    """Whether the workflow runs its clean-up (any activity but generation and its read-model writes)."""
+    """Whether the workflow runs its clean-up (any activity but generation and its read-model
+    writes: a job next in line writes its first one before its generation is scheduled)."""
     return any(
         p.activity_type.name not in (GENERATE_VIDEO, PROJECT_VIDEO_JOB) for p in desc.raw_description.pending_activities
     )

@@ -4,7 +4,10 @@ Pure computation over a measured snapshot (``api/video/capacity.py`` takes the s
 
 * Run time of a job = the model's measured per-job overhead + its steps x the measured time
   per step for its length and size (frames x pixels), scaled from other sizes until that size
-  has been seen, and from the catalogue's rough cost until anything has been measured.
+  has been seen, and from the catalogue's rough cost until anything has been measured. Part of
+  the overhead is the tail after generation (clean-up, the read-model write of the outcome,
+  webhooks) until the job closes: the caller waits for it, but the worker is free for the next
+  job, so the plan occupies a worker for a job's run time less that tail (``worker_seconds``).
 * Dispatch order = what Temporal's fairness does with the waiting jobs' fairness keys and
   weights: stride scheduling. The server gives a task that has to wait the pass
   ``max(the queue's ack level, its key's last pass + 1 / weight)`` and hands waiting tasks
@@ -186,6 +189,8 @@ class JobCosts:
         # Seconds per step per frame-megapixel across all shapes: scales to unseen shapes.
         self._per_unit: float | None = None
         self._overhead: float | None = None
+        # Part of the overhead after generation ended (the worker free, the job not closed).
+        self._tail: float | None = None
         self._job_seconds: float | None = None
         self.samples = 0
 
@@ -203,11 +208,14 @@ class JobCosts:
             self._per_unit = self._blend(self._per_unit, seconds_per_step / shape.frame_megapixels)
         self.samples += 1
 
-    def observe_job(self, run_seconds: float, step_seconds_total: float) -> None:
-        """A completed attempt: its wall time from start to result, and the part spent in steps."""
+    def observe_job(self, run_seconds: float, step_seconds_total: float, tail_seconds: float = 0.0) -> None:
+        """A completed attempt: its wall time from start to the job's close, the part spent in
+        steps, and the part after generation ended (its worker already free)."""
         if run_seconds <= 0:
             return
-        self._overhead = self._blend(self._overhead, max(0.0, run_seconds - step_seconds_total))
+        overhead = max(0.0, run_seconds - step_seconds_total)
+        self._overhead = self._blend(self._overhead, overhead)
+        self._tail = self._blend(self._tail, min(overhead, max(0.0, tail_seconds)))
         self._job_seconds = self._blend(self._job_seconds, run_seconds)
 
     def to_json(self) -> dict[str, Any]:
@@ -216,6 +224,7 @@ class JobCosts:
             "step_seconds": [[k, v] for k, v in self._step_seconds.items()],
             "per_unit": self._per_unit,
             "overhead": self._overhead,
+            "tail": self._tail,
             "job_seconds": self._job_seconds,
             "samples": self.samples,
         }
@@ -225,6 +234,7 @@ class JobCosts:
         self._step_seconds = {float(k): float(v) for k, v in data["step_seconds"]}
         self._per_unit = data["per_unit"]
         self._overhead = data["overhead"]
+        self._tail = data.get("tail")  # absent from an older leader's publication
         self._job_seconds = data["job_seconds"]
         self.samples = int(data["samples"])
 
@@ -262,6 +272,18 @@ class JobCosts:
         left = max(0, shape.steps - step)
         return self.overhead_seconds() + left * self.seconds_per_step(shape)
 
+    def tail_seconds(self) -> float:
+        """Measured time from the end of a job's generation to its close (worker already free)."""
+        return 0.0 if self._tail is None else min(self._tail, self.overhead_seconds())
+
+    def worker_seconds(self, shape: JobShape) -> float:
+        """Expected time a job of ``shape`` keeps its worker: its run time less the tail."""
+        return self.run_seconds(shape) - self.tail_seconds()
+
+    def worker_remaining_seconds(self, shape: JobShape, step: int) -> float:
+        """Expected time a job of ``shape`` that has done ``step`` steps keeps its worker."""
+        return self.remaining_seconds(shape, step) - self.tail_seconds()
+
 
 @dataclass(frozen=True)
 class ArrivalStream:
@@ -270,6 +292,7 @@ class ArrivalStream:
     fairness_key: str
     fairness_weight: float
     per_second: float
+    # How long its typical job keeps a worker (``JobCosts.worker_seconds``).
     run_seconds: float
     # The key's user cannot have more than this many waiting: further submits are refused.
     cap: int
@@ -329,7 +352,7 @@ class ArrivalLog:
         streams = []
         for key, arrivals in by_key.items():
             latest = max(arrivals, key=lambda a: a[0])
-            run = sum(costs.run_seconds(a[4]) for a in arrivals) / len(arrivals)
+            run = sum(costs.worker_seconds(a[4]) for a in arrivals) / len(arrivals)
             streams.append(
                 ArrivalStream(
                     fairness_key=key,
@@ -454,7 +477,7 @@ class QueuePlan:
 
     # job id -> (position, 1-based, counting jobs whose worker vanished first; seconds from now to start)
     starts: dict[str, tuple[int, float]]
-    # job id -> expected seconds of work left for running jobs (alive or stalled)
+    # job id -> expected seconds each running job (alive or stalled) still keeps its worker
     remaining: dict[str, float]
     workers: int
     # What ``place`` needs to put a job submitted since into this plan without re-simulating:
@@ -497,7 +520,7 @@ def place(plan: QueuePlan, job: QueuedJob, earlier: Sequence[QueuedJob], costs: 
         index = seen_by_key.get(queued.fairness_key, 0)
         seen_by_key[queued.fairness_key] = index + 1
         absorbed = index < expected_by_key.get(queued.fairness_key, 0)
-        before.append((pass_of(queued), costs.run_seconds(queued.shape), absorbed))
+        before.append((pass_of(queued), costs.worker_seconds(queued.shape), absorbed))
     pass_ = pass_of(job)
     # Earlier new jobs ahead of it that took no expected arrival's place: each takes the next
     # idle worker, or else delays it by its run time shared among the workers.
@@ -532,7 +555,7 @@ def place(plan: QueuePlan, job: QueuedJob, earlier: Sequence[QueuedJob], costs: 
     if slot is not None and slot + len(pending) < len(events):
         return position, events[slot + len(pending)].start
     overflow = len(pending) - (len(events) - slot if slot is not None else 0)
-    return position, plan.horizon + max(0, overflow) * costs.run_seconds(job.shape) / max(1, plan.workers)
+    return position, plan.horizon + max(0, overflow) * costs.worker_seconds(job.shape) / max(1, plan.workers)
 
 
 def plan(
@@ -558,7 +581,8 @@ def plan(
     """
     alive = [r for r in snapshot.running if r.alive]
     stalled = [r for r in snapshot.running if not r.alive]
-    remaining = {r.job_id: costs.remaining_seconds(r.shape, r.step) for r in snapshot.running}
+    # Until each running job's worker is free again (not until the job closes).
+    remaining = {r.job_id: costs.worker_remaining_seconds(r.shape, r.step) for r in snapshot.running}
     workers = max(snapshot.workers_serving, len(alive))
     if workers == 0:
         return None
@@ -582,7 +606,7 @@ def plan(
     direct = 0
     while direct < len(queue) and free[0] <= 0.0:
         job = queue[direct]
-        heapq.heapreplace(free, costs.run_seconds(job.shape))
+        heapq.heapreplace(free, costs.worker_seconds(job.shape))
         position += 1
         starts[job.job_id] = (position, 0.0)
         direct += 1
@@ -609,7 +633,7 @@ def plan(
                 order,
                 job.job_id,
                 job.fairness_key,
-                costs.run_seconds(job.shape),
+                costs.worker_seconds(job.shape),
             )
         )
     heapq.heapify(backlog)
