@@ -219,9 +219,14 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     page.get_by_role("link", name=pushed.name).click()
     page.get_by_role("link", name=pushed.run_id[:16]).click()
     page.wait_for_url(f"**/console/runs/{pushed.run_id}")
-    nodes = page.locator("svg#graph a.node")
-    assert sorted(nodes.evaluate_all("ns => ns.map(n => n.dataset.job)")) == ["build", "deploy", "lint", "notify"]
-    assert page.locator("svg#graph path.edge").count() == 2
+    # The page reloads itself once when a job turns awaiting_approval (its buttons are rendered
+    # by the server): the whole graph is checked in one evaluation, asked again across a reload.
+    until(
+        page,
+        "[...document.querySelectorAll('svg#graph a.node')].map(n => n.dataset.job).sort().join()"
+        " === 'build,deploy,lint,notify'"
+        " && document.querySelectorAll('svg#graph path.edge').length === 2",
+    )
 
     # The build job's page follows its log live: the first tick shows before the last exists.
     page.get_by_role("link", name="build").first.click()
