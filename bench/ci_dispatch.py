@@ -60,7 +60,7 @@ from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.sandbox import Sandbox
 from bench.ci_fairness import BenchRunRecords, make_repo
-from bench.report import percentile
+from bench.report import percentile, process_cpu_seconds
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.settings import Settings
@@ -119,10 +119,7 @@ def server_pid(client: Client) -> int | None:
 
 
 def cpu_now(pid: int | None) -> Cpu:
-    server = 0.0
-    if pid is not None:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    server = process_cpu_seconds(pid) if pid is not None else 0.0
     t = os.times()
     return Cpu(server, time.process_time(), t.children_user + t.children_system)
 
