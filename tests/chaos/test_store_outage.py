@@ -74,8 +74,18 @@ class OutageOutcome:
     log_prefix: str
     gaps: list[int]
     printed: list[str]
+    # What a failure needs to explain itself: the job's attempts and what the store listed.
+    attempts: list[tuple[int, str]]
+    listed: list[str]
     observations: list[Observation]
     history: History
+
+    def ci_report(self) -> str:
+        names = [key.removeprefix(self.log_prefix) for key in self.listed]
+        return (
+            f"run {self.run.status.value}; attempts {self.attempts}; read {self.log_prefix}: "
+            f"gaps {self.gaps}, {len(names)} keys listed {names}, {len(self.printed)} of {LINES} lines"
+        )
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -100,6 +110,10 @@ async def outage(
         s3_secret_access_key="s",  # type: ignore[arg-type]
         ci_log_flush_seconds=0.3,
         ci_local_repo_root=tmp_path,
+        # The test reads the attempt's raw chunks. The log compaction schedule (every 300 s,
+        # aligned to the clock, not to this test) replaces a finished attempt's chunks with one
+        # compacted object: a tick between the run's end and the read left no chunk to read.
+        lifecycle_schedules=False,
     )
     logs = tmp_path / "logs"
     procs: list[ManagedProcess] = [
@@ -190,9 +204,12 @@ async def outage(
         # CI: the run succeeded, and the attempt that did holds every line once, in order, no gap.
         job = run_state.job("lines")
         assert job is not None
-        final = job.attempts[-1]
+        # The attempt the state points at: the one whose result was recorded.
+        final = job.current_attempt()
+        assert final is not None, job
+        listed = store.list(final.log_prefix)
         chunks = []
-        for key in store.list(final.log_prefix):
+        for key in listed:
             parsed = parse_log_key(key)
             if parsed and parsed[1] == "log":
                 chunks.append((parsed[0], store.get(key)))
@@ -208,16 +225,27 @@ async def outage(
         frames = probe_mp4(store.get(state.result.video_key)) if state.result is not None else None
         log.warning(
             "outage %.0fs: video attempts %d (resumed from step %d, last committed before the cut %d); "
-            "CI attempts %s, log gaps %s",
+            "CI attempts %s, log gaps %s, %d keys listed under the log prefix",
             OUTAGE_SECONDS,
             state.result.attempt if state.result else 0,
             state.result.resumed_from_step if state.result else 0,
             committed_before_cut,
             [(a.attempt, a.status.value) for a in job.attempts],
             gaps,
+            len(listed),
         )
         return OutageOutcome(
-            state, committed_before_cut, frames, run_state, final.log_prefix, gaps, printed, observations, history
+            state,
+            committed_before_cut,
+            frames,
+            run_state,
+            final.log_prefix,
+            gaps,
+            printed,
+            [(a.attempt, a.status.value) for a in job.attempts],
+            listed,
+            observations,
+            history,
         )
     finally:
         proxy.close()
@@ -239,8 +267,8 @@ def test_video_job_survives_the_outage_from_its_last_checkpoint(outage: OutageOu
 
 
 def test_ci_log_survives_the_outage_without_a_gap(outage: OutageOutcome) -> None:
-    assert outage.run.status.value == "success", outage.run
-    assert not outage.gaps, f"CI log chunks {outage.gaps} of {outage.log_prefix} were dropped during the outage"
-    assert outage.printed == [f"line {i}" for i in range(1, LINES + 1)], outage.printed
+    assert outage.run.status.value == "success", f"{outage.ci_report()}\n{outage.run}"
+    assert not outage.gaps, f"CI log chunks were dropped during the outage: {outage.ci_report()}"
+    assert outage.printed == [f"line {i}" for i in range(1, LINES + 1)], f"{outage.ci_report()}: {outage.printed}"
     report = check(outage.history.restricted(["ci"]), [o for o in outage.observations if o.key == "ci"])
     assert report.ok, report.summary()
