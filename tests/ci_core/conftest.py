@@ -133,8 +133,9 @@ def ci_settings(tmp: Path, address: str, **extra: object) -> Settings:
         queue_prefix=unique_prefix(),
         api_port=free_port(),
         ci_log_flush_seconds=0.3,
-        # The tests' repositories live under tmp (the data dir inside it stays refused).
-        **{"ci_local_repo_root": tmp, "ci_max_concurrent_jobs": 2, **extra},  # type: ignore[arg-type]
+        # The tests' repositories live under tmp (the data dir inside it stays refused). No
+        # lifecycle schedules: log compaction would delete the raw chunks ``log_text`` reads.
+        **{"ci_local_repo_root": tmp, "ci_max_concurrent_jobs": 2, "lifecycle_schedules": False, **extra},  # type: ignore[arg-type]
     )
 
 
