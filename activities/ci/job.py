@@ -1,7 +1,10 @@
 """The CI job activity: one attempt of one job, its steps in a fresh sandbox over a fresh checkout.
 
-Order of an attempt: ask the run workflow for an attempt number (Update ``attempt_started``;
-a stale or cancelled attempt is told not to proceed), fetch the mirror and extract the commit
+Order of an attempt: take the attempt number the run granted with the activity (its first
+activity attempt, for a job that fetches no secrets; the attempt tells the run it is running with
+one ``attempt_running`` signal once it has run ``start_notice_seconds``), or ask the run
+workflow for one (Update ``attempt_started``; a stale or cancelled attempt is told not to
+proceed; it also issues the secrets token), fetch the mirror and extract the commit
 into a new workspace, run each step as its own sandboxed process while shipping output in
 numbered chunks and heartbeating, then return a ``JobResult``. The job's own failure (non-zero
 exit, timeout, cancellation) is a result; only infrastructure trouble raises, so Temporal
@@ -69,8 +72,10 @@ from workflows.ci.ids import attempt_log_prefix, idempotency_key, step_summary_k
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
     JOB_FATAL_ERROR,
+    SIGNAL_ATTEMPT_RUNNING,
     UPDATE_ATTEMPT_STARTED,
     AttemptGrant,
+    AttemptRunning,
     AttemptStartRequest,
     AttemptStatus,
     JobActivityInput,
@@ -117,6 +122,10 @@ class JobConfig:
     log_max_bytes: int = 64 << 20
     # How long a log chunk is retried while the object store is unreachable.
     log_retry_seconds: float = 120.0
+    # How long a pre-granted attempt runs before it tells the run it is running (a shorter job
+    # says it with its result: no signal, no workflow task). The run's read model is written at
+    # most every 0.5 s while jobs run, so this adds no staleness the API did not have.
+    start_notice_seconds: float = 0.5
     # Largest cache archive a job may save (bytes before compression).
     cache_max_bytes: int = 2 << 30
     identity: str = field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
@@ -336,6 +345,27 @@ class CIJobActivities(CIJobDefinition):
             future.cancel()
             raise ApplicationError("the run did not answer the attempt request") from None
 
+    def _notice_start(self, inp: JobActivityInput, attempt: int) -> threading.Timer:
+        """Tell the run, once the attempt has run ``start_notice_seconds``, that it is running
+        (signal ``attempt_running``; never awaited: the job does not wait on the engine)."""
+        notice = AttemptRunning(
+            job_id=inp.job.id,
+            round=inp.round,
+            attempt=attempt,
+            worker=self._config.identity,
+            started_at=datetime.now(UTC),
+        )
+
+        def send() -> None:
+            handle = self._client.get_workflow_handle(inp.run_workflow_id)
+            future = asyncio.run_coroutine_threadsafe(handle.signal(SIGNAL_ATTEMPT_RUNNING, notice), self._loop)
+            future.add_done_callback(_log_notice_failure)
+
+        timer = threading.Timer(self._config.start_notice_seconds, send)
+        timer.daemon = True
+        timer.start()
+        return timer
+
     # The activity -------------------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_RUN_JOB)
@@ -347,19 +377,29 @@ class CIJobActivities(CIJobDefinition):
             except UntrustedRun as exc:
                 log.warning("refused job %s of %s: %s", inp.job.id, inp.run_workflow_id, exc)
                 raise ApplicationError(f"refused: {exc}", type=JOB_FATAL_ERROR, non_retryable=True) from None
-            grant = self._request_attempt(inp)
+            pregranted = inp.grant is not None and inp.grant.proceed and activity.info().attempt == 1
+            grant = inp.grant if pregranted and inp.grant is not None else self._request_attempt(inp)
             if not grant.proceed:
                 log.info("job %s round %s not started: %s", inp.job.id, inp.round, grant.reason)
                 return JobResult(
                     job_id=inp.job.id, attempt=0, round=inp.round, status=AttemptStatus.CANCELLED, error=grant.reason
                 )
+            notice = self._notice_start(inp, grant.attempt) if pregranted else None
             JOBS_RUNNING.inc()
             try:
                 result = _Attempt(self, inp, grant, trusted).run()
             finally:
                 JOBS_RUNNING.dec()
+                if notice is not None:
+                    notice.cancel()
             JOBS_TOTAL.labels(result.status.value).inc()
             return result
+
+
+def _log_notice_failure(future: Any) -> None:
+    # The run may have ended meanwhile (cancelled): the result tells it the rest.
+    if not future.cancelled() and future.exception() is not None:
+        log.info("start notice not delivered: %s", future.exception())
 
 
 class _Attempt:

@@ -252,6 +252,8 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
     """What ``job`` (not started) waits for, from the run's state and what the engine said."""
     holder = run_workflow_id(state.run_id)
     key = f"{job.job_id}#{job.round}"
+    # The semaphore counts a slot handed over within the run under the key it granted.
+    slot_key = job.slot_key or key
     blockers: list[QueueBlockerOut] = []
     out = JobQueueOut(
         reason=QueueReason.UNKNOWN,
@@ -311,11 +313,11 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
         sem = facts.semaphore
         if isinstance(sem, SemaphoreState):
             out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
-            place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == key), None)
+            place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == slot_key), None)
             if place is not None:
                 out.position, out.ahead = place + 1, place
                 blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place)))
-            elif not in_group_queue and not any(h.holder == holder and h.key == key for h in sem.holders):
+            elif not in_group_queue and not any(h.holder == holder and h.key == slot_key for h in sem.holders):
                 # Neither waiting nor holding: its request (or its grant) is in flight right now,
                 # to its concurrency group first when it has one that has not let it in yet.
                 in_use = f"{len(sem.holders)} of {sem.limit} slots of your tenant in use"

@@ -14,6 +14,11 @@ job rounds waiting for a grant (``PATCH_SPARE_TO_WAITING``: two transfers, one g
 read-model writes paced (``PATCH_PACED_SNAPSHOTS``): ``run-spare_to_waiting`` and
 ``semaphore-spare_to_waiting`` (the semaphore's whole history, both runs).
 
+Since ``PATCH_PREGRANTED_ATTEMPTS`` and ``PATCH_SILENT_HANDOFF``, the chain records as
+``run-capped_chain_silent`` and ``semaphore-silent_handoff``: each job's attempt granted with its
+activity (no ``attempt_started`` Update; ``solo`` runs long enough to send ``attempt_running``),
+and the chain's slot handed on without a ``transfer`` signal.
+
 Real processes (orchestration and CI worker with bubblewrap) on a fresh dev server. Existing
 files are never overwritten (see ``tests/ci_core/record_histories.py``).
 """
@@ -97,11 +102,13 @@ async def main(out: Path) -> None:
 
             async def idle() -> bool:
                 sem = await semaphore.query(CITenantSemaphoreWorkflow.state)
-                return not sem.holders and not sem.pending and sem.transferred_total == 2
+                # The chain's hand-overs are silent: the semaphore granted solo and first only.
+                return not sem.holders and not sem.pending and sem.granted_total == 2
 
             await until("semaphore: chain handed over, every slot released", idle)
-            for name, handle in (("run-capped_chain_eager", run), ("semaphore-eager_handoff", semaphore)):
+            for name, handle in (("run-capped_chain_silent", run), ("semaphore-silent_handoff", semaphore)):
                 await keep(out, name, handle)
+            transferred = (await semaphore.query(CITenantSemaphoreWorkflow.state)).transferred_total
 
             spare = stack.repo("spare")
             _, state = await push(stack, spare, spare.commit({WORKFLOW_PATH: SPARE}), max_concurrent_jobs=1)
@@ -110,7 +117,7 @@ async def main(out: Path) -> None:
 
             async def handed_on() -> bool:
                 sem = await semaphore.query(CITenantSemaphoreWorkflow.state)
-                return not sem.holders and not sem.pending and sem.transferred_total == 2 + 2
+                return not sem.holders and not sem.pending and sem.transferred_total == transferred + 2
 
             await until("semaphore: the spare slot handed to the waiting jobs, released", handed_on)
             await keep(out, "run-spare_to_waiting", run)

@@ -148,9 +148,12 @@ async def test_cap_holds_when_a_worker_is_killed_mid_burst(dispatch_stack: CISta
         await asyncio.sleep(0.3)
     assert state is not None and state.holders == [] and state.pending == [], state
     # Every job round got its slot exactly once (the retried attempts keep their round's): a
-    # grant, or a transfer from a round of its run that ended (a chain's next job, c0 -> c1 ->
-    # c2 twice at least, or a job that waited for a grant while its run had a slot to spare).
-    assert state.granted_total + state.transferred_total == 2 * 11, state
-    assert state.transferred_total >= 2 * 2, state
+    # grant, a transfer from a round of its run that ended (a job that waited for a grant while
+    # its run had a slot to spare), or the slot of the round that made it ready, handed over
+    # within the run without a signal (a chain's next job, c0 -> c1 -> c2 twice at least; the
+    # job names the key it inherited).
+    inherited = [j.slot_key for f in finals for j in f.jobs if j.slot_key is not None]
+    assert state.granted_total + state.transferred_total + len(inherited) == 2 * 11, (state, inherited)
+    assert state.transferred_total + len(inherited) >= 2 * 2, (state, inherited)
     # A run of 11 jobs under a cap of 3 asks for at least its first share of slots.
     assert state.granted_total >= 3, state

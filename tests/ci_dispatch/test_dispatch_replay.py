@@ -16,6 +16,8 @@ from workflows.ci.run import (
     PATCH_BATCHED_SLOT_SIGNALS,
     PATCH_EAGER_HANDOFF,
     PATCH_PACED_SNAPSHOTS,
+    PATCH_PREGRANTED_ATTEMPTS,
+    PATCH_SILENT_HANDOFF,
     PATCH_SLOT_HANDOFF,
     PATCH_SPARE_TO_WAITING,
 )
@@ -24,9 +26,10 @@ from workflows.ci.semaphore import (
     PATCH_GRANTS_PER_RUN,
     SIGNAL_ACQUIRE_MANY,
     SIGNAL_GRANTED_MANY,
+    SIGNAL_RELEASE,
     SIGNAL_TRANSFER,
 )
-from workflows.ci.types.job import ACTIVITY_RUN_JOB
+from workflows.ci.types.job import ACTIVITY_RUN_JOB, SIGNAL_ATTEMPT_RUNNING
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORDED = sorted(HISTORIES.glob("*.json"))
@@ -67,6 +70,8 @@ def test_the_recordings_exercise_the_new_paths() -> None:
         "semaphore-eager_handoff",
         "run-spare_to_waiting",
         "semaphore-spare_to_waiting",
+        "run-capped_chain_silent",
+        "semaphore-silent_handoff",
     }
     # Before the batched signals: hand-off and batched grants, one grant signal per key.
     assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
@@ -107,6 +112,14 @@ def test_the_recordings_exercise_the_new_paths() -> None:
     assert sent(spare).count(SIGNAL_ACQUIRE_MANY) == 1 and sent(spare).count(SIGNAL_TRANSFER) == 2, sent(spare)
     assert signals(spare).count(SIGNAL_GRANTED_MANY) == 1, signals(spare)
     assert signals(HISTORIES / "semaphore-spare_to_waiting.json").count(SIGNAL_TRANSFER) == 2 + 2
+    # Attempts granted with their activities (no Update; the long job reported its start), and
+    # the chain's slot handed on with no signal: the run sends its one acquire and two releases.
+    silent = HISTORIES / "run-capped_chain_silent.json"
+    assert {PATCH_PREGRANTED_ATTEMPTS, PATCH_SILENT_HANDOFF, PATCH_SLOT_HANDOFF} <= patches(silent)
+    assert not [e for e in load(silent).events if e.HasField("workflow_execution_update_accepted_event_attributes")]
+    assert signals(silent).count(SIGNAL_ATTEMPT_RUNNING) == 1, signals(silent)
+    assert sorted(sent(silent)) == [SIGNAL_ACQUIRE_MANY, SIGNAL_RELEASE, SIGNAL_RELEASE], sent(silent)
+    assert SIGNAL_TRANSFER not in signals(HISTORIES / "semaphore-silent_handoff.json")
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])

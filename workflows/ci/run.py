@@ -96,6 +96,7 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     FailureError,
+    TimeoutType,
     WorkflowAlreadyStartedError,
 )
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
@@ -146,8 +147,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ci.types.concurrency import GroupNotice, GroupOutcome, GroupRelease, GroupRequest, GroupState
     from workflows.ci.types.job import (
         JOB_FATAL_ERROR,
+        SIGNAL_ATTEMPT_RUNNING,
         UPDATE_ATTEMPT_STARTED,
         AttemptGrant,
+        AttemptRunning,
         AttemptStartRequest,
         AttemptStatus,
         JobActivityInput,
@@ -223,6 +226,15 @@ PATCH_SPARE_TO_WAITING = "ci-spare-slot-to-waiting-job"
 # Runs started after this change space their read-model writes (``_pace_snapshot``): the changes
 # of that interval join one write instead of each write carrying the whole state again.
 PATCH_PACED_SNAPSHOTS = "ci-paced-snapshots"
+# Runs started after this change grant a job's first attempt in its activity's input (a job that
+# fetches no secrets): the attempt starts without the ``attempt_started`` Update's round trip and
+# workflow task, and reports its start with one ``attempt_running`` signal once it has run a
+# moment (an attempt that ends before that reports it with its result).
+PATCH_PREGRANTED_ATTEMPTS = "ci-pregranted-attempts"
+# Runs started after this change hand a chain's next job the slot of the round that made it ready
+# without telling the tenant semaphore (no ``transfer`` signal): the slot's key stays the one the
+# semaphore granted, and the job records it (``JobState.slot_key``).
+PATCH_SILENT_HANDOFF = "ci-silent-slot-handoff"
 # The interval between the starts of two read-model writes of a running run: a write carries
 # the whole state (every job), so a larger run writes less often; its final state is written
 # at once. Status shown by the API trails the engine by at most this much while jobs run.
@@ -321,6 +333,10 @@ class CIRunWorkflow:
         self._run_group: tuple[str, str] | None = None
         # Why a job about to end cancelled was cancelled (fail-fast, a concurrency group).
         self._cancel_reasons: dict[str, str] = {}
+        # Attempts granted with their activity and not recorded yet (job id -> (round, attempt)),
+        # and the highest attempt number ever issued per job (a number is never issued twice).
+        self._reserved: dict[str, tuple[int, int]] = {}
+        self._issued: dict[str, int] = {}
 
     # Queries and updates ----------------------------------------------------------------
 
@@ -338,36 +354,79 @@ class CIRunWorkflow:
         if req.job_id in self._cancelling:
             return AttemptGrant(proceed=False, reason="cancelled")
         now = workflow.now()
-        for a in job.attempts:
-            if a.status == AttemptStatus.RUNNING:
-                # The server re-dispatched the activity: the earlier attempt lost its lease.
-                a.status = AttemptStatus.LOST
-                a.finished_at = now
-                a.error = "worker lost (no heartbeat); superseded by a new attempt"
-        n = max((a.attempt for a in job.attempts), default=0) + 1
+        reserved = self._reserved.pop(job.job_id, None)
+        if reserved is not None and reserved[0] == job.round and req.activity_attempt == 1:
+            # The first activity attempt of a pre-granted round asks anyway (a worker from before
+            # pre-granting): it gets the number its input carries.
+            n = reserved[1]
+        else:
+            if reserved is not None and reserved[0] == job.round:
+                # The pre-granted attempt ran (or was lost) without reporting its start.
+                self._record_attempt(job, reserved[1], "", None)
+            for a in job.attempts:
+                if a.status == AttemptStatus.RUNNING:
+                    # The server re-dispatched the activity: the earlier attempt lost its lease.
+                    a.status = AttemptStatus.LOST
+                    a.finished_at = now
+                    a.error = (
+                        "worker lost (no heartbeat); superseded by a new attempt"
+                        if a.started_at is not None
+                        else "ended or lost its worker before it reported its start; superseded by a new attempt"
+                    )
+            n = self._next_attempt(job)
         token: str | None = None
         if workflow.patched(PATCH_SECRETS_TOKEN):
             # Random per attempt (the workflow's seeded RNG: replay gives the same value); only
             # its hash is kept in the state that queries show.
             token = workflow.uuid4().hex + workflow.uuid4().hex
-        job.attempts.append(
-            JobAttemptState(
-                attempt=n,
-                round=job.round,
-                worker=req.worker,
-                started_at=now,
-                log_prefix=attempt_log_prefix(self._inp.push.tenant_id, self._inp.run_id, job.job_id, n),
-                secrets_token_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None,
-            )
-        )
-        job.attempt = n
-        job.status = JobStatus.IN_PROGRESS
-        job.started_at = job.started_at or now
-        if self._state.started_at is None:
-            self._state.started_at = now
-        self._set_status(RunStatus.IN_PROGRESS)
-        self._snapshots.changed()
+        self._record_attempt(job, n, req.worker, now, hashlib.sha256(token.encode()).hexdigest() if token else None)
         return AttemptGrant(proceed=True, attempt=n, secrets_token=token)
+
+    def _next_attempt(self, job: JobState) -> int:
+        """A number no attempt of this job had (recorded, or granted with an activity)."""
+        n = max(max((a.attempt for a in job.attempts), default=0), self._issued.get(job.job_id, 0)) + 1
+        self._issued[job.job_id] = n
+        return n
+
+    def _record_attempt(
+        self, job: JobState, n: int, worker: str, started_at: datetime | None, token_sha256: str | None = None
+    ) -> JobAttemptState:
+        """Attempt ``n`` of the job's current round runs (or ran): the state points at it."""
+        att = JobAttemptState(
+            attempt=n,
+            round=job.round,
+            worker=worker,
+            started_at=started_at,
+            log_prefix=attempt_log_prefix(self._inp.push.tenant_id, self._inp.run_id, job.job_id, n),
+            secrets_token_sha256=token_sha256,
+        )
+        job.attempts.append(att)
+        self._issued[job.job_id] = max(self._issued.get(job.job_id, 0), n)
+        job.attempt = n
+        if started_at is not None:
+            job.status = JobStatus.IN_PROGRESS
+            job.started_at = job.started_at or started_at
+            if self._state.started_at is None:
+                self._state.started_at = started_at
+            self._set_status(RunStatus.IN_PROGRESS)
+        self._snapshots.changed()
+        return att
+
+    def _take_reserved(self, job: JobState, attempt: int) -> bool:
+        """The pre-granted ``attempt`` of the job's current round, if it is not recorded yet."""
+        if self._reserved.get(job.job_id) == (job.round, attempt):
+            del self._reserved[job.job_id]
+            return True
+        return False
+
+    @workflow.signal(name=SIGNAL_ATTEMPT_RUNNING)
+    def attempt_running(self, notice: AttemptRunning) -> None:
+        """A pre-granted attempt has been running a moment: the job is in progress on its worker."""
+        job = self._state.job(notice.job_id)
+        if job is None or job.round != notice.round or job.status != JobStatus.QUEUED:
+            return
+        if self._take_reserved(job, notice.attempt):
+            self._record_attempt(job, notice.attempt, notice.worker, notice.started_at)
 
     @workflow.update
     def retry_job(self, req: RetryJobRequest) -> RetryJobResponse:
@@ -415,6 +474,8 @@ class CIRunWorkflow:
 
     def _reset_job(self, job: JobState) -> None:
         self._round_specs.pop(job.job_id, None)
+        self._reserved.pop(job.job_id, None)
+        job.slot_key = None
         self._cancel_reasons.pop(job.job_id, None)
         job.round += 1
         job.status = JobStatus.WAITING
@@ -771,6 +832,8 @@ class CIRunWorkflow:
         round of this run that just ended, handed over), the activity, the result; the slot is
         released (or kept for the next scheduling pass to hand over) on every way out of here."""
         key = f"{job_id}#{round_}"
+        # The key of the slot this round holds: its own, or the one it inherited silently.
+        slot = key
         capped = self._inp.push.max_concurrent_jobs is not None
         group = self._job_groups.get(job_id)
         try:
@@ -781,7 +844,16 @@ class CIRunWorkflow:
                 if outcome != GroupOutcome.GRANTED or key in self._preempted:
                     self._record_cancelled(job_id, round_, self._group_reason(group[0]))
                     return
-            if capped and inherited is not None and workflow.patched(PATCH_EAGER_HANDOFF):
+            if capped and inherited is not None and workflow.patched(PATCH_SILENT_HANDOFF):
+                # The semaphore counts the slot under the key it granted: who uses it is this
+                # run's business, so nothing is signalled. Its release (or next hand-over) names
+                # that key; the job records it for the queue explanation.
+                slot = inherited
+                self._granted.add(slot)
+                job_state = self._state.job(job_id)
+                if job_state is not None:
+                    job_state.slot_key = slot
+            elif capped and inherited is not None and workflow.patched(PATCH_EAGER_HANDOFF):
                 # Held from now on: the semaphore hears of it before it hears of a release.
                 self._granted.add(key)
                 move = asyncio.create_task(self._send_transfer(job_id, inherited, key))
@@ -793,6 +865,13 @@ class CIRunWorkflow:
                 await self._acquire_slot(job_id, key)
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
+            if not spec.secrets and workflow.patched(PATCH_PREGRANTED_ATTEMPTS):
+                # No secrets to fetch, so no token: the attempt's number travels with the activity.
+                job = self._state.job(job_id)
+                assert job is not None
+                n = self._next_attempt(job)
+                self._reserved[job_id] = (round_, n)
+                act.grant = AttemptGrant(proceed=True, attempt=n)
             self._start_activity(job_id, round_, spec, act)
             result = await self._handles[job_id]
             self._record_result(job_id, round_, result)
@@ -806,13 +885,13 @@ class CIRunWorkflow:
             self._cancelling.discard(job_id)
             self._dirty = True
             if capped:
-                held = key in self._granted
-                self._granted.discard(key)
+                held = slot in self._granted
+                self._granted.discard(slot)
                 if held and group is None and workflow.patched(PATCH_SLOT_HANDOFF):
                     # Held until this pass of the scheduler: a job it makes ready takes it over.
-                    self._spare_slots.append(key)
+                    self._spare_slots.append(slot)
                 else:
-                    self._releases.append(asyncio.create_task(self._release_slot(key)))
+                    self._releases.append(asyncio.create_task(self._release_slot(slot)))
             if group is not None:
                 self._leave_group(group[0], key)
 
@@ -1207,6 +1286,9 @@ class CIRunWorkflow:
 
     def _record_result(self, job_id: str, round_: int, result: JobResult) -> None:
         job = self._state.job(job_id)
+        if job is not None and job.round == round_ and self._take_reserved(job, result.attempt):
+            # A pre-granted attempt that ended before it reported its start.
+            self._record_attempt(job, result.attempt, result.worker, result.started_at or workflow.now())
         if job is None or job.round != round_ or result.attempt != job.attempt:
             workflow.logger.warning("ignoring stale result of %s attempt %s", job_id, result.attempt)
             return
@@ -1241,6 +1323,11 @@ class CIRunWorkflow:
             message = str(cause)
         else:
             message = str(err)
+        reserved = self._reserved.pop(job_id, None)
+        never_started = isinstance(cause, ActivityTimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+        if reserved is not None and reserved[0] == round_ and not never_started:
+            # The pre-granted attempt ran (the activity failed) without reporting its start.
+            self._record_attempt(job, reserved[1], err.identity or "", None)
         att = job.current_attempt()
         if att is not None and att.status == AttemptStatus.RUNNING:
             att.status = AttemptStatus.LOST if isinstance(cause, ActivityTimeoutError) else AttemptStatus.ERROR

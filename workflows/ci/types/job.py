@@ -21,8 +21,11 @@ from workflows.ci.types.spec import JobSpec
 ACTIVITY_RUN_JOB = "ci_run_job"
 # Error types of the job activity that retrying cannot fix.
 JOB_FATAL_ERROR = "CIJobFatal"
-# The run workflow's Update a job attempt sends before it runs anything (its name in histories).
+# The run workflow's Update a job attempt sends before it runs anything (its name in histories),
+# unless the run granted the attempt in the activity's input (``JobActivityInput.grant``).
 UPDATE_ATTEMPT_STARTED = "attempt_started"
+# The signal a pre-granted attempt sends once it has run ``START_NOTICE_SECONDS`` (``AttemptRunning``).
+SIGNAL_ATTEMPT_RUNNING = "attempt_running"
 
 
 class AttemptStatus(StrEnum):
@@ -55,6 +58,17 @@ class NeedResult(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
 
 
+class AttemptGrant(BaseModel):
+    """The workflow's answer: the attempt number to use, or ``proceed=False`` (stale/cancelled)."""
+
+    proceed: bool
+    attempt: int = 0
+    reason: str | None = None
+    # The attempt's secrets token: the worker trades it at the API for exactly the secrets the
+    # job declares, while this attempt holds the job's lease (its state is ``running``).
+    secrets_token: str | None = None
+
+
 class JobActivityInput(PushScoped):
     """Input of the job activity (one Temporal activity per job per retry round)."""
 
@@ -82,6 +96,21 @@ class JobActivityInput(PushScoped):
     # ``github.run_number``: the run's number among the runs of its repository and workflow
     # file, when the run knows it (None: 1).
     run_number: int | None = None
+    # The attempt the run granted with the activity, for its first activity attempt (a job that
+    # fetches no secrets: no token), so that attempt starts without the ``attempt_started``
+    # round trip; ``None`` (or a retried activity attempt): ask with the Update.
+    grant: AttemptGrant | None = None
+
+
+class AttemptRunning(BaseModel):
+    """Signal ``attempt_running``: a pre-granted attempt is running on ``worker`` since ``started_at``
+    (sent once it has run a moment; an attempt that ends before says it with its result)."""
+
+    job_id: str
+    round: int
+    attempt: int
+    worker: str = ""
+    started_at: datetime
 
 
 class AttemptStartRequest(BaseModel):
@@ -92,17 +121,6 @@ class AttemptStartRequest(BaseModel):
     # The Temporal activity attempt within this round (dedups the update).
     activity_attempt: int
     worker: str = ""
-
-
-class AttemptGrant(BaseModel):
-    """The workflow's answer: the attempt number to use, or ``proceed=False`` (stale/cancelled)."""
-
-    proceed: bool
-    attempt: int = 0
-    reason: str | None = None
-    # The attempt's secrets token: the worker trades it at the API for exactly the secrets the
-    # job declares, while this attempt holds the job's lease (its state is ``running``).
-    secrets_token: str | None = None
 
 
 class LogStored(BaseModel):

@@ -132,6 +132,9 @@ class JobState(BaseModel):
     job_total: int = 1
     # The job-level ``concurrency`` group it ran in (evaluated), if any.
     concurrency_group: str | None = None
+    # The key under which the tenant's semaphore counts this round's slot, when it is not the
+    # round's own (``<job>#<round>``): a slot handed over from the job round that made it ready.
+    slot_key: str | None = None
 
     def current_attempt(self) -> JobAttemptState | None:
         """The attempt the state points at (the winning one once finished)."""
