@@ -311,7 +311,22 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
                     )
                 )
         sem = facts.semaphore
-        if isinstance(sem, SemaphoreState):
+        if job.run_slot_wait:
+            # Its run holds or has asked for as many slots as the cap leaves it: the job takes the
+            # next slot a job of the run gives back, after the run's requests still waiting in the
+            # tenant's queue (and every job ahead of those) and the run's jobs queued before it.
+            ahead = _run_queue_place(state, job)
+            in_use = ""
+            if isinstance(sem, SemaphoreState):
+                out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
+                in_use = f" ({len(sem.holders)} of {sem.limit} slots in use)"
+                mine = [i for i, r in enumerate(sem.pending) if r.holder == holder]
+                ahead += mine[-1] + 1 if mine else 0
+            out.position, out.ahead = ahead + 1, ahead
+            where = "next in line" if ahead == 0 else f"{ahead} of your jobs ahead of it"
+            message = f"waiting for a slot of your tenant's cap{in_use}: the next one its run gives back; {where}"
+            blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=message))
+        elif isinstance(sem, SemaphoreState):
             out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
             place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == slot_key), None)
             if place is not None:
@@ -390,6 +405,22 @@ def _status_of(state: CIRunState, job_id: str) -> str:
 
 def _same(member: GroupRequest | None, holder: str, key: str) -> bool:
     return member is not None and member.holder == holder and member.key == key
+
+
+def _run_queue_place(state: CIRunState, job: JobState) -> int:
+    """How many of the run's jobs wait in its own slot queue ahead of ``job`` (queued earlier)."""
+    index = state.jobs.index(job)
+    at = job.queued_at
+    return sum(
+        1
+        for i, other in enumerate(state.jobs)
+        if other.run_slot_wait
+        and other is not job
+        and (
+            (other.queued_at is not None and at is not None and other.queued_at < at)
+            or (other.queued_at == at and i < index)
+        )
+    )
 
 
 def _cap_message(sem: SemaphoreState, place: int) -> str:

@@ -17,6 +17,7 @@ from workflows.ci.run import (
     PATCH_EAGER_HANDOFF,
     PATCH_PACED_SNAPSHOTS,
     PATCH_PREGRANTED_ATTEMPTS,
+    PATCH_RUN_SLOT_QUEUE,
     PATCH_SILENT_HANDOFF,
     PATCH_SLOT_HANDOFF,
     PATCH_SPARE_TO_WAITING,
@@ -72,6 +73,8 @@ def test_the_recordings_exercise_the_new_paths() -> None:
         "semaphore-spare_to_waiting",
         "run-capped_chain_silent",
         "semaphore-silent_handoff",
+        "run-slot_queue",
+        "semaphore-slot_queue",
     }
     # Before the batched signals: hand-off and batched grants, one grant signal per key.
     assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
@@ -120,6 +123,13 @@ def test_the_recordings_exercise_the_new_paths() -> None:
     assert signals(silent).count(SIGNAL_ATTEMPT_RUNNING) == 1, signals(silent)
     assert sorted(sent(silent)) == [SIGNAL_ACQUIRE_MANY, SIGNAL_RELEASE, SIGNAL_RELEASE], sent(silent)
     assert SIGNAL_TRANSFER not in signals(HISTORIES / "semaphore-silent_handoff.json")
+    # Three jobs under a cap of one, with the run's own slot queue: one request, one grant, the
+    # slot taken in turn by the two that waited in the run, one release; no transfer.
+    queue = HISTORIES / "run-slot_queue.json"
+    assert {PATCH_RUN_SLOT_QUEUE, PATCH_SLOT_HANDOFF, PATCH_PREGRANTED_ATTEMPTS} <= patches(queue)
+    assert sent(queue) == [SIGNAL_ACQUIRE_MANY, SIGNAL_RELEASE], sent(queue)
+    assert signals(queue) == [SIGNAL_GRANTED_MANY], signals(queue)
+    assert SIGNAL_TRANSFER not in signals(HISTORIES / "semaphore-slot_queue.json")
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])

@@ -85,6 +85,48 @@ def test_job_in_a_concurrency_group_behind_another_run_then_the_full_cap() -> No
     assert reasons(explain_job(state, deploy, facts, NOW)) == ["worker"]
 
 
+def test_jobs_in_their_runs_own_slot_queue_and_a_slot_handed_over() -> None:
+    """The run asked for as many slots as the cap leaves it: its other jobs wait in its own
+    queue, in order; a job running on a slot handed over names the slot's key."""
+    held = [SlotRequest(holder=run_workflow_id(RUN), key=f"j{i}#0", limit=2) for i in range(2)]
+    jobs = [
+        JobState(job_id=f"j{i}", name=f"j{i}", runs_on=["linux"], status=JobStatus.QUEUED, queued_at=NOW)
+        for i in range(4)
+    ]
+    jobs[2].run_slot_wait = jobs[3].run_slot_wait = True
+    state = run_of(*jobs)
+    facts = Facts(
+        semaphore=SemaphoreState(tenant_id="t1", limit=2, holders=held),
+        served={("linux",): True},
+        candidates=[("linux",)],
+    )
+    first, second = (explain_job(state, j, facts, NOW) for j in jobs[2:])
+    assert reasons(first) == reasons(second) == ["tenant_cap"]
+    assert (first.position, first.ahead, second.position, second.ahead) == (1, 0, 2, 1)
+    assert first.message == (
+        "waiting for a slot of your tenant's cap (2 of 2 slots in use): the next one its run gives back; next in line"
+    )
+    assert second.message.endswith("; 1 of your jobs ahead of it")
+    assert (second.slots_in_use, second.slot_limit) == (2, 2)
+    # j0 ended; j2 runs on its slot, still counted under the key the semaphore granted.
+    jobs[2].run_slot_wait = False
+    jobs[2].slot_key = "j0#0"
+    jobs[0].status = JobStatus.SUCCESS
+    assert reasons(explain_job(state, jobs[2], facts, NOW)) == ["worker"]
+    assert explain_job(state, jobs[3], facts, NOW).position == 1
+    # Without the key it would read as a job whose request is in flight.
+    jobs[2].slot_key = None
+    assert reasons(explain_job(state, jobs[2], facts, NOW)) == ["starting"]
+    # The run still waits in the tenant's queue for a slot it asked for: that request, and
+    # the one of another run ahead of it, come first.
+    facts.semaphore.pending = [  # type: ignore[union-attr]
+        SlotRequest(holder=run_workflow_id(OTHER), key="x#0", limit=2),
+        SlotRequest(holder=run_workflow_id(RUN), key="j1#0", limit=2),
+    ]
+    out = explain_job(state, jobs[3], facts, NOW)
+    assert (out.position, out.ahead) == (3, 2) and out.message.endswith("; 2 of your jobs ahead of it")
+
+
 def test_run_waiting_for_its_workflow_level_group() -> None:
     build = JobState(job_id="build", name="build", runs_on=["linux"])
     test = JobState(job_id="test", name="test", runs_on=["linux"], needs=["build"])

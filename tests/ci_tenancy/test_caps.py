@@ -102,7 +102,11 @@ async def test_cap_serialises_a_tenant_and_every_ending_releases(
     )
     assert len(running) == 1
     held = await semaphore(temporal_env, capped.tenant_id)  # type: ignore[attr-defined]
-    assert len(held.holders) == 1 and len(held.pending) == 1 and held.limit == 1
+    # The run holds the tenant's one slot: the other job waits in the run's own queue for it
+    # and asks the semaphore for nothing.
+    assert len(held.holders) == 1 and held.pending == [] and held.limit == 1, held
+    (queued,) = [j for j in get_run(capped, second.run_id)["jobs"] if j["status"] == "queued"]
+    assert queued["queue"]["reason"] == "tenant_cap", queued
     assert capped.post(f"/v1/runs/{second.run_id}/cancel").status_code == 202
     cancelled = await asyncio.to_thread(wait_run, capped, second.run_id)
     assert cancelled["status"] == "cancelled"

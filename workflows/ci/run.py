@@ -235,6 +235,11 @@ PATCH_PREGRANTED_ATTEMPTS = "ci-pregranted-attempts"
 # without telling the tenant semaphore (no ``transfer`` signal): the slot's key stays the one the
 # semaphore granted, and the job records it (``JobState.slot_key``).
 PATCH_SILENT_HANDOFF = "ci-silent-slot-handoff"
+# Runs started after this change ask the tenant's semaphore for no more slots than the cap leaves
+# them (held + asked for <= cap): a job round beyond that waits in the run's own queue for a slot
+# the run holds, handed over without a signal when a round of the run ends (a burst of many jobs
+# costs one request per slot, not a transfer per job).
+PATCH_RUN_SLOT_QUEUE = "ci-run-slot-queue"
 # The interval between the starts of two read-model writes of a running run: a write carries
 # the whole state (every job), so a larger run writes less often; its final state is written
 # at once. Status shown by the API trails the engine by at most this much while jobs run.
@@ -318,6 +323,7 @@ class CIRunWorkflow:
         )
         self._projecting = False
         self._paced_snapshots = False
+        self._run_slot_queue = False
         self._last_snapshot_at: datetime | None = None
         # Matrix jobs: the evaluated strategy of each expanded one (rebuilt by replay).
         self._strategies: dict[str, ResolvedStrategy] = {}
@@ -333,6 +339,12 @@ class CIRunWorkflow:
         self._run_group: tuple[str, str] | None = None
         # Why a job about to end cancelled was cancelled (fail-fast, a concurrency group).
         self._cancel_reasons: dict[str, str] = {}
+        # Slot requests sent (or about to be) and not granted, transferred or withdrawn yet; the
+        # job rounds waiting in the run's own queue for a slot it holds (job ids, oldest first);
+        # and the slots handed to them, not taken yet (job id -> slot key).
+        self._requested: set[str] = set()
+        self._slot_queue: list[str] = []
+        self._slot_gifts: dict[str, str] = {}
         # Attempts granted with their activity and not recorded yet (job id -> (round, attempt)),
         # and the highest attempt number ever issued per job (a number is never issued twice).
         self._reserved: dict[str, tuple[int, int]] = {}
@@ -577,6 +589,7 @@ class CIRunWorkflow:
 
     @workflow.run
     async def run(self, inp: CIRunInput) -> CIRunState:
+        self._run_slot_queue = workflow.patched(PATCH_RUN_SLOT_QUEUE)
         self._projecting = workflow.patched(PATCH_READ_MODEL)
         if self._projecting:
             self._paced_snapshots = workflow.patched(PATCH_PACED_SNAPSHOTS)
@@ -862,7 +875,11 @@ class CIRunWorkflow:
             elif capped and inherited is not None:
                 await self._inherit_slot(job_id, inherited, key)
             elif capped:
-                await self._acquire_slot(job_id, key)
+                slot = await self._acquire_slot(job_id, key)
+                if slot != key:
+                    job_state = self._state.job(job_id)
+                    if job_state is not None:
+                        job_state.slot_key = slot
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
             if not spec.secrets and workflow.patched(PATCH_PREGRANTED_ATTEMPTS):
@@ -887,17 +904,55 @@ class CIRunWorkflow:
             if capped:
                 held = slot in self._granted
                 self._granted.discard(slot)
+                asked = key in self._requested
+                self._requested.discard(key)
                 if held and group is None and workflow.patched(PATCH_SLOT_HANDOFF):
                     # Held until this pass of the scheduler: a job it makes ready takes it over.
                     self._spare_slots.append(slot)
-                else:
+                elif held or asked or not self._run_slot_queue:
                     self._releases.append(asyncio.create_task(self._release_slot(slot)))
             if group is not None:
                 self._leave_group(group[0], key)
 
-    async def _acquire_slot(self, job_id: str, key: str) -> None:
+    def _slots_in_play(self) -> int:
+        """Slots this run holds, has asked for, or is handing over: never more than the cap."""
+        return len(self._granted) + len(self._spare_slots) + len(self._slot_gifts) + len(self._requested)
+
+    async def _wait_in_run_queue(self, job_id: str, limit: int) -> str | None:
+        """Wait in the run's own queue: a slot of the run handed over (its key), or ``None`` when
+        the round may ask the semaphore itself (room under the cap) or must stop (cancelled)."""
+        job = self._state.job(job_id)
+        self._slot_queue.append(job_id)
+        if job is not None:
+            job.run_slot_wait = True
+            self._snapshots.changed()
+        try:
+            await workflow.wait_condition(
+                lambda: job_id in self._slot_gifts
+                or job_id in self._abort_wait
+                or (self._slot_queue[:1] == [job_id] and self._slots_in_play() < limit)
+            )
+        finally:
+            if job_id in self._slot_queue:
+                self._slot_queue.remove(job_id)
+            if job is not None:
+                job.run_slot_wait = False
+                self._snapshots.changed()
+        return self._slot_gifts.pop(job_id, None)
+
+    async def _acquire_slot(self, job_id: str, key: str) -> str:
+        """A slot for the job round: its own key once granted, or a slot of the run handed over."""
         inp = self._inp
         assert inp.push.max_concurrent_jobs is not None
+        if self._run_slot_queue and self._slots_in_play() >= inp.push.max_concurrent_jobs:
+            gift = await self._wait_in_run_queue(job_id, inp.push.max_concurrent_jobs)
+            if gift is not None:
+                self._granted.add(gift)
+                return gift
+            if job_id in self._abort_wait:
+                return key
+        if self._run_slot_queue:
+            self._requested.add(key)
         req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
         if workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
             # Jobs started in one pass run their tasks one after the other before the flush
@@ -916,6 +971,7 @@ class CIRunWorkflow:
             await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
         finally:
             self._awaiting_grant.pop(key, None)
+        return key
 
     async def _flush_acquires(self) -> None:
         reqs, self._acquire_batch, self._acquire_flush = self._acquire_batch, [], None
@@ -992,8 +1048,15 @@ class CIRunWorkflow:
                 await move
 
     def _release_spare_slots(self) -> None:
-        """Slots no job of this pass took over go to this run's job rounds waiting for a grant
-        (oldest first), and the rest back to the tenant (in one signal)."""
+        """Slots no job of this pass took over go to this run's job rounds waiting in its own
+        queue (no signal), then to those waiting for a grant (oldest first, a ``transfer`` each),
+        and the rest back to the tenant (in one signal)."""
+        for job_id in [j for j in self._slot_queue if j not in self._abort_wait]:
+            if not self._spare_slots:
+                break
+            # Held all along: the semaphore's count is right as it is.
+            self._slot_queue.remove(job_id)
+            self._slot_gifts[job_id] = self._spare_slots.pop(0)
         waiting = [
             (key, job_id)
             for key, job_id in self._awaiting_grant.items()
@@ -1002,6 +1065,7 @@ class CIRunWorkflow:
         if self._spare_slots and waiting and workflow.patched(PATCH_SPARE_TO_WAITING):
             for key, job_id in waiting[: len(self._spare_slots)]:
                 spare = self._spare_slots.pop(0)
+                self._requested.discard(key)
                 # Held from now on (the job's task wakes in this activation); the semaphore
                 # swaps the keys and drops the request, or, if it granted the request meanwhile,
                 # frees ``spare``: either way the count stays exact. A release of ``key`` waits
@@ -1038,11 +1102,13 @@ class CIRunWorkflow:
     def slot_granted(self, grant: SlotGrant) -> None:
         """The tenant semaphore granted a slot to a job round."""
         self._granted.add(grant.key)
+        self._requested.discard(grant.key)
 
     @workflow.signal(name=SIGNAL_GRANTED_MANY)
     def slots_granted(self, grants: SlotGrants) -> None:
         """The tenant semaphore granted slots to several job rounds of this run at once."""
         self._granted.update(grants.keys)
+        self._requested.difference_update(grants.keys)
 
     # Matrix jobs ----------------------------------------------------------------------------
 

@@ -135,6 +135,10 @@ class JobState(BaseModel):
     # The key under which the tenant's semaphore counts this round's slot, when it is not the
     # round's own (``<job>#<round>``): a slot handed over from the job round that made it ready.
     slot_key: str | None = None
+    # Waiting in its run's own queue for a slot the run holds (the run asked the tenant's
+    # semaphore for as many slots as the cap leaves it; the next one a job of the run gives
+    # back goes to the oldest job waiting here).
+    run_slot_wait: bool = False
 
     def current_attempt(self) -> JobAttemptState | None:
         """The attempt the state points at (the winning one once finished)."""
