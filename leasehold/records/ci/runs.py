@@ -177,9 +177,31 @@ def write_run(
     values = {k: v for k, v in run.items() if k != "run_id"}
     if not write_versioned(session, CIRunRecord.__table__, {"run_id": run_id}, values, version):  # type: ignore[arg-type]
         return False
-    session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id))
-    if jobs:
-        session.execute(insert(CIJobRecord), [{**job, "run_id": run_id} for job in jobs])
+    # Job rows as attempt rows: only those that differ are written (a burst's snapshot changes a
+    # few of a run's jobs; rewriting all of them was most of a write's cost).
+    stored_jobs = {
+        row.job_id: _job_fingerprint(row._asdict())
+        for row in session.execute(
+            select(*(CIJobRecord.__table__.c[k] for k in ("job_id", *_JOB_COLUMNS))).where(  # type: ignore[attr-defined]
+                CIJobRecord.run_id == run_id
+            )
+        )
+    }
+    gone = set(stored_jobs) - {job["job_id"] for job in jobs}
+    if gone:
+        session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id, CIJobRecord.job_id.in_(gone)))
+    changed_jobs = [
+        {**job, "run_id": run_id} for job in jobs if stored_jobs.get(job["job_id"]) != _job_fingerprint(job)
+    ]
+    if changed_jobs:
+        jobs_table: Table = CIJobRecord.__table__  # type: ignore[assignment]
+        upsert = dialect_insert(session, jobs_table)
+        session.execute(
+            upsert.on_conflict_do_update(
+                index_elements=["run_id", "job_id"], set_={k: upsert.excluded[k] for k in changed_jobs[0]}
+            ),
+            changed_jobs,
+        )
     # Most snapshots change one attempt or none: only rows that differ are written (a run of
     # 64 jobs would otherwise upsert 64+ rows at every transition).
     stored = {
@@ -248,6 +270,14 @@ def _instant(value: Any) -> Any:
     if isinstance(value, datetime) and value.tzinfo is not None:
         return value.astimezone(UTC).replace(tzinfo=None)
     return value
+
+
+_JOB_COLUMNS = ("tenant_id", "name", "status", "round", "attempt", "queued_at", "started_at", "finished_at")
+
+
+def _job_fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a snapshot says of a job row."""
+    return tuple(_instant(row[k]) for k in _JOB_COLUMNS)
 
 
 def _attempt_fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
