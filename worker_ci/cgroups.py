@@ -3,8 +3,8 @@
 rlimits bind per process (or per uid); a job of many processes, or one that fills ``/dev/shm``
 (tmpfs pages are charged to the writer's memory cgroup), needs a limit on the group. One
 cgroup is made for each sandboxed step, below the worker's own cgroup (the worker may itself
-be inside a memory-limited container), joined by a tiny wrapper before bubblewrap starts, and
-removed when the step ends.
+be inside a memory-limited container), joined by the step's first process before it becomes
+bubblewrap, and removed when the step ends.
 
 cgroup v1 (``pids`` and ``memory`` hierarchies) and v2 (one unified hierarchy with both
 controllers) are supported. Where neither is available the worker refuses to start unless the
@@ -28,9 +28,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# Wrapper that joins the step's cgroups and then becomes the sandbox (``$$`` is the shell,
-# which ``exec`` replaces, so every process of the sandbox starts inside the groups).
-JOIN_SCRIPT = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 # How long teardown waits for a step's processes to leave its group (kill) and for the group
 # to become removable (rmdir). The waits back off from 1 ms: bubblewrap reports the command's
 # exit before its pid-namespace init has left the group, which takes a few milliseconds, so a
@@ -99,9 +96,11 @@ class StepCgroup:
     version: int
     memory_bytes: int
 
-    def join_argv(self) -> list[str]:
-        """Prefix for the sandbox's argv that puts it into these groups."""
-        return ["/bin/sh", "-c", JOIN_SCRIPT, "sh", *(str(p) for p in self.procs_files), "--"]
+    def join(self, pid: int) -> None:
+        """Move process ``pid`` into these groups (its children are born inside); called
+        before it runs anything of the step (``worker_ci.sandbox.GATE_SCRIPT``)."""
+        for procs in self.procs_files:
+            _write(procs, str(pid))
 
     def oom_kills(self) -> int:
         """How many processes of the step the kernel killed for memory."""
