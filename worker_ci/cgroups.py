@@ -96,11 +96,18 @@ class StepCgroup:
     version: int
     memory_bytes: int
 
-    def join(self, pid: int) -> None:
-        """Move process ``pid`` into these groups (its children are born inside); called
-        before it runs anything of the step (``worker_ci.sandbox.GATE_SCRIPT``)."""
-        for procs in self.procs_files:
-            _write(procs, str(pid))
+    def self_join_files(self) -> list[Path]:
+        """Files a single-threaded process writes ``0`` into to join these groups itself
+        (``worker_ci.sandbox.GATE_SCRIPT``), before it runs anything of the step.
+
+        On v1 that is ``tasks``: moving the writing thread itself is the one migration the
+        kernel does without its global threadgroup lock, whose write side waits for an RCU
+        grace period (about 10 ms per step on a busy 2-CPU host, for ``cgroup.procs``). The
+        process is a shell with one thread, so moving it moves the process. v2 moves a
+        process only through ``cgroup.procs``."""
+        if self.version == 1:
+            return [Path(p).parent / "tasks" for p in self.procs_files]
+        return list(self.procs_files)
 
     def oom_kills(self) -> int:
         """How many processes of the step the kernel killed for memory."""

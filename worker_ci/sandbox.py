@@ -20,9 +20,9 @@ bubblewrap, as the worker runs it (as root, so that it can give each job a user 
   pids limit and a memory limit that counts every tmpfs page; ``/dev/shm`` is a sized tmpfs;
   ``/dev`` and ``/`` are not writable; the workspace (``tmp/`` included) has a disk quota that
   the activity enforces. Per-process rlimits (address space, processes, file size, CPU, no
-  core files) are set by the worker (``prlimit(2)``) on the step's first process, together
-  with its cgroups, while that process waits at a gate (``GATE_SCRIPT``): only then does it
-  become bubblewrap, so every process of the sandbox starts inside both.
+  core files) are set by the worker (``prlimit(2)``) on the step's first process, which has
+  joined the step's cgroups and waits at a gate (``GATE_SCRIPT``): only then does it become
+  bubblewrap, so every process of the sandbox starts inside both.
 - **What the job can see.** A minimal read-only root: ``/usr`` and the merged-``/usr``
   links, a few harmless files of ``/etc`` and stub ``passwd``/``group``; no ``/opt``,
   ``/home``, ``/root``, ``/var`` or ``/run``; ``/proc`` shows only the job's own processes.
@@ -94,12 +94,15 @@ LOADER_PREFIXES = ("LD_", "MALLOC_")
 LOADER_NAMES = frozenset({"GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS", "TZDIR"})
 
 
-# The first process of a sandboxed step. It waits on its stdin until the worker has put it into
-# the step's cgroups and set its rlimits, then becomes bubblewrap (the job gets /dev/null as its
-# stdin, as before). Anything but "go" (a failed setup, a worker that died meanwhile) ends it
-# before bubblewrap runs. A shell builtin and an exec: no helper process (a ``prlimit`` and a
-# cgroup-joining shell cost one exec each per step).
-GATE_SCRIPT = 'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+# The first process of a sandboxed step: a shell that joins the step's cgroups (its arguments up
+# to ``--``, ``StepCgroup.self_join_files``), then waits on its stdin until the worker has set its
+# rlimits, then becomes bubblewrap (the job gets /dev/null as its stdin). A failed join, or
+# anything but "go" on stdin (a failed setup, a worker that died meanwhile), ends it before
+# bubblewrap runs. No helper process: a ``prlimit`` exec per step is saved.
+GATE_SCRIPT = (
+    'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; '
+    'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+)
 GATE_OPEN = b"go\n"
 
 
@@ -502,11 +505,14 @@ class BubblewrapSandbox:
             args_fd = _memfd("bwrap-args", b"\x00".join(a.encode() for a in args) + b"\x00")
             seccomp_fd = _memfd("bwrap-seccomp", self._seccomp)
             fds = [args_fd, seccomp_fd]
+            join = [str(p) for p in cgroup.self_join_files()] if cgroup is not None else []
             command = [
                 "/bin/sh",
                 "-c",
                 GATE_SCRIPT,
                 "sh",
+                *join,
+                "--",
                 self._bwrap,
                 "--args",
                 str(args_fd),
@@ -527,10 +533,8 @@ class BubblewrapSandbox:
             )
             os.close(gate_read)
             gate_read = -1
-            # The gate holds the process before bubblewrap: its cgroups and rlimits are in place
-            # before anything of the sandbox exists (it is our unreaped child: its pid is its own).
-            if cgroup is not None:
-                cgroup.join(proc.pid)
+            # The gate holds the process before bubblewrap: its rlimits are in place before
+            # anything of the sandbox exists (it is our unreaped child: its pid is its own).
             if request.limits is not None:
                 for which, value in _rlimits(request.limits):
                     resource.prlimit(proc.pid, which, (value, value))
