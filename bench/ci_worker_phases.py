@@ -3,6 +3,7 @@
     python -m bench.ci_worker_phases                    # 30 jobs, this tree beside main
     python -m bench.ci_worker_phases --jobs 50 --baseline HEAD~3
     python -m bench.ci_worker_phases --baseline ''      # this tree only
+    python -m bench.ci_worker_phases --gap-ms 60        # idle between jobs, as in a chain
 
 Runs the real job activity (``CIJobActivities.run_job``) of one trivial job (one ``run: true``
 step) ``--jobs`` times, one after another, in an ``ActivityEnvironment``: no Temporal server, so
@@ -63,9 +64,6 @@ PHASES: list[tuple[str, str, str, str]] = [
     ("        cgroup kill_all", "worker_ci.cgroups", "StepCgroup", "kill_all"),
     ("    finish (cgroup, network)", "worker_ci.sandbox", "_BwrapProcess", "finish"),
     ("      cgroup remove", "worker_ci.cgroups", "StepCgroup", "remove"),
-    # Off the job's path where the tree takes workspaces apart in the background (its time
-    # then lands on whichever job runs meanwhile, or none).
-    ("  take apart (umount, rm, uid; background)", "activities.ci.job", "_Attempt", "take_apart"),
     ("  release checkout (umount)", "activities.ci.job", "_Attempt", "_release_checkout"),
     ("  remove job root", "activities.ci.job", "", "_remove_tree"),
     ("  log close (end-of-job flush)", "activities.ci.logs", "LogShipper", "close"),
@@ -97,7 +95,7 @@ def _instrument(durations: dict[str, float]) -> None:
         setattr(owner, method, wrap(original))
 
 
-def measure(jobs: int, work: Path) -> dict[str, Any]:
+def measure(jobs: int, work: Path, gap: float = 0.0) -> dict[str, Any]:
     """Run ``jobs`` trivial jobs through this interpreter's tree: per job, its wall time and
     each phase's (all calls summed)."""
     durations: dict[str, float] = defaultdict(float)
@@ -160,15 +158,14 @@ def measure(jobs: int, work: Path) -> dict[str, Any]:
             workflow_path=".github/workflows/bench.yml",
             job=JobSpec(id=f"j{i}", name=f"j{i}", runs_on=["bench"], steps=[StepSpec(index=0, name="t", run="true")]),
         )
+        # The engine's hand-off between a chain's jobs (``--gap-ms``), during which this worker
+        # has nothing to run.
+        time.sleep(gap)
         durations.clear()
         t0 = time.perf_counter()
         result = env.run(activities.run_job, inp)
         per_job.append({TOTAL: time.perf_counter() - t0, **durations})
         statuses[result.status.value] += 1
-    # A tree that takes workspaces apart in the background: let it finish.
-    close = getattr(activities, "close", None)
-    if close is not None:
-        close()
     loop.close()
     return {
         "jobs": per_job,
@@ -229,10 +226,10 @@ def _export(ref: str, dest: Path) -> Path:
     return tree
 
 
-def _child(tree: Path, jobs: int) -> dict[str, Any]:
+def _child(tree: Path, jobs: int, gap_ms: int) -> dict[str, Any]:
     """One round of ``jobs`` jobs in a fresh interpreter over ``tree``."""
     out = subprocess.run(
-        [sys.executable, "-m", "bench.ci_worker_phases", "--jobs", str(jobs), "--json"],
+        [sys.executable, "-m", "bench.ci_worker_phases", "--jobs", str(jobs), "--gap-ms", str(gap_ms), "--json"],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
         capture_output=True,
@@ -250,12 +247,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=20, help="trivial jobs per round and tree (2..500)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per tree, alternating (1..20)")
     parser.add_argument("--baseline", default="main", help="git ref to run beside this tree ('' for none)")
+    parser.add_argument(
+        "--gap-ms", type=int, default=0, help="idle time before each job, as a chain's hand-off gives (0..1000)"
+    )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     jobs = max(2, min(500, args.jobs))
     if args.json:
         with tempfile.TemporaryDirectory(prefix="ci-phases-") as tmp:
-            print(json.dumps(measure(jobs, Path(tmp))))
+            print(json.dumps(measure(jobs, Path(tmp), max(0, min(1000, args.gap_ms)) / 1000)))
         return
     rounds = max(1, min(20, args.rounds))
     with tempfile.TemporaryDirectory(prefix="ci-phases-trees-") as tmp:
@@ -266,8 +266,11 @@ def main(argv: list[str] | None = None) -> None:
         results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
         for _ in range(rounds):
             for name, tree in trees:
-                results[name].append(_child(tree, jobs))
-    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, {rounds} alternating rounds")
+                results[name].append(_child(tree, jobs, args.gap_ms))
+    print(
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, {rounds} alternating rounds, "
+        f"{args.gap_ms} ms idle before each job"
+    )
     print(report(list(results.items()), jobs * rounds))
 
 
