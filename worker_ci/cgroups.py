@@ -3,8 +3,8 @@
 rlimits bind per process (or per uid); a job of many processes, or one that fills ``/dev/shm``
 (tmpfs pages are charged to the writer's memory cgroup), needs a limit on the group. One
 cgroup is made for each sandboxed step, below the worker's own cgroup (the worker may itself
-be inside a memory-limited container), joined by a tiny wrapper before bubblewrap starts, and
-removed when the step ends.
+be inside a memory-limited container), joined by the step's first process before it becomes
+bubblewrap, and removed when the step ends.
 
 cgroup v1 (``pids`` and ``memory`` hierarchies) and v2 (one unified hierarchy with both
 controllers) are supported. Where neither is available the worker refuses to start unless the
@@ -22,15 +22,20 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# Wrapper that joins the step's cgroups and then becomes the sandbox (``$$`` is the shell,
-# which ``exec`` replaces, so every process of the sandbox starts inside the groups).
-JOIN_SCRIPT = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-REMOVE_TRIES = 50
+# How long teardown waits for a step's processes to leave its group (kill) and for the group
+# to become removable (rmdir). The waits back off from 1 ms: bubblewrap reports the command's
+# exit before its pid-namespace init has left the group, which takes a few milliseconds, so a
+# fixed 50 ms sleep at the first sign of it cost every step 50 ms.
+KILL_WAIT_SECONDS = 1.0
+REMOVE_WAIT_SECONDS = 2.5
+FIRST_WAIT_SECONDS = 0.001
+LONGEST_WAIT_SECONDS = 0.05
 
 
 class CgroupUnavailable(RuntimeError):
@@ -61,6 +66,20 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
+def _waits(total: float) -> Iterator[None]:
+    """Yield, then sleep a growing interval (1 ms doubling to 50 ms), until ``total`` seconds
+    have passed; the first try costs no sleep."""
+    deadline = time.monotonic() + total
+    delay = FIRST_WAIT_SECONDS
+    while True:
+        yield
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, LONGEST_WAIT_SECONDS)
+
+
 def _write(path: Path, value: str) -> None:
     with open(path, "w") as f:
         f.write(value)
@@ -77,9 +96,18 @@ class StepCgroup:
     version: int
     memory_bytes: int
 
-    def join_argv(self) -> list[str]:
-        """Prefix for the sandbox's argv that puts it into these groups."""
-        return ["/bin/sh", "-c", JOIN_SCRIPT, "sh", *(str(p) for p in self.procs_files), "--"]
+    def self_join_files(self) -> list[Path]:
+        """Files a single-threaded process writes ``0`` into to join these groups itself
+        (``worker_ci.sandbox.GATE_SCRIPT``), before it runs anything of the step.
+
+        On v1 that is ``tasks``: moving the writing thread itself is the one migration the
+        kernel does without its global threadgroup lock, whose write side waits for an RCU
+        grace period (about 10 ms per step on a busy 2-CPU host, for ``cgroup.procs``). The
+        process is a shell with one thread, so moving it moves the process. v2 moves a
+        process only through ``cgroup.procs``."""
+        if self.version == 1:
+            return [Path(p).parent / "tasks" for p in self.procs_files]
+        return list(self.procs_files)
 
     def oom_kills(self) -> int:
         """How many processes of the step the kernel killed for memory."""
@@ -110,27 +138,26 @@ class StepCgroup:
             with contextlib.suppress(OSError):
                 _write(self.pids_dir / "cgroup.kill", "1")
             return
-        for _ in range(20):
+        for _ in _waits(KILL_WAIT_SECONDS):
             pids = self.pids()
             if not pids:
                 return
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
 
     def remove(self) -> None:
         self.kill_all()
         for d in self.dirs:
             # The group may briefly hold the sandbox's zombie after it exits.
-            for _ in range(REMOVE_TRIES):
+            for _ in _waits(REMOVE_WAIT_SECONDS):
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.05)
+                    continue
             else:
                 log.warning("could not remove cgroup %s", d)
 

@@ -19,8 +19,10 @@ bubblewrap, as the worker runs it (as root, so that it can give each job a user 
 - **Limits that hold for the whole step.** A cgroup per step (``worker_ci.cgroups``) with a
   pids limit and a memory limit that counts every tmpfs page; ``/dev/shm`` is a sized tmpfs;
   ``/dev`` and ``/`` are not writable; the workspace (``tmp/`` included) has a disk quota that
-  the activity enforces. Per-process rlimits (address space, file size, CPU) come from
-  ``prlimit``.
+  the activity enforces. Per-process rlimits (address space, processes, file size, CPU, no
+  core files) are set by the worker (``prlimit(2)``) on the step's first process, which has
+  joined the step's cgroups and waits at a gate (``GATE_SCRIPT``): only then does it become
+  bubblewrap, so every process of the sandbox starts inside both.
 - **What the job can see.** A minimal read-only root: ``/usr`` and the merged-``/usr``
   links, a few harmless files of ``/etc`` and stub ``passwd``/``group``; no ``/opt``,
   ``/home``, ``/root``, ``/var`` or ``/run``; ``/proc`` shows only the job's own processes.
@@ -44,6 +46,7 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -89,6 +92,29 @@ NETWORK_ETC_FILES = ("/etc/hosts", "/etc/gai.conf")
 # the workspace would otherwise run as root).
 LOADER_PREFIXES = ("LD_", "MALLOC_")
 LOADER_NAMES = frozenset({"GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS", "TZDIR"})
+
+
+# The first process of a sandboxed step: a shell that joins the step's cgroups (its arguments up
+# to ``--``, ``StepCgroup.self_join_files``), then waits on its stdin until the worker has set its
+# rlimits, then becomes bubblewrap (the job gets /dev/null as its stdin). A failed join, or
+# anything but "go" on stdin (a failed setup, a worker that died meanwhile), ends it before
+# bubblewrap runs. No helper process: a ``prlimit`` exec per step is saved.
+GATE_SCRIPT = (
+    'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; '
+    'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+)
+GATE_OPEN = b"go\n"
+
+
+def _rlimits(limits: SandboxLimits) -> list[tuple[int, int]]:
+    """(resource, soft and hard limit) for each process of a step, as ``_prlimit_argv``'s."""
+    return [
+        (resource.RLIMIT_AS, limits.memory_bytes),
+        (resource.RLIMIT_NPROC, limits.max_processes),
+        (resource.RLIMIT_FSIZE, limits.max_file_bytes),
+        (resource.RLIMIT_CPU, limits.cpu_seconds),
+        (resource.RLIMIT_CORE, 0),
+    ]
 
 
 def _prlimit_argv(limits: SandboxLimits | None) -> list[str]:
@@ -329,6 +355,18 @@ class _BwrapProcess(_PopenProcess):
         return notes
 
 
+def _system_dir_args() -> list[str]:
+    """bubblewrap options for ``SYSTEM_DIRS`` as this host lays them out (looked up once per
+    worker: the host's /usr layout does not change under a running worker)."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, 0)
     os.write(fd, data)
@@ -365,6 +403,7 @@ class BubblewrapSandbox:
             raise SandboxError(str(exc)) from exc
         self._bwrap = found
         self._setpriv = setpriv
+        self._system_args = _system_dir_args()
         self._users = users
         self._cgroups = cgroups
         self._network = network
@@ -403,11 +442,7 @@ class BubblewrapSandbox:
         ]
         if block_fd is not None:
             args += ["--block-fd", str(block_fd)]
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
+        args += self._system_args
         shm = request.limits.shm_bytes if request.limits is not None else 64 << 20
         args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm), "--tmpfs", "/dev/shm"]
         args += ["--chmod", "1777", "/dev/shm", "--dir", "/etc"]
@@ -462,16 +497,22 @@ class BubblewrapSandbox:
                 raise SandboxError(f"cannot create the step's cgroup: {exc}") from exc
         info_read, info_write = os.pipe()
         block_read, block_write = os.pipe() if request.network else (-1, -1)
+        gate_read, gate_write = os.pipe()
         fds: list[int] = []
+        proc: subprocess.Popen[bytes] | None = None
         try:
             args, job_command = self.argv(request, owner, info_write, block_read if request.network else None)
             args_fd = _memfd("bwrap-args", b"\x00".join(a.encode() for a in args) + b"\x00")
             seccomp_fd = _memfd("bwrap-seccomp", self._seccomp)
             fds = [args_fd, seccomp_fd]
-            join = cgroup.join_argv() if cgroup is not None else []
+            join = [str(p) for p in cgroup.self_join_files()] if cgroup is not None else []
             command = [
+                "/bin/sh",
+                "-c",
+                GATE_SCRIPT,
+                "sh",
                 *join,
-                *_prlimit_argv(request.limits),
+                "--",
                 self._bwrap,
                 "--args",
                 str(args_fd),
@@ -483,14 +524,29 @@ class BubblewrapSandbox:
             pass_fds = [args_fd, seccomp_fd, info_write] + ([block_read] if request.network else [])
             proc = subprocess.Popen(
                 command,
-                stdin=subprocess.DEVNULL,
+                stdin=gate_read,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env={},
                 pass_fds=pass_fds,
                 start_new_session=True,
             )
-        except OSError as exc:
+            os.close(gate_read)
+            gate_read = -1
+            # The gate holds the process before bubblewrap: its rlimits are in place before
+            # anything of the sandbox exists (it is our unreaped child: its pid is its own).
+            if request.limits is not None:
+                for which, value in _rlimits(request.limits):
+                    resource.prlimit(proc.pid, which, (value, value))
+            os.write(gate_write, GATE_OPEN)
+        except (OSError, ValueError) as exc:
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.kill()
+                proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
             os.close(info_read)
             if block_write >= 0:
                 os.close(block_write)
@@ -498,7 +554,7 @@ class BubblewrapSandbox:
                 cgroup.remove()
             raise SandboxError(f"cannot start bubblewrap: {exc}") from exc
         finally:
-            for fd in [*fds, info_write, block_read]:
+            for fd in [*fds, info_write, block_read, gate_read, gate_write]:
                 if fd >= 0:
                     os.close(fd)
         process = _BwrapProcess(proc, info_read, cgroup)
