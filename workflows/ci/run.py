@@ -928,9 +928,11 @@ class CIRunWorkflow:
             self._snapshots.changed()
         try:
             await workflow.wait_condition(
-                lambda: job_id in self._slot_gifts
-                or job_id in self._abort_wait
-                or (self._slot_queue[:1] == [job_id] and self._slots_in_play() < limit)
+                lambda: (
+                    job_id in self._slot_gifts
+                    or job_id in self._abort_wait
+                    or (self._slot_queue[:1] == [job_id] and self._slots_in_play() < limit)
+                )
             )
         finally:
             if job_id in self._slot_queue:
