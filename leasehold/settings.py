@@ -228,6 +228,12 @@ class Settings(BaseSettings):
     # The capacity leader's lease: one replica measures, the others read its snapshot.
     video_capacity_lease_seconds: float = 10.0
 
+    # Run the orchestration worker's workflows in the Temporal SDK's workflow sandbox. Off by
+    # default: the sandbox re-imports and proxies modules and compiles code for each payload it
+    # converts, which cost about a fifth of the orchestration worker's CPU per CI job
+    # (bench/CI_DISPATCH_RESULTS.md). Determinism is guarded instead by the replay tests, which
+    # replay the recorded histories of every workflow inside the sandbox.
+    workflow_sandbox: bool = False
     # Lifecycle (issue 13, part D): Temporal Schedules the orchestration worker creates (ids
     # take queue_prefix). Each tick is one workflow that works in batches of
     # lifecycle_batch_size rows, at most lifecycle_max_batches a tick (the next tick resumes).

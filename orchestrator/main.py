@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.lifecycle import CILifecycleActivities
 from activities.ci.projection import CIProjectionActivities
@@ -80,6 +81,8 @@ def build_worker(client: Client, settings: Settings) -> Worker:
         workflows=WORKFLOWS,
         activities=build_activities(settings),
         activity_executor=ThreadPoolExecutor(max_workers=16),
+        # The sandbox is a determinism guard the replay tests apply (see ``Settings``).
+        workflow_runner=SandboxedWorkflowRunner() if settings.workflow_sandbox else UnsandboxedWorkflowRunner(),
     )
 
 

@@ -123,8 +123,8 @@ class JobConfig:
     # How long a log chunk is retried while the object store is unreachable.
     log_retry_seconds: float = 120.0
     # How long a pre-granted attempt runs before it tells the run it is running (a shorter job
-    # says it with its result: no signal, no workflow task). The run's read model is written at
-    # most every 0.5 s while jobs run, so this adds no staleness the API did not have.
+    # says it with its result: no signal, no workflow task), unless its grant says (the run's
+    # read-model interval, 0.5-5 s: this adds no staleness the API did not have).
     start_notice_seconds: float = 0.5
     # Largest cache archive a job may save (bytes before compression).
     cache_max_bytes: int = 2 << 30
@@ -345,13 +345,14 @@ class CIJobActivities(CIJobDefinition):
             future.cancel()
             raise ApplicationError("the run did not answer the attempt request") from None
 
-    def _notice_start(self, inp: JobActivityInput, attempt: int) -> threading.Timer:
-        """Tell the run, once the attempt has run ``start_notice_seconds``, that it is running
-        (signal ``attempt_running``; never awaited: the job does not wait on the engine)."""
+    def _notice_start(self, inp: JobActivityInput, grant: AttemptGrant) -> threading.Timer:
+        """Tell the run, once the attempt has run the grant's ``notice_seconds`` (else
+        ``start_notice_seconds``), that it is running (signal ``attempt_running``; never awaited:
+        the job does not wait on the engine)."""
         notice = AttemptRunning(
             job_id=inp.job.id,
             round=inp.round,
-            attempt=attempt,
+            attempt=grant.attempt,
             worker=self._config.identity,
             started_at=datetime.now(UTC),
         )
@@ -361,7 +362,8 @@ class CIJobActivities(CIJobDefinition):
             future = asyncio.run_coroutine_threadsafe(handle.signal(SIGNAL_ATTEMPT_RUNNING, notice), self._loop)
             future.add_done_callback(_log_notice_failure)
 
-        timer = threading.Timer(self._config.start_notice_seconds, send)
+        delay = grant.notice_seconds if grant.notice_seconds is not None else self._config.start_notice_seconds
+        timer = threading.Timer(max(0.0, delay), send)
         timer.daemon = True
         timer.start()
         return timer
@@ -384,7 +386,7 @@ class CIJobActivities(CIJobDefinition):
                 return JobResult(
                     job_id=inp.job.id, attempt=0, round=inp.round, status=AttemptStatus.CANCELLED, error=grant.reason
                 )
-            notice = self._notice_start(inp, grant.attempt) if pregranted else None
+            notice = self._notice_start(inp, grant) if pregranted else None
             JOBS_RUNNING.inc()
             try:
                 result = _Attempt(self, inp, grant, trusted).run()

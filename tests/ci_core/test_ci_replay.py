@@ -16,6 +16,7 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.job import CIJobActivities
 from activities.ci.listing import CIListingActivities
@@ -52,7 +53,12 @@ def workflow_type(history: WorkflowHistory) -> str:
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
 async def test_recorded_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        # Inside the SDK's sandbox: the determinism guard production runs without.
+        workflow_runner=SandboxedWorkflowRunner(),
+    )
     result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
 

@@ -632,8 +632,9 @@ class CIRunWorkflow:
     async def _write_snapshot(self, version: int) -> None:
         await workflow.execute_activity_method(
             CIProjectionDefinition.project_ci_run,
-            # A copy: the state moves on while the activity is scheduled.
-            CIRunSnapshot(state=self._state.model_copy(deep=True), version=version),
+            # No copy: the SDK converts an activity's input to its payload as it schedules it,
+            # here, before any other code of the workflow runs.
+            CIRunSnapshot(state=self._state, version=version),
             task_queue=orchestration_queue(self._inp.push.queue_prefix),
             start_to_close_timeout=CI_PROJECTION_TIMEOUT,
             schedule_to_close_timeout=CI_PROJECTION_SCHEDULE_TO_CLOSE,
@@ -644,17 +645,19 @@ class CIRunWorkflow:
         """Hold the next read-model write back until the run's interval since the last one has
         passed (not when the run is closing: its final state goes out at once)."""
         if self._paced_snapshots and self._last_snapshot_at is not None and not self._snapshots.closing:
-            interval = min(
-                SNAPSHOT_INTERVAL_MAX_SECONDS,
-                max(SNAPSHOT_INTERVAL_MIN_SECONDS, SNAPSHOT_INTERVAL_PER_JOB_SECONDS * len(self._state.jobs)),
-            )
-            wait = interval - (workflow.now() - self._last_snapshot_at).total_seconds()
+            wait = self._snapshot_interval() - (workflow.now() - self._last_snapshot_at).total_seconds()
             if wait > 0:
                 try:
                     await workflow.wait_condition(lambda: self._snapshots.closing, timeout=wait)
                 except TimeoutError:
                     pass
         self._last_snapshot_at = workflow.now()
+
+    def _snapshot_interval(self) -> float:
+        return min(
+            SNAPSHOT_INTERVAL_MAX_SECONDS,
+            max(SNAPSHOT_INTERVAL_MIN_SECONDS, SNAPSHOT_INTERVAL_PER_JOB_SECONDS * len(self._state.jobs)),
+        )
 
     async def _close_snapshots(self) -> None:
         """Every way out of the run passes here: the read model gets the final state."""
@@ -888,7 +891,8 @@ class CIRunWorkflow:
                 assert job is not None
                 n = self._next_attempt(job)
                 self._reserved[job_id] = (round_, n)
-                act.grant = AttemptGrant(proceed=True, attempt=n)
+                notice = self._snapshot_interval() if self._paced_snapshots else None
+                act.grant = AttemptGrant(proceed=True, attempt=n, notice_seconds=notice)
             self._start_activity(job_id, round_, spec, act)
             result = await self._handles[job_id]
             self._record_result(job_id, round_, result)

@@ -67,6 +67,10 @@ class AttemptGrant(BaseModel):
     # The attempt's secrets token: the worker trades it at the API for exactly the secrets the
     # job declares, while this attempt holds the job's lease (its state is ``running``).
     secrets_token: str | None = None
+    # A pre-granted attempt reports its start (``attempt_running``) once it has run this long:
+    # the run's read-model interval, so the report is never later than the read model would
+    # show it anyway (``None``: the worker's own default).
+    notice_seconds: float | None = None
 
 
 class JobActivityInput(PushScoped):
