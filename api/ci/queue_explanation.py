@@ -331,7 +331,9 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
             place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == slot_key), None)
             if place is not None:
                 out.position, out.ahead = place + 1, place
-                blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place)))
+                blockers.append(
+                    QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place, holder))
+                )
             elif not in_group_queue and not any(h.holder == holder and h.key == slot_key for h in sem.holders):
                 # Neither waiting nor holding: its request (or its grant) is in flight right now,
                 # to its concurrency group first when it has one that has not let it in yet.
@@ -423,11 +425,17 @@ def _run_queue_place(state: CIRunState, job: JobState) -> int:
     )
 
 
-def _cap_message(sem: SemaphoreState, place: int) -> str:
+def _cap_message(sem: SemaphoreState, place: int, holder: str) -> str:
     in_use = f"{len(sem.holders)} of {sem.limit} slots in use"
-    if place == 0:
-        return f"waiting for a slot of your tenant's cap ({in_use}); next in line"
-    return f"waiting for a slot of your tenant's cap ({in_use}); {place} of your jobs ahead of it"
+    where = "next in line" if place == 0 else f"{place} of your jobs ahead of it"
+    message = f"waiting for a slot of your tenant's cap ({in_use}); {where}"
+    others = {h.holder for h in sem.holders if h.holder != holder}
+    if others and len(sem.holders) >= sem.limit:
+        # Their own queued jobs (not in this queue) take those slots before they come back.
+        runs = "another run holds" if len(others) == 1 else f"{len(others)} other runs hold"
+        theirs = "keeps them for its" if len(others) == 1 else "keep them for their"
+        message += f"; {runs} slots and {theirs} own queued jobs first"
+    return message
 
 
 async def get_queue_explainer(request: Request) -> QueueExplainer:

@@ -127,6 +127,27 @@ def test_jobs_in_their_runs_own_slot_queue_and_a_slot_handed_over() -> None:
     assert (out.position, out.ahead) == (3, 2) and out.message.endswith("; 2 of your jobs ahead of it")
 
 
+def test_a_job_behind_another_run_holding_the_cap_is_told_that_run_keeps_its_slots() -> None:
+    job = JobState(job_id="build", name="build", runs_on=["linux"], status=JobStatus.QUEUED, queued_at=NOW)
+    state = run_of(job)
+    facts = Facts(
+        semaphore=SemaphoreState(
+            tenant_id="t1",
+            limit=2,
+            holders=[SlotRequest(holder=run_workflow_id(OTHER), key=f"j{i}#0", limit=2) for i in range(2)],
+            pending=[SlotRequest(holder=run_workflow_id(RUN), key="build#0", limit=2)],
+        ),
+        served={("linux",): True},
+        candidates=[("linux",)],
+    )
+    out = explain_job(state, job, facts, NOW)
+    assert reasons(out) == ["tenant_cap"] and (out.position, out.ahead) == (1, 0)
+    assert out.message == (
+        "waiting for a slot of your tenant's cap (2 of 2 slots in use); next in line; "
+        "another run holds slots and keeps them for its own queued jobs first"
+    )
+
+
 def test_run_waiting_for_its_workflow_level_group() -> None:
     build = JobState(job_id="build", name="build", runs_on=["linux"])
     test = JobState(job_id="test", name="test", runs_on=["linux"], needs=["build"])
