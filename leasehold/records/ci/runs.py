@@ -177,59 +177,24 @@ def write_run(
     values = {k: v for k, v in run.items() if k != "run_id"}
     if not write_versioned(session, CIRunRecord.__table__, {"run_id": run_id}, values, version):  # type: ignore[arg-type]
         return False
-    # Job rows as attempt rows: only those that differ are written (a burst's snapshot changes a
-    # few of a run's jobs; rewriting all of them was most of a write's cost).
-    stored_jobs = {
-        row.job_id: _job_fingerprint(row._asdict())
-        for row in session.execute(
-            select(*(CIJobRecord.__table__.c[k] for k in ("job_id", *_JOB_COLUMNS))).where(  # type: ignore[attr-defined]
-                CIJobRecord.run_id == run_id
-            )
-        )
-    }
-    gone = set(stored_jobs) - {job["job_id"] for job in jobs}
+    # Job and attempt rows: only those that differ from the stored ones are written (a burst's
+    # snapshot changes a few of a run's jobs and one attempt or none; rewriting them all was most
+    # of a write's cost). A job the snapshot no longer lists loses its row.
+    stored_jobs = _upsert_changed(session, CIJobRecord.__table__, run_id, jobs, ("job_id",), _JOB_COLUMNS)  # type: ignore[arg-type]
+    gone = stored_jobs - {(job["job_id"],) for job in jobs}
     if gone:
-        session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id, CIJobRecord.job_id.in_(gone)))
-    changed_jobs = [
-        {**job, "run_id": run_id} for job in jobs if stored_jobs.get(job["job_id"]) != _job_fingerprint(job)
-    ]
-    if changed_jobs:
-        jobs_table: Table = CIJobRecord.__table__  # type: ignore[assignment]
-        upsert = dialect_insert(session, jobs_table)
         session.execute(
-            upsert.on_conflict_do_update(
-                index_elements=["run_id", "job_id"], set_={k: upsert.excluded[k] for k in changed_jobs[0]}
-            ),
-            changed_jobs,
+            delete(CIJobRecord).where(CIJobRecord.run_id == run_id, CIJobRecord.job_id.in_([k for (k,) in gone]))
         )
-    # Most snapshots change one attempt or none: only rows that differ are written (a run of
-    # 64 jobs would otherwise upsert 64+ rows at every transition).
-    stored = {
-        (row.job_id, row.attempt): _attempt_fingerprint(row._asdict())
-        for row in session.execute(
-            select(
-                CIAttemptRecord.job_id,
-                CIAttemptRecord.attempt,
-                CIAttemptRecord.tenant_id,
-                CIAttemptRecord.status,
-                CIAttemptRecord.started_at,
-                CIAttemptRecord.finished_at,
-                CIAttemptRecord.log_prefix,
-            ).where(CIAttemptRecord.run_id == run_id)
-        )
-    }
-    changed = [
-        {**attempt, "run_id": run_id}
-        for attempt in attempts
-        if stored.get((attempt["job_id"], attempt["attempt"])) != _attempt_fingerprint(attempt)
-    ]
-    if changed:
-        table: Table = CIAttemptRecord.__table__  # type: ignore[assignment]
-        statement = dialect_insert(session, table)
-        columns = {k: statement.excluded[k] for k in changed[0] if k not in _COMPACTION_COLUMNS}
-        session.execute(
-            statement.on_conflict_do_update(index_elements=["run_id", "job_id", "attempt"], set_=columns), changed
-        )
+    _upsert_changed(
+        session,
+        CIAttemptRecord.__table__,  # type: ignore[arg-type]
+        run_id,
+        attempts,
+        ("job_id", "attempt"),
+        _ATTEMPT_COLUMNS,
+        keep=_COMPACTION_COLUMNS,
+    )
     if annotations is not None:
         _write_annotations(session, run_id, annotations)
     return True
@@ -272,17 +237,44 @@ def _instant(value: Any) -> Any:
     return value
 
 
+# What a snapshot says of a job row and of an attempt row (compaction's columns left out).
 _JOB_COLUMNS = ("tenant_id", "name", "status", "round", "attempt", "queued_at", "started_at", "finished_at")
+_ATTEMPT_COLUMNS = ("tenant_id", "status", "started_at", "finished_at", "log_prefix")
 
 
-def _job_fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
-    """What a snapshot says of a job row."""
-    return tuple(_instant(row[k]) for k in _JOB_COLUMNS)
+def _upsert_changed(
+    session: Session,
+    table: Table,
+    run_id: str,
+    rows: list[dict[str, Any]],
+    keys: tuple[str, ...],
+    columns: tuple[str, ...],
+    keep: frozenset[str] = frozenset(),
+) -> set[tuple[Any, ...]]:
+    """Upsert those of a run's ``rows`` whose ``columns`` differ from the stored row with the same
+    ``keys`` (all of them, never ``keep``); the keys stored before."""
+    stored = {
+        tuple(getattr(row, k) for k in keys): _fingerprint(row._asdict(), columns)
+        for row in session.execute(select(*(table.c[k] for k in (*keys, *columns))).where(table.c.run_id == run_id))
+    }
+    changed = [
+        {**row, "run_id": run_id}
+        for row in rows
+        if stored.get(tuple(row[k] for k in keys)) != _fingerprint(row, columns)
+    ]
+    if changed:
+        statement = dialect_insert(session, table)
+        session.execute(
+            statement.on_conflict_do_update(
+                index_elements=["run_id", *keys], set_={k: statement.excluded[k] for k in changed[0] if k not in keep}
+            ),
+            changed,
+        )
+    return set(stored)
 
 
-def _attempt_fingerprint(row: dict[str, Any]) -> tuple[Any, ...]:
-    """What a snapshot says of an attempt row (the columns compaction owns left out)."""
-    return tuple(_instant(row[k]) for k in ("tenant_id", "status", "started_at", "finished_at", "log_prefix"))
+def _fingerprint(row: dict[str, Any], columns: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(_instant(row[k]) for k in columns)
 
 
 def write_push(session: Session, push: dict[str, Any], version: int) -> bool:
