@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -65,3 +66,32 @@ def make_private(path: Path) -> None:
         log.warning("could not make %s private: %s", path, exc.strerror or exc)
     finally:
         os.close(fd)
+
+
+def read_or_create_secret(path: Path, make: Callable[[], str]) -> str:
+    """The content of the owner-only file ``path``, which ``make`` fills the first time.
+
+    Processes start together on a fresh data dir (``make up`` starts the API and the workers
+    at once), so two may create the same key: the content is written to a private temporary
+    file first and linked into place (``link`` fails if the name exists), so exactly one
+    content wins, every process reads that one, and nobody ever reads a half-written file.
+    """
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(make())
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process won: read its key
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text()

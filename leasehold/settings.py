@@ -21,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from leasehold.data_dir import read_or_create_secret
 from leasehold.gpu_classes import GpuClass, parse_classes
 
 DEFAULT_MODEL = "procedural-v1"
@@ -382,13 +383,8 @@ class Settings(BaseSettings):
         """The key for local signed URLs: configured, or created once in the data dir."""
         if self.url_signing_key is not None:
             return self.url_signing_key.get_secret_value().encode()
-        path = self.data_dir / "url-signing-key"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(os.urandom(32).hex())
-        return path.read_text().strip().encode()
+        key = read_or_create_secret(self.data_dir / "url-signing-key", lambda: os.urandom(32).hex())
+        return key.strip().encode()
 
     def to_env(self) -> dict[str, str]:
         """These settings as LEASEHOLD_* variables, for starting child processes."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +131,44 @@ def test_signing_key_is_created_once_and_private(tmp_path: Path) -> None:
     assert len(key) >= 32
     assert Settings(data_dir=tmp_path / "data").signing_key() == key
     assert (tmp_path / "data" / "url-signing-key").stat().st_mode & 0o777 == 0o600
+
+
+_RACE = """
+import sys, time
+import subprocess
+import sys
+import time
+from pathlib import Path
+from leasehold.records.ci.secrets import Keyring
+from leasehold.settings import Settings
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+s = Settings(data_dir=Path(sys.argv[1]))
+print(s.signing_key().decode(), Keyring.from_settings(s).active, flush=True)
+"""
+
+
+def test_processes_starting_together_share_one_signing_key(tmp_path: Path) -> None:
+    """`make up` starts the API and the workers at once on a fresh data dir: every process
+    must read the one key that won, none may crash on the other's file or read it half-written."""
+    for round_ in range(3):
+        data = tmp_path / f"data{round_}"
+        start = time.time() + 2.0
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _RACE, str(data), str(start)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(6)
+        ]
+        outputs = [p.communicate(timeout=60) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6, [err for _, err in outputs]
+        keys = {out.split()[0] for out, _ in outputs}
+        assert keys == {(data / "url-signing-key").read_text().strip()}
+        assert len(next(iter(keys))) == 64
+        assert (data / "url-signing-key").stat().st_mode & 0o777 == 0o600
+        assert (data / "secrets-keys").stat().st_mode & 0o777 == 0o600
+        assert sorted(p.name for p in data.iterdir()) == ["secrets-keys", "url-signing-key"]

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import DateTime, LargeBinary, String, UniqueConstraint, delete, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
+from leasehold.data_dir import read_or_create_secret
 from leasehold.database import Base, utcnow
 from leasehold.settings import Settings
 
@@ -152,17 +153,10 @@ class Keyring:
         if settings.secrets_keys is not None:
             keys = cls.parse(settings.secrets_keys.get_secret_value())
             return cls(keys, settings.secrets_active_key or list(keys)[-1])
-        path = settings.data_dir / KEY_FILE
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process created it first
-            else:
-                with os.fdopen(fd, "w") as f:
-                    f.write(f"k1:{base64.b64encode(os.urandom(32)).decode()}\n")
-        keys = cls.parse(path.read_text())
+        text = read_or_create_secret(
+            settings.data_dir / KEY_FILE, lambda: f"k1:{base64.b64encode(os.urandom(32)).decode()}\n"
+        )
+        keys = cls.parse(text)
         return cls(keys, settings.secrets_active_key or list(keys)[-1])
 
     def seal(self, aad: bytes, value: str) -> tuple[str, bytes, bytes]:
