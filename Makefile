@@ -39,8 +39,11 @@ lint: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
+# Packages run in parallel, each whole on one worker (tests/conftest.py); TEST_WORKERS=0 runs
+# them in this one process, in order.
+TEST_WORKERS ?= 3
 test: lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)

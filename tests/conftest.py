@@ -25,6 +25,12 @@ from tests.video_webhooks.stack import running_stack as running_previews_webhook
 
 T = TypeVar("T")
 
+# Parallel workers (pytest-xdist) run CI jobs at once on one host: each takes its own range of
+# job uids, as separate CI hosts' workers would, so no two sessions' jobs ever share a uid.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER.startswith("gw") and _XDIST_WORKER[2:].isdigit():
+    os.environ.setdefault("LEASEHOLD_CI_SANDBOX_UID_BASE", str(1_500_000 + 20_000 * int(_XDIST_WORKER[2:])))
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No process a test started outlives the session, even when a test forgot to stop it."""
@@ -135,6 +141,27 @@ def sqlite_url(tmp_path: Path) -> str:
 # test that uses it, so its processes do not idle through the packages that run later.
 _LAST_USER: dict[str, str] = {}  # fixture name -> node id of the last test that uses it
 _RELEASE: dict[str, Callable[[], object]] = {}  # shared stack's fixture name -> what stops it
+
+
+# Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), each package runs whole on
+# one worker: its module and session stacks start once there, and a package's tests keep their
+# order. Packages that share a session stack form one group.
+_SHARED_STACK_GROUPS = {
+    "video_previews": "previews_webhooks",
+    "video_webhooks": "previews_webhooks",
+    "cli_people": "ci_video",
+    "console": "ci_video",
+}
+_TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which reads the group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    del config
+    for item in items:
+        parts = item.path.resolve().relative_to(_TESTS_DIR).parts
+        package = parts[0] if len(parts) > 1 else "top"
+        item.add_marker(pytest.mark.xdist_group(_SHARED_STACK_GROUPS.get(package, package)))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

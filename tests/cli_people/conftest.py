@@ -67,7 +67,9 @@ class Person:
         person at a terminal runs it; (exit code, everything it wrote there)."""
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
-        env = {k: v for k, v in self.env(TERM="xterm-256color").items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+        # The terminal's size is the window's (a runner may export COLUMNS/LINES: xdist does).
+        hidden = ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")
+        env = {k: v for k, v in self.env(TERM="xterm-256color").items() if k not in hidden}
         try:
             proc = subprocess.Popen(
                 self.argv(*args), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
