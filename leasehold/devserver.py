@@ -11,11 +11,18 @@ from pathlib import Path
 
 from temporalio.common import SearchAttributeKey
 
-# Fairness on, one partition: dispatch order is exact on a single machine.
+# Fairness on, one partition: dispatch order is exact on a single machine. The history
+# service reads new transfer tasks (a scheduled activity or workflow task on its way to
+# matching) at most transferProcessorMaxPollRPS times a second per shard; the default, 20,
+# is sized for clusters of hundreds of shards, and the dev server has one: past the rate
+# limiter's burst every hand-off waited for the next 50 ms tick (a chain of trivial
+# activities took 105 ms per activity, 10 ms at 200; bench/CI_DISPATCH_RESULTS.md).
+TRANSFER_POLL_RPS = 200
 DYNAMIC_CONFIG = (
     "matching.enableFairness=true",
     "matching.numTaskqueueReadPartitions=1",
     "matching.numTaskqueueWritePartitions=1",
+    f"history.transferProcessorMaxPollRPS={TRANSFER_POLL_RPS}",
 )
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from cli.main import build_parser, cmd_api, cmd_worker
-from leasehold.devserver import find_temporal_binary, free_port
+from leasehold.devserver import DYNAMIC_CONFIG, TRANSFER_POLL_RPS, find_temporal_binary, free_port
 from leasehold.settings import Settings
 from leasehold.testing.harness import REPO_ROOT
 from tests.conftest import in_ci
@@ -220,6 +220,9 @@ def test_fairness_is_enabled_in_dynamic_config(services: dict[str, Any]) -> None
     config = yaml.safe_load((host_dir / Path(path).name).read_text())
     assert path.startswith("config/dynamicconfig/")
     assert config["matching.enableFairness"] == [{"value": True}]
+    # The transfer-task poll rate the embedded dev server gets too (leasehold/devserver.py).
+    assert config["history.transferProcessorMaxPollRPS"] == [{"value": TRANSFER_POLL_RPS}]
+    assert f"history.transferProcessorMaxPollRPS={TRANSFER_POLL_RPS}" in DYNAMIC_CONFIG
 
 
 def test_bind_mounted_files_exist_and_scripts_parse(services: dict[str, Any]) -> None:
