@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from activities.ci.lifecycle import delete_chunks
 from activities.ci.log_compaction import build_compacted, compacted_key
 from api.routers.ci.logs import read_attempt_log, read_compacted_log, read_log
 from leasehold.records.ci.runs import CIAttemptRecord
@@ -131,3 +132,68 @@ def test_the_reader_picks_the_compacted_object_and_falls_back_to_chunks(store: C
     assert store.lists == 1 and store.reads > CHUNKS - 1
     # A row naming an object that is gone: read from the chunks instead of failing.
     assert read_log(store, record(store, key=f"{PREFIX}missing.log.gz"), state, "build", attempt, 0).items == expected
+
+
+class CompactingStore(CountingStore):
+    """Compaction's step 2 (delete the chunks) runs while a reader reads: right after the
+    reader's listing (``during_list``) or before it (``before_list``)."""
+
+    when = "during_list"
+    compacting = False
+
+    def list(self, prefix: str) -> list[str]:
+        if self.compacting:
+            return super().list(prefix)
+        if self.when == "before_list":
+            self._compact(prefix)
+        keys = super().list(prefix)
+        if self.when == "during_list":
+            self._compact(prefix)
+        return keys
+
+    def _compact(self, prefix: str) -> None:
+        self.compacting = True
+        try:
+            assert delete_chunks(self, prefix) == CHUNKS
+        finally:
+            self.compacting = False
+
+
+@pytest.mark.parametrize("when", ["before_list", "during_list"])
+def test_a_read_racing_compaction_serves_the_compacted_object(tmp_path: Path, when: str) -> None:
+    """The reader saw the attempt's row before compaction named its object, then compaction
+    deleted the chunks under it: the read takes the row again and serves the whole log from the
+    compacted object, not false gaps or a log cut short."""
+    plain = CountingStore(tmp_path / "objects", b"k" * 32, "http://127.0.0.1:1")
+    for seq in range(CHUNKS):
+        plain.put(log_chunk_key(PREFIX, seq), f"chunk {seq}\n".encode())
+    end = LogEnd(attempt=1, next_seq=CHUNKS, gaps=[], status=AttemptStatus.SUCCESS, finished_at=datetime.now(UTC))
+    plain.put(log_end_key(PREFIX), end.model_dump_json().encode())
+    expected = read_attempt_log(plain, PREFIX, 0, final=True).items
+    assert [t for _, t in expected] == [f"chunk {seq}\n" for seq in range(CHUNKS)]
+    compacted = build_compacted([(s, f"chunk {s}\n".encode()) for s in range(CHUNKS)], CHUNKS)
+    plain.put(compacted_key(PREFIX), compacted.data)
+    plain.compacted_index = compacted.index  # type: ignore[attr-defined]
+
+    racing = CompactingStore(tmp_path / "objects", b"k" * 32, "http://127.0.0.1:1")
+    racing.when = when
+    racing.compacted_index = compacted.index  # type: ignore[attr-defined]
+    state, attempt = run_state()
+    rereads: list[int] = []
+
+    def reread() -> CIAttemptRecord:
+        rereads.append(1)
+        return record(racing)  # compaction's step 1 named the object before step 2
+
+    read = read_log(racing, None, state, "build", attempt, 0, reread)
+    assert read.items == expected and (read.next_seq, read.has_more) == (CHUNKS, False)
+    assert rereads == [1]
+
+
+def test_a_lost_chunk_of_an_uncompacted_attempt_stays_a_gap(store: CountingStore) -> None:
+    """Missing chunks with no compacted object to turn to are still shown as gaps."""
+    state, attempt = run_state()
+    store.delete(log_chunk_key(PREFIX, 3))
+    read = read_log(store, None, state, "build", attempt, 0, lambda: None)
+    assert (3, None) in read.items and (GAP, None) in read.items
+    assert read.next_seq == CHUNKS

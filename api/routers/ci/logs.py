@@ -15,10 +15,11 @@ its log is one object read instead of one read per chunk.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,9 @@ class LogRead:
     next_seq: int = 0
     end: LogEnd | None = None
     has_more: bool = False
+    # A seq shown as a gap with no gap marker or reported gap, or a listed chunk that was gone
+    # when read: what a reader sees when compaction deletes the chunks under it.
+    unexplained: bool = False
 
 
 def read_attempt_log(
@@ -107,10 +111,12 @@ def read_attempt_log(
             try:
                 data = store.get(log_chunk_key(prefix, seq))
             except ObjectNotFound:
+                result.unexplained = True
                 break
             size += len(data)
             result.items.append((seq, data.decode("utf-8", errors="replace")))
         elif kind == "gap" or seq in gaps or end is not None or final:
+            result.unexplained = result.unexplained or (kind != "gap" and seq not in gaps)
             result.items.append((seq, None))
         else:
             break  # not written yet: a live reader waits here
@@ -149,15 +155,39 @@ def read_compacted_log(
 
 
 def read_log(
-    store: ObjectStore, record: CIAttemptRecord | None, state: CIRunState, job: str, chosen: JobAttemptState, seq: int
+    store: ObjectStore,
+    record: CIAttemptRecord | None,
+    state: CIRunState,
+    job: str,
+    chosen: JobAttemptState,
+    seq: int,
+    reread: Callable[[], CIAttemptRecord | None] | None = None,
 ) -> LogRead:
-    """One read of the chosen attempt's log: the compacted object when there is one, else its chunks."""
-    if record is not None and record.log_object_key and record.log_index is not None:
-        try:
-            return read_compacted_log(store, record.log_object_key, record.log_index, seq)
-        except ObjectNotFound:
-            log.warning("compacted log %s is gone; reading chunks", record.log_object_key)
-    return read_attempt_log(store, _prefix(state, job, chosen), seq, _known_gaps(chosen), _attempt_final(chosen))
+    """One read of the chosen attempt's log: the compacted object when there is one, else its chunks.
+
+    Compaction writes the object and names it on the attempt's row before it deletes the
+    chunks, so a chunk read that finds chunks missing without a reason reads the row again
+    (``reread``): if it now names a compacted object, the page comes from there.
+    """
+    compacted = _read_compacted(store, record, seq)
+    if compacted is not None:
+        return compacted
+    read = read_attempt_log(store, _prefix(state, job, chosen), seq, _known_gaps(chosen), _attempt_final(chosen))
+    if read.unexplained and reread is not None and _attempt_final(chosen):
+        compacted = _read_compacted(store, reread(), seq)
+        if compacted is not None:
+            return compacted
+    return read
+
+
+def _read_compacted(store: ObjectStore, record: CIAttemptRecord | None, seq: int) -> LogRead | None:
+    if record is None or not record.log_object_key or record.log_index is None:
+        return None
+    try:
+        return read_compacted_log(store, record.log_object_key, record.log_index, seq)
+    except ObjectNotFound:
+        log.warning("compacted log %s is gone; reading chunks", record.log_object_key)
+        return None
 
 
 def _attempt_record(
@@ -208,7 +238,8 @@ async def get_logs(
             status=job_state.status.value,
         )
     record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
-    read = await asyncio.to_thread(read_log, store, record, state, job, chosen, from_seq)
+    reread = functools.partial(_attempt_record, db, principal, state, job, chosen)
+    read = await asyncio.to_thread(read_log, store, record, state, job, chosen, from_seq, reread)
     ended = not read.has_more and (read.end is not None or _attempt_final(chosen))
     return LogPage(
         run_id=run,
@@ -274,7 +305,8 @@ async def _follow(
             continue
         final = _attempt_final(chosen)
         record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
-        read = await asyncio.to_thread(read_log, store, record, state, job, chosen, seq)
+        reread = functools.partial(_attempt_record, db, principal, state, job, chosen)
+        read = await asyncio.to_thread(read_log, store, record, state, job, chosen, seq, reread)
         for item_seq, text in read.items:
             if text is None:
                 yield _event("gap", {"seq": item_seq, "attempt": chosen.attempt}, item_seq)
