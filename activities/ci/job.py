@@ -497,11 +497,11 @@ class _Attempt:
                 self._save_caches()
         except (InvalidRequest, CommitNotFound) as exc:
             self.log.line(f"[leasehold] checkout failed: {exc}")
-            self.log.close(AttemptStatus.ERROR, None)
+            self.log.close(AttemptStatus.ERROR, None, self.heartbeat)
             raise ApplicationError(str(exc), type=JOB_FATAL_ERROR, non_retryable=True) from exc
         except (GitError, SandboxError) as exc:
             self.log.line(f"[leasehold] infrastructure error: {exc}")
-            self.log.close(AttemptStatus.ERROR, None)
+            self.log.close(AttemptStatus.ERROR, None, self.heartbeat)
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
             self._release_checkout()
@@ -510,13 +510,13 @@ class _Attempt:
                 self.o._sandbox.release(self.root)
         if self.shutdown and status != AttemptStatus.SUCCESS:
             self.log.line("[leasehold] worker shutting down; the job will run again as a new attempt")
-            self.log.close(AttemptStatus.LOST, exit_code)
+            self.log.close(AttemptStatus.LOST, exit_code, self.heartbeat)
             raise ApplicationError("CI worker shut down during the job", type="CIWorkerShutdown")
         if error is not None:
             error = self.masker.mask_text(error)
         summary_key = self._store_summary()
         self.log.line(f"[leasehold] job {self.job.id} finished: {status.value}" + (f" ({error})" if error else ""))
-        summary = self.log.close(status, exit_code)
+        summary = self.log.close(status, exit_code, self.heartbeat)
         if summary_key is not None:
             summary = summary.model_copy(update={"summary_key": summary_key})
         return JobResult(

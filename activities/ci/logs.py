@@ -33,6 +33,22 @@ DEFAULT_RETRY_SECONDS = 120.0
 MAX_BUFFERED_BYTES = 8 << 20
 
 
+# While ``close`` waits on the store, it calls its ``beat`` at least this often.
+BEAT_SECONDS = 1.0
+
+
+def _join_beating(thread: threading.Thread, timeout: float, beat: Callable[[], object] | None) -> None:
+    """Join ``thread`` for up to ``timeout`` seconds, calling ``beat`` between short joins."""
+    deadline = time.monotonic() + timeout
+    while thread.is_alive():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        thread.join(min(left, BEAT_SECONDS))
+        if beat is not None and thread.is_alive():
+            beat()
+
+
 class LogShipper:
     """Thread-safe: the output reader calls ``write``; a background thread flushes."""
 
@@ -138,15 +154,23 @@ class LogShipper:
         except Exception as exc:  # the gap is also in end.json and the run state
             log.warning("storing gap marker for %s failed: %s", key, exc)
 
-    def close(self, status: AttemptStatus, exit_code: int | None) -> LogSummary:
-        """Flush everything, then write ``end.json``; returns what was stored."""
+    def close(
+        self, status: AttemptStatus, exit_code: int | None, beat: Callable[[], object] | None = None
+    ) -> LogSummary:
+        """Flush everything, then write ``end.json``; returns what was stored.
+
+        Through a store outage this waits up to the retry window (twice: the last chunks, then
+        the end marker), calling ``beat`` every ``BEAT_SECONDS`` meanwhile: the job's
+        heartbeat, so the engine does not take a job that is only waiting for the store for a
+        lost one and run it again.
+        """
         with self._cond:
             if self._masker is not None:
                 self._append(self._masker.flush())
             self._closed = True
             self._cond.notify_all()
         # Long enough for chunks still waiting out an outage of the full retry window.
-        self._thread.join(timeout=self._retry_seconds + 60)
+        _join_beating(self._thread, self._retry_seconds + 60, beat)
         end = LogEnd(
             attempt=self._attempt,
             next_seq=self.summary.next_seq,
@@ -156,9 +180,18 @@ class LogShipper:
             finished_at=datetime.now(UTC),
         )
         payload = end.model_dump_json().encode()
-        if self._write(
-            f"end of log {self._prefix}",
-            lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
-        ):
-            self.summary.ended = True
+
+        def write_end() -> None:
+            if self._write(
+                f"end of log {self._prefix}",
+                lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
+            ):
+                self.summary.ended = True
+
+        if beat is None:
+            write_end()
+        else:
+            writer = threading.Thread(target=write_end, name=f"log-end-{self._prefix}", daemon=True)
+            writer.start()
+            _join_beating(writer, self._retry_seconds + 60, beat)
         return self.summary.model_copy()

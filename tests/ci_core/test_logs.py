@@ -82,3 +82,35 @@ def test_an_outage_shorter_than_the_retry_window_loses_nothing(tmp_path: Path) -
     assert summary.gaps == [] and summary.ended
     keys = [k for k in store.list(prefix) if k.endswith(".log")]
     assert b"".join(store.get(k) for k in keys) == payload
+
+
+class FullOutageStore(OutageStore):
+    """Refuses chunks and the end marker alike until the outage ends."""
+
+    def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
+        if time.monotonic() < self.outage_until:
+            self.refused += 1
+            raise OSError("store unreachable")
+        super().put(key, data, content_type)
+
+
+def test_closing_through_an_outage_keeps_the_job_heartbeating(tmp_path: Path) -> None:
+    """At the job's end the log waits for the store (last chunks, then the end marker): the
+    job's heartbeat goes on meanwhile, so the engine does not count the job lost and run it
+    again while it only waits for the store."""
+    store = FullOutageStore(tmp_path, outage_seconds=3.5)
+    prefix = "ci/t/run/job/attempt-4/"
+    shipper = LogShipper(store, prefix, 4, flush_seconds=0.05, chunk_bytes=10, retry_seconds=30)
+    payload = b"the last lines of a job\n" * 3
+    shipper.write(payload)
+    beats: list[float] = []
+    started = time.monotonic()
+    summary = shipper.close(AttemptStatus.SUCCESS, 0, beat=lambda: beats.append(time.monotonic()))
+    assert store.refused > 0 and time.monotonic() - started >= 3.0, "the outage never held the close"
+    assert summary.gaps == [] and summary.ended
+    assert b"".join(store.get(k) for k in store.list(prefix) if k.endswith(".log")) == payload
+    assert json.loads(store.get(log_end_key(prefix)))["next_seq"] == summary.next_seq
+    # Called all through the wait (every second; the slack is for a loaded host).
+    assert len(beats) >= 3, beats
+    spans = [b - a for a, b in zip([started, *beats], beats, strict=False)]
+    assert max(spans) < 5.0, spans
