@@ -151,7 +151,9 @@ def test_video_submit_progress_and_player(console_stack: ConsoleStack, browser: 
     page.get_by_label("Size").select_option("180x320")
     page.get_by_label("Seconds").fill("1")
     page.get_by_label("Seed").fill("7")
-    page.get_by_label("Sampler steps").fill("40")
+    # Long enough (a few seconds here) for preview frames to come while it generates: at 40
+    # steps the job could finish before the page saw its first preview event.
+    page.get_by_label("Sampler steps").fill("400")
     shot(console, page, "videos")
     page.get_by_role("button", name="Generate").click()
     page.wait_for_url(re.compile(r".*/console/videos/video_[0-9a-f]+$"))
