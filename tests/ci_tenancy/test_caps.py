@@ -72,8 +72,15 @@ async def test_cap_serialises_a_tenant_and_every_ending_releases(
     set_plan(db, capped.tenant_id, 2.0, 1)  # type: ignore[attr-defined]
     free = tenancy.new_tenant()
 
-    first = push_workflow(tenancy, THREE, client=capped)
+    # The uncapped tenant first, until two of its jobs hold the worker's two slots at once: pushed
+    # together, the capped tenant's one running job could keep one slot through the whole run.
     control = push_workflow(tenancy, THREE, client=free)
+    await asyncio.to_thread(
+        wait_for,
+        "two of the uncapped tenant's jobs running at once",
+        lambda: sum(j["status"] == "in_progress" for j in get_run(free, control.run_id)["jobs"]) >= 2,
+    )
+    first = push_workflow(tenancy, THREE, client=capped)
     capped_run = await asyncio.to_thread(wait_run, capped, first.run_id)
     free_run = await asyncio.to_thread(wait_run, free, control.run_id)
     # A failing job (c) ends the run as a failure; the slots still went round.

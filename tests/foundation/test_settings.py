@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -135,6 +136,7 @@ def test_signing_key_is_created_once_and_private(tmp_path: Path) -> None:
 
 _RACE = """
 import sys, time
+import os
 import subprocess
 import sys
 import time
@@ -172,3 +174,12 @@ def test_processes_starting_together_share_one_signing_key(tmp_path: Path) -> No
         assert (data / "url-signing-key").stat().st_mode & 0o777 == 0o600
         assert (data / "secrets-keys").stat().st_mode & 0o777 == 0o600
         assert sorted(p.name for p in data.iterdir()) == ["secrets-keys", "url-signing-key"]
+
+
+def test_the_suite_runs_each_package_whole_on_one_worker(request: pytest.FixtureRequest) -> None:
+    """`make test` runs packages in parallel, each whole on one xdist worker (its stacks start
+    once, its tests keep their order): xdist names a grouped test ``<id>@<group>``. Without
+    xdist (``TEST_WORKERS=0``) there are no groups to check."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        pytest.skip("not running under pytest-xdist")
+    assert request.node.nodeid.endswith("::test_the_suite_runs_each_package_whole_on_one_worker@foundation")

@@ -111,6 +111,13 @@ def test_a_job_no_class_holds_is_422_naming_the_field(class_stack: ClassStack) -
 
 def test_eta_is_that_of_the_jobs_class(class_stack: ClassStack) -> None:
     caller = class_stack.caller()
+    # Measured serving first: a small job sent while no small worker is measured falls back to
+    # the large class (by design), and this test would have no busy small worker.
+    wait_until(
+        lambda: (c := class_stack.capacity(caller).get("small", {})).get("workers_serving") == 1 and c["running"] == 0,
+        60,
+        "the small worker is measured idle",
+    )
     # The small worker is busy with a long job; the large one is idle.
     slow = create(caller, SMALL_JOB, steps=1000)
     waiting: dict[str, Any] | None = None
