@@ -37,7 +37,7 @@ MAX_BUFFERED_BYTES = 8 << 20
 BEAT_SECONDS = 1.0
 
 
-def _join_beating(thread: threading.Thread, timeout: float, beat: Callable[[], object] | None) -> None:
+def _join_beating(thread: threading.Thread, timeout: float, beat: Callable[[], None] | None) -> None:
     """Join ``thread`` for up to ``timeout`` seconds, calling ``beat`` between short joins."""
     deadline = time.monotonic() + timeout
     while thread.is_alive():
@@ -129,10 +129,11 @@ class LogShipper:
             if data:
                 self._ship(data)
 
-    def _write(self, what: str, write: Callable[[], object]) -> bool:
-        """Run ``write`` until it succeeds or the retry window closes; ``True`` on success."""
+    def _write(self, what: str, write: Callable[[], object], between: Callable[[], None] | None = None) -> bool:
+        """Run ``write`` until it succeeds or the retry window closes (``between`` before each
+        retry); ``True`` on success."""
         window = self._retry_seconds if self._store_up else 0.0
-        self._store_up = retry_within(write, window, what, log, min_tries=PUT_MIN_ATTEMPTS) is None
+        self._store_up = retry_within(write, window, what, log, min_tries=PUT_MIN_ATTEMPTS, between=between) is None
         return self._store_up
 
     def _ship(self, data: bytes) -> None:
@@ -154,15 +155,13 @@ class LogShipper:
         except Exception as exc:  # the gap is also in end.json and the run state
             log.warning("storing gap marker for %s failed: %s", key, exc)
 
-    def close(
-        self, status: AttemptStatus, exit_code: int | None, beat: Callable[[], object] | None = None
-    ) -> LogSummary:
+    def close(self, status: AttemptStatus, exit_code: int | None, beat: Callable[[], None] | None = None) -> LogSummary:
         """Flush everything, then write ``end.json``; returns what was stored.
 
         Through a store outage this waits up to the retry window (twice: the last chunks, then
-        the end marker), calling ``beat`` every ``BEAT_SECONDS`` meanwhile: the job's
-        heartbeat, so the engine does not take a job that is only waiting for the store for a
-        lost one and run it again.
+        the end marker), calling ``beat`` meanwhile (every ``BEAT_SECONDS`` while the flush
+        thread ships, before each retry of the end marker): the job's heartbeat, so the engine
+        does not take a job that is only waiting for the store for a lost one and run it again.
         """
         with self._cond:
             if self._masker is not None:
@@ -180,18 +179,10 @@ class LogShipper:
             finished_at=datetime.now(UTC),
         )
         payload = end.model_dump_json().encode()
-
-        def write_end() -> None:
-            if self._write(
-                f"end of log {self._prefix}",
-                lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
-            ):
-                self.summary.ended = True
-
-        if beat is None:
-            write_end()
-        else:
-            writer = threading.Thread(target=write_end, name=f"log-end-{self._prefix}", daemon=True)
-            writer.start()
-            _join_beating(writer, self._retry_seconds + 60, beat)
+        if self._write(
+            f"end of log {self._prefix}",
+            lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
+            between=beat,
+        ):
+            self.summary.ended = True
         return self.summary.model_copy()
