@@ -124,14 +124,15 @@ def test_the_reader_picks_the_compacted_object_and_falls_back_to_chunks(store: C
     state, attempt = run_state()
     expected = read_attempt_log(store, PREFIX, 0, final=True).items
     store.reads = store.lists = 0
-    assert read_log(store, record(store), state, "build", attempt, 0).items == expected
+    assert read_log(store, lambda: record(store), state, "build", attempt, 0).items == expected
     assert (store.reads, store.lists) == (1, 0)
     # No row (or a row not compacted yet): the chunks, listed and read one by one.
     store.reads = store.lists = 0
-    assert read_log(store, None, state, "build", attempt, 0).items == expected
+    assert read_log(store, lambda: None, state, "build", attempt, 0).items == expected
     assert store.lists == 1 and store.reads > CHUNKS - 1
     # A row naming an object that is gone: read from the chunks instead of failing.
-    assert read_log(store, record(store, key=f"{PREFIX}missing.log.gz"), state, "build", attempt, 0).items == expected
+    gone = record(store, key=f"{PREFIX}missing.log.gz")
+    assert read_log(store, lambda: gone, state, "build", attempt, 0).items == expected
 
 
 class CompactingStore(CountingStore):
@@ -179,21 +180,24 @@ def test_a_read_racing_compaction_serves_the_compacted_object(tmp_path: Path, wh
     racing.when = when
     racing.compacted_index = compacted.index  # type: ignore[attr-defined]
     state, attempt = run_state()
-    rereads: list[int] = []
+    # The row as the reader finds it: not compacted yet, then (read again) naming the object
+    # that compaction's step 1 wrote before its step 2 deleted the chunks.
+    rows: list[CIAttemptRecord | None] = [None, record(racing)]
+    reads: list[CIAttemptRecord | None] = []
 
-    def reread() -> CIAttemptRecord:
-        rereads.append(1)
-        return record(racing)  # compaction's step 1 named the object before step 2
+    def attempt_row() -> CIAttemptRecord | None:
+        reads.append(rows[len(reads)])
+        return reads[-1]
 
-    read = read_log(racing, None, state, "build", attempt, 0, reread)
+    read = read_log(racing, attempt_row, state, "build", attempt, 0)
     assert read.items == expected and (read.next_seq, read.has_more) == (CHUNKS, False)
-    assert rereads == [1]
+    assert len(reads) == 2, "the row is read again once"
 
 
 def test_a_lost_chunk_of_an_uncompacted_attempt_stays_a_gap(store: CountingStore) -> None:
     """Missing chunks with no compacted object to turn to are still shown as gaps."""
     state, attempt = run_state()
     store.delete(log_chunk_key(PREFIX, 3))
-    read = read_log(store, None, state, "build", attempt, 0, lambda: None)
+    read = read_log(store, lambda: None, state, "build", attempt, 0)
     assert (3, None) in read.items and (GAP, None) in read.items
     assert read.next_seq == CHUNKS

@@ -156,25 +156,25 @@ def read_compacted_log(
 
 def read_log(
     store: ObjectStore,
-    record: CIAttemptRecord | None,
+    attempt_row: Callable[[], CIAttemptRecord | None],
     state: CIRunState,
     job: str,
     chosen: JobAttemptState,
     seq: int,
-    reread: Callable[[], CIAttemptRecord | None] | None = None,
 ) -> LogRead:
-    """One read of the chosen attempt's log: the compacted object when there is one, else its chunks.
+    """One read of the chosen attempt's log: the compacted object when its row (``attempt_row``)
+    names one, else its chunks.
 
     Compaction writes the object and names it on the attempt's row before it deletes the
-    chunks, so a chunk read that finds chunks missing without a reason reads the row again
-    (``reread``): if it now names a compacted object, the page comes from there.
+    chunks, so a chunk read that finds chunks missing without a reason reads the row again:
+    if it now names a compacted object, the page comes from there.
     """
-    compacted = _read_compacted(store, record, seq)
+    compacted = _read_compacted(store, attempt_row(), seq)
     if compacted is not None:
         return compacted
     read = read_attempt_log(store, _prefix(state, job, chosen), seq, _known_gaps(chosen), _attempt_final(chosen))
-    if read.unexplained and reread is not None and _attempt_final(chosen):
-        compacted = _read_compacted(store, reread(), seq)
+    if read.unexplained and _attempt_final(chosen):
+        compacted = _read_compacted(store, attempt_row(), seq)
         if compacted is not None:
             return compacted
     return read
@@ -237,9 +237,8 @@ async def get_logs(
             ended=False,
             status=job_state.status.value,
         )
-    record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
-    reread = functools.partial(_attempt_record, db, principal, state, job, chosen)
-    read = await asyncio.to_thread(read_log, store, record, state, job, chosen, from_seq, reread)
+    row = functools.partial(_attempt_record, db, principal, state, job, chosen)
+    read = await asyncio.to_thread(read_log, store, row, state, job, chosen, from_seq)
     ended = not read.has_more and (read.end is not None or _attempt_final(chosen))
     return LogPage(
         run_id=run,
@@ -304,9 +303,8 @@ async def _follow(
             await asyncio.sleep(POLL_SECONDS)
             continue
         final = _attempt_final(chosen)
-        record = await asyncio.to_thread(_attempt_record, db, principal, state, job, chosen)
-        reread = functools.partial(_attempt_record, db, principal, state, job, chosen)
-        read = await asyncio.to_thread(read_log, store, record, state, job, chosen, seq, reread)
+        row = functools.partial(_attempt_record, db, principal, state, job, chosen)
+        read = await asyncio.to_thread(read_log, store, row, state, job, chosen, seq)
         for item_seq, text in read.items:
             if text is None:
                 yield _event("gap", {"seq": item_seq, "attempt": chosen.attempt}, item_seq)
