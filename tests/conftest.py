@@ -143,7 +143,7 @@ _LAST_USER: dict[str, str] = {}  # fixture name -> node id of the last test that
 _RELEASE: dict[str, Callable[[], object]] = {}  # shared stack's fixture name -> what stops it
 
 
-# Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), each package runs whole on
+# Under pytest-xdist (`make test` runs `-n 3 --dist loadgroup`), each package runs whole on
 # one worker: its module and session stacks start once there, and a package's tests keep their
 # order. Packages that share a session stack form one group.
 _SHARED_STACK_GROUPS = {

@@ -135,9 +135,6 @@ def test_signing_key_is_created_once_and_private(tmp_path: Path) -> None:
 
 
 _RACE = """
-import sys, time
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
