@@ -12,7 +12,8 @@ TORCH ?= torch==2.13.0
 
 $(BIN)/.installed: pyproject.toml
 	@command -v git >/dev/null && command -v bwrap >/dev/null && command -v slirp4netns >/dev/null \
-		&& command -v nft >/dev/null && ldconfig -p | grep -q libseccomp.so.2 || $(MAKE) --no-print-directory system-deps
+		&& command -v nft >/dev/null && command -v runsc >/dev/null && test -x /usr/bin/python3 \
+		&& ldconfig -p | grep -q libseccomp.so.2 || $(MAKE) --no-print-directory system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
@@ -22,15 +23,20 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 # git, and the CI sandbox: bubblewrap, libseccomp (its syscall filter), slirp4netns and
-# nftables (filtered network for jobs whose plan allows it); chromium for the console's browser
+# nftables (filtered network for jobs whose plan allows it), python3 (the job-side helper runs
+# the system's), runsc (the gVisor backend; Debian's build fails its self-test, see Security); chromium for the console's browser
 # tests (Playwright drives it; no browser download); needs root or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-		git bubblewrap libseccomp2 slirp4netns nftables chromium >/dev/null
+		git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium >/dev/null
 
+# Ports and flags pass through: `make up API_PORT=8080` (else $LEASEHOLD_API_PORT, else 8000),
+# TEMPORAL_PORT, UI_PORT, and UP_ARGS for the rest (`UP_ARGS='--no-ui --data-dir /srv/lh'`).
+UP_FLAGS = $(if $(API_PORT),--api-port $(API_PORT)) $(if $(TEMPORAL_PORT),--temporal-port $(TEMPORAL_PORT)) \
+	$(if $(UI_PORT),--ui-port $(UI_PORT)) $(UP_ARGS)
 up: $(BIN)/.installed
-	$(BIN)/leasehold up
+	$(BIN)/leasehold up $(strip $(UP_FLAGS))
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -18,12 +18,12 @@ from functools import partial
 from temporalio.worker import Worker
 
 from activities.ci.actions import ActionSource
-from activities.ci.git import CopiedTree, GitMirror, WorkTree
+from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
+from activities.ci.jobroot import sweep_leftover_roots
 from activities.ci.listing import CIListingActivities, environment_rules
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
-from activities.ci.sandbox import SandboxError
 from activities.ci.secrets import ApiSecretSource
 from leasehold.client.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
@@ -33,9 +33,10 @@ from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
-from worker_ci.overlay import OverlayTree
+from leasehold.worker_versioning import deployment_config
 from worker_ci.sandbox import limits_from, make_sandbox
-from workflows.queues import ci_control_queue, ci_queue
+from workflows.queues import DEFAULT_CI_ISOLATION, ci_control_queue, ci_queue
+from workflows.version import BUILD_ID
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +49,16 @@ async def serve(settings: Settings) -> None:
     server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
     log.info("ci worker health and metrics on http://127.0.0.1:%s", server.server_address[1])
     sandbox = make_sandbox(settings)
+    ci_dir = settings.data_dir / "ci"
+    # Job roots a killed worker left: emptied as their own users, then removed (the root rule).
+    swept = sweep_leftover_roots(ci_dir / "workspaces", sandbox, limits_from(settings))
+    if swept:
+        log.info("removed %d job roots left by killed workers", swept)
     db = init_database(settings.resolved_database_url)
     client = await connect(settings, identity="leasehold-ci")
     loop = asyncio.get_running_loop()
-    ci_dir = settings.data_dir / "ci"
     mirror = GitMirror(ci_dir / "mirrors", ClonePolicy.from_settings(settings))
     actions = ActionSource.from_settings(settings, ci_dir / "action-mirrors")
-    worktree: WorkTree
-    try:
-        worktree = OverlayTree(ci_dir / "workspaces")
-    except SandboxError as exc:
-        log.warning("job checkouts are copies of the shared tree (no overlay): %s", exc)
-        worktree = CopiedTree()
     jobs = CIJobActivities(
         JobConfig(
             workspaces=ci_dir / "workspaces",
@@ -75,22 +74,33 @@ async def serve(settings: Settings) -> None:
         mirror,
         client,
         loop,
-        DatabaseRunRecords(db),
+        DatabaseRunRecords(db, settings.database_failover_seconds),
         # The worker holds no secrets key: it trades each attempt's token at the API.
-        ApiSecretSource(settings.resolved_api_internal_url),
+        ApiSecretSource(settings.resolved_api_internal_url, settings.database_failover_seconds),
         actions,
-        worktree,
     )
-    listing = CIListingActivities(mirror, partial(environment_rules, db), actions, partial(assign_run_number, db))
+    listing = CIListingActivities(
+        mirror,
+        partial(environment_rules, db),
+        actions,
+        partial(assign_run_number, db),
+        failover_seconds=settings.database_failover_seconds,
+    )
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
-    job_queue = ci_queue(settings.ci_labels, settings.queue_prefix)
+    # A gVisor worker serves the tenants whose plan asks for gVisor (their own queues).
+    isolation = "gvisor" if sandbox.name == "gvisor" else DEFAULT_CI_ISOLATION
+    job_queue = ci_queue(settings.ci_labels, settings.queue_prefix, isolation)
     slots = settings.ci_job_slots
+    # Activities only: the version is reported, routing stays unversioned, so a run pinned to
+    # an older build still gets any CI worker of its labels (docs/versioning.md).
+    version = deployment_config(settings, BUILD_ID, routed=False)
     job_worker = Worker(
         client,
         task_queue=job_queue,
         activities=[jobs.run_job],
         activity_executor=ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job"),
         max_concurrent_activities=slots,
+        deployment_config=version,
     )
     control_worker = Worker(
         client,
@@ -98,6 +108,7 @@ async def serve(settings: Settings) -> None:
         activities=[listing.list_workflows, reconcile.list_repos, reconcile.reconcile_repo],
         activity_executor=ThreadPoolExecutor(max_workers=CONTROL_CONCURRENCY, thread_name_prefix="ci-control"),
         max_concurrent_activities=CONTROL_CONCURRENCY,
+        deployment_config=version,
     )
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,9 +118,8 @@ async def serve(settings: Settings) -> None:
     async with job_worker, control_worker:
         state["ready"] = True
         log.info(
-            "ci worker (%s sandbox, %s checkouts, %d job slots) polling %s and %s",
+            "ci worker (%s sandbox, %d job slots) polling %s and %s",
             sandbox.name,
-            worktree.name,
             slots,
             job_queue,
             control_worker.task_queue,

@@ -55,7 +55,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from activities.ci.sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxRequest, make_layout
+from activities.ci.jobroot import make_layout, owner_of_dir, refresh_runner, write_new
+from activities.ci.sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxRequest
 from leasehold.settings import Settings
 from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable, StepCgroup
 from worker_ci.network import SLIRP_DNS, NetworkUnavailable, UserModeNetwork
@@ -99,10 +100,32 @@ LOADER_NAMES = frozenset({"GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", 
 # rlimits, then becomes bubblewrap (the job gets /dev/null as its stdin). A failed join, or
 # anything but "go" on stdin (a failed setup, a worker that died meanwhile), ends it before
 # bubblewrap runs. No helper process: a ``prlimit`` exec per step is saved.
-GATE_SCRIPT = (
+GATE_TEMPLATE = (
     'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; '
-    'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+    'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" {stdin}'
 )
+
+
+def _gate_script(stdin_fd: int | None) -> str:
+    """The gate, giving the sandbox ``stdin_fd`` (a descriptor the worker opened) or /dev/null."""
+    return GATE_TEMPLATE.format(stdin="</dev/null" if stdin_fd is None else f"<&{int(stdin_fd)} {int(stdin_fd)}<&-")
+
+
+GATE_SCRIPT = _gate_script(None)
+
+
+def _data_fd_wrapper(data_fd: int | None) -> list[str]:
+    """Inside the sandbox, after the uid drop: the worker's ``data_fd`` becomes descriptor 3
+    (bubblewrap's own descriptors may hold that number outside; inside, they are the job's
+    copies, so replacing one there changes nothing of bubblewrap's)."""
+    if data_fd is None:
+        return []
+    fd = int(data_fd)
+    moves = "" if fd == 3 else f"exec 3>&{fd} {fd}>&-; "
+    # bash: dash takes only one-digit descriptors in a redirection.
+    return ["/bin/bash", "-c", moves + 'exec "$@"', "bash"]
+
+
 GATE_OPEN = b"go\n"
 
 
@@ -201,6 +224,39 @@ class JobUserPool:
         if owner is not None and owner.uid is not None:
             self.release(owner.uid)
 
+    def acquire_uid(self, uid: int) -> bool:
+        """Lease this very uid if no attempt holds it (a leftover root's owner, for cleaning it
+        up as that user); ``False`` when it is out of range or held."""
+        if not self._base <= uid < self._base + self._count:
+            return False
+        with self._lock:
+            if uid in self._held:
+                return False
+            fd = os.open(self._dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            self._held[uid] = fd
+            return True
+
+    def adopt_root(self, root: Path, owner: JobOwner, extra: Callable[[Path, int], None] | None = None) -> bool:
+        """Take over a leftover job root whose owner no attempt holds (see ``acquire_uid``),
+        with root's own runner files made anew."""
+        if owner.uid is None or not self.acquire_uid(owner.uid):
+            return False
+        try:
+            refresh_runner(root, extra is not None)
+            if extra is not None:
+                extra(root, owner.uid)
+        except OSError:
+            self.release(owner.uid)
+            return False
+        with self._lock:
+            self._roots[root] = owner
+        return True
+
     def owner_of(self, root: Path) -> JobOwner:
         with self._lock:
             owner = self._roots.get(root)
@@ -217,9 +273,10 @@ def _runner_files(root: Path, uid: int) -> None:
         ("passwd", f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n"),
         ("group", f"{SANDBOX_NAME}:x:{uid}:\n"),
         ("resolv.conf", f"nameserver {SLIRP_DNS}\n"),
+        # Shown as /proc/cmdline (the host kernel's own stays hidden).
+        ("cmdline", "\n"),
     ):
-        (runner / name).write_text(text)
-        os.chmod(runner / name, 0o644)
+        write_new(runner, name, text.encode())
 
 
 class _PopenProcess:
@@ -421,6 +478,12 @@ class BubblewrapSandbox:
     def release(self, root: Path) -> None:
         self._users.release_root(root)
 
+    def adopt(self, root: Path) -> bool:
+        """Take over a leftover job root (a worker killed mid-job left it) to clean it up as
+        the user that owns its files; ``False`` while an attempt holds that user."""
+        owner = owner_of_dir(root, "work")
+        return owner is not None and self._users.adopt_root(root, owner, _runner_files)
+
     def argv(
         self, request: SandboxRequest, owner: JobOwner, info_fd: int, block_fd: int | None
     ) -> tuple[list[str], list[str]]:
@@ -445,6 +508,8 @@ class BubblewrapSandbox:
         args += self._system_args
         shm = request.limits.shm_bytes if request.limits is not None else 64 << 20
         args += ["--proc", "/proc", "--dev", "/dev", "--size", str(shm), "--tmpfs", "/dev/shm"]
+        # The host kernel's command line names its boot setup (here: the VM's agent and ports).
+        args += ["--ro-bind", str(request.root / "runner" / "cmdline"), "/proc/cmdline"]
         args += ["--chmod", "1777", "/dev/shm", "--dir", "/etc"]
         etc = ETC_FILES + (NETWORK_ETC_FILES if request.network else ())
         # bubblewrap makes a bind's missing parents 0700: /etc/ssl must stay traversable for
@@ -460,6 +525,8 @@ class BubblewrapSandbox:
             args += ["--ro-bind", str(runner / "resolv.conf"), "/etc/resolv.conf"]
         args += ["--bind", str(request.root), MOUNT_POINT]
         args += ["--ro-bind", str(runner), f"{MOUNT_POINT}/runner"]
+        if not request.writable_actions:
+            args += ["--ro-bind", str(request.root / "actions"), f"{MOUNT_POINT}/actions"]
         args += ["--bind", str(request.root / "tmp"), "/tmp"]
         args += ["--remount-ro", "/", "--chdir", _clean(request.cwd)]
         loader: list[str] = []
@@ -483,7 +550,8 @@ class BubblewrapSandbox:
             "--",
         ]
         env_prefix = ["/usr/bin/env", *loader] if loader else []
-        return args, [*drop, *env_prefix, *(_clean(a) for a in request.argv)]
+        wrapper = _data_fd_wrapper(request.data_fd)
+        return args, [*drop, *wrapper, *env_prefix, *(_clean(a) for a in request.argv)]
 
     def start(self, request: SandboxRequest) -> _BwrapProcess:
         if request.network and self._network is None:
@@ -507,9 +575,10 @@ class BubblewrapSandbox:
             fds = [args_fd, seccomp_fd]
             join = [str(p) for p in cgroup.self_join_files()] if cgroup is not None else []
             command = [
-                "/bin/sh",
+                # bash where a descriptor is moved (dash takes only one-digit ones).
+                "/bin/sh" if request.stdin_fd is None else "/bin/bash",
                 "-c",
-                GATE_SCRIPT,
+                _gate_script(request.stdin_fd),
                 "sh",
                 *join,
                 "--",
@@ -522,6 +591,7 @@ class BubblewrapSandbox:
                 *job_command,
             ]
             pass_fds = [args_fd, seccomp_fd, info_write] + ([block_read] if request.network else [])
+            pass_fds += [fd for fd in (request.stdin_fd, request.data_fd) if fd is not None]
             proc = subprocess.Popen(
                 command,
                 stdin=gate_read,
@@ -620,10 +690,11 @@ class UnsafeProcessSandbox:
     def start(self, request: SandboxRequest) -> _GroupProcess:
         try:
             proc = subprocess.Popen(
-                [*_prlimit_argv(request.limits), *request.argv],
+                [*_prlimit_argv(request.limits), *_data_fd_wrapper(request.data_fd), *request.argv],
                 cwd=request.cwd,
                 env=dict(request.env),
-                stdin=subprocess.DEVNULL,
+                stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
+                pass_fds=[request.data_fd] if request.data_fd is not None else [],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -685,12 +756,15 @@ class DockerSandbox:
         owner = self._users.owner_of(request.root)
         if request.network:
             raise SandboxError("the docker backend gives jobs no network")
+        if request.data_fd is not None:
+            raise SandboxError("the docker backend cannot pass a data descriptor into a container")
         name = f"leasehold-ci-{os.urandom(6).hex()}"
         limits = request.limits
         args = [
             self._docker,
             "run",
             "--rm",
+            *(["--interactive"] if request.stdin_fd is not None else []),
             "--name",
             name,
             "--network",
@@ -724,7 +798,7 @@ class DockerSandbox:
         args += [self._image, *request.argv]
         proc = subprocess.Popen(
             args,
-            stdin=subprocess.DEVNULL,
+            stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -741,6 +815,11 @@ def make_sandbox(settings: Settings) -> Sandbox:
     users = JobUserPool(settings.data_dir / "ci" / "uids", settings.ci_sandbox_uid_base, settings.ci_sandbox_uid_count)
     if settings.ci_sandbox == "docker":
         return DockerSandbox(settings.ci_docker_image, users)
+    if settings.ci_sandbox == "gvisor":
+        # Imported here: the module builds on this one's host layout and uid pool.
+        from worker_ci.gvisor import make_gvisor_sandbox
+
+        return make_gvisor_sandbox(settings, users)
     cgroups: CgroupLimiter | None = None
     try:
         cgroups = CgroupLimiter.detect()

@@ -101,14 +101,12 @@ class ActionSource:
             raise ActionNotUsable(f"{ref.repository} has no tag, branch or commit {ref.ref!r}")
         return mirror, sha
 
-    def extract(self, repository: str, sha: str, dest: Path, heartbeat: Callable[[], None] | None) -> None:
-        """Put the tree of ``sha`` at ``dest`` (a new directory), owned by the worker: the job
-        reads it and cannot change it. Links in it cannot lead the extraction outside ``dest``."""
+    def mirror_of(self, repository: str, sha: str, heartbeat: Callable[[], None] | None) -> Path:
+        """The mirror holding the action's commit ``sha`` (fetched if needed); the job's
+        attempt streams ``GitMirror.archive_stream`` of it into its own ``actions/`` directory,
+        unpacked as the job (``activities.ci.jobroot``), never by the worker."""
         owner, repo = repository.split("/", 1)
-        mirror = self.mirrors.ensure_commit(self.mirror_id(repository), self.clone_url(owner, repo), sha, heartbeat)
-        dest.mkdir(mode=0o755)
-        os.chmod(dest, 0o755)
-        self.mirrors.archive(mirror, sha, dest, heartbeat)
+        return self.mirrors.ensure_commit(self.mirror_id(repository), self.clone_url(owner, repo), sha, heartbeat)
 
     def _evict(self) -> None:
         """Remove the least recently resolved mirrors beyond ``MAX_ACTION_MIRRORS`` (skipping any

@@ -7,21 +7,17 @@ scope, then its repository's default branch's (a pull request's cache cannot poi
 branch; the default branch's warms everyone); it writes only its own scope. Entries are
 write-once; when two jobs save the same key, the newest entry wins.
 
-Restores and saves run in the worker process, over files the job wrote: paths are confined to
-the workspace's ``work/``, ``home/`` and ``tmp/``, never followed through symlinks, and archives
-are extracted with tarfile's ``data`` filter (nothing outside the workspace, no devices).
-``hash_files`` implements ``hashFiles()`` with the same confinement.
+Paths are confined to the workspace's ``work/``, ``home/`` and ``tmp/``. The worker only moves
+bytes: it downloads an entry into a temporary file of its own and hands the descriptor to the
+job-side helper, which unpacks it as the job's uid inside the job's sandbox; a save is the
+helper's tar.gz stream on a pipe, bounded here, stored as it comes. Nothing of the job's tree
+is opened by the worker (``activities.ci.jobroot``: the root rule).
 """
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import logging
-import os
 import posixpath
-import stat
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from activities.ci.jobroot import JobRoot, JobTreeError
 from leasehold.storage import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -37,7 +34,6 @@ CACHE_ROOT = "ci-cache"
 ARCHIVE_SUFFIX = ".tar.gz"
 # The workspace directories a cache path may name (``~`` is ``home``).
 CACHEABLE_DIRS = ("work", "home", "tmp")
-MAX_HASHED_FILES = 50_000
 
 
 class CacheError(RuntimeError):
@@ -121,58 +117,6 @@ def workspace_paths(path_input: str, mount: str) -> list[str]:
     return sorted(set(out))
 
 
-def _no_symlink_parents(root: Path, rel: str) -> bool:
-    """Every directory between ``root`` and ``rel`` is a real directory (not a job's symlink)."""
-    current = root
-    for part in rel.split("/")[:-1]:
-        current = current / part
-        try:
-            if not stat.S_ISDIR(os.lstat(current).st_mode):
-                return False
-        except FileNotFoundError:
-            return False
-    return True
-
-
-def hash_files(work: Path, patterns: list[str]) -> str:
-    """``hashFiles()``: SHA-256 over the SHA-256 of each regular file matching the patterns
-    (``!pattern`` excludes), relative to the checkout, in path order; ``''`` when none match.
-    Files reached through a symlink are skipped: the hash of a host file must not leak."""
-    base = os.path.realpath(work)
-    included: set[str] = set()
-    excluded: set[str] = set()
-    for line in (p.strip() for pattern in patterns for p in pattern.splitlines()):
-        if not line:
-            continue
-        target = excluded if line.startswith("!") else included
-        pattern = line[1:] if line.startswith("!") else line
-        if pattern.startswith("/") or ".." in pattern.split("/"):
-            continue
-        for match in glob.iglob(pattern, root_dir=base, recursive=True):
-            target.add(posixpath.normpath(match))
-            if len(included) > MAX_HASHED_FILES:
-                raise CacheError(f"hashFiles matched more than {MAX_HASHED_FILES} files")
-    outer = hashlib.sha256()
-    found = False
-    for rel in sorted(included - excluded):
-        full = os.path.join(base, rel)
-        if os.path.realpath(full) != full:
-            continue
-        try:
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                continue
-            inner = hashlib.sha256()
-            while chunk := f.read(1 << 20):
-                inner.update(chunk)
-        outer.update(inner.digest())
-        found = True
-    return outer.hexdigest() if found else ""
-
-
 class CICache:
     """Cache lookups, restores and saves for job attempts (built once per worker)."""
 
@@ -208,28 +152,21 @@ class CICache:
                     return CacheLookup(max(found, key=lambda e: e.created_ns), exact=False)
         return CacheLookup(None, exact=False)
 
-    def restore(self, entry: CacheEntry, root: Path, paths: list[str], heartbeat: Callable[[], None]) -> int:
-        """Extract ``entry`` into the workspace; only members under ``paths``. Returns bytes."""
-        total = 0
+    def restore(self, entry: CacheEntry, tree: JobRoot, paths: list[str], heartbeat: Callable[[], None]) -> int:
+        """Unpack ``entry`` into the job's tree, as the job; only members under ``paths``.
+        Returns the bytes of the files restored."""
         with tempfile.TemporaryFile() as tmp:
             for chunk in self._store.open_stream(entry.object_key):
                 tmp.write(chunk)
                 heartbeat()
+            tmp.flush()
             tmp.seek(0)
             try:
-                with tarfile.open(fileobj=tmp, mode="r:gz") as tar:
-                    for member in tar:
-                        name = posixpath.normpath(member.name)
-                        if not any(name == p or name.startswith(p + "/") for p in paths):
-                            continue
-                        if not _no_symlink_parents(root, name):
-                            raise CacheError(f"cache member {name!r} would be written through a symlink")
-                        tar.extract(member, root, filter="data")
-                        total += member.size
-                        heartbeat()
-            except (tarfile.TarError, OSError) as exc:
+                result = tree.extract("", tmp.fileno(), only=paths)
+            except JobTreeError as exc:
                 raise CacheError(f"cache archive could not be restored: {exc}") from exc
-        return total
+        size = result.get("bytes")
+        return size if isinstance(size, int) else 0
 
     def save(
         self,
@@ -237,36 +174,30 @@ class CICache:
         repo_id: str,
         scope: str,
         key: str,
-        root: Path,
+        tree: JobRoot,
         paths: list[str],
         heartbeat: Callable[[], None],
     ) -> int | None:
-        """Archive ``paths`` (those that exist) into the scope under ``key``; returns the
-        archive's size, or ``None`` when there was nothing to save."""
-        size = 0
-
-        def limit(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-            nonlocal size
-            size += info.size
-            if size > self._max_bytes:
-                raise CacheError(f"cache is larger than {self._max_bytes} bytes; not saved")
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            heartbeat()
-            return info
-
-        present = [p for p in paths if _no_symlink_parents(root, p) and os.path.lexists(root / p)]
-        if not present:
-            return None
+        """Archive ``paths`` (those that exist) of the job's tree, as the job, into the scope
+        under ``key``; returns the archive's size, or ``None`` when there was nothing to save."""
         with tempfile.NamedTemporaryFile(suffix=ARCHIVE_SUFFIX) as tmp:
+            written = 0
+
+            def sink(chunk: bytes) -> None:
+                nonlocal written
+                written += len(chunk)
+                if written > self._max_bytes:
+                    raise CacheError(f"cache is larger than {self._max_bytes} bytes; not saved")
+                tmp.write(chunk)
+
             try:
-                with tarfile.open(fileobj=tmp, mode="w:gz") as tar:
-                    for rel in present:
-                        # lstat semantics (dereference=False): a symlink is stored as a link.
-                        tar.add(root / rel, arcname=rel, recursive=True, filter=limit)
-            except OSError as exc:
+                present = tree.archive(paths, sink, self._max_bytes)
+            except JobTreeError as exc:
                 raise CacheError(f"cache could not be archived: {exc}") from exc
+            if not present:
+                return None
             tmp.flush()
+            heartbeat()
             object_key = f"{scope_prefix(tenant_id, repo_id, scope)}{_q(key)}/{time.time_ns():020d}{ARCHIVE_SUFFIX}"
             self._store.put_file(object_key, Path(tmp.name), "application/gzip")
-            return os.path.getsize(tmp.name)
+            return written

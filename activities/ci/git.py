@@ -23,13 +23,11 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
 from activities.ci.dispatch_inputs import DISPATCH_REF
 from leasehold.clone_urls import (
@@ -188,52 +186,6 @@ def _curl_address(address: str) -> str:
     return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
 
 
-# A shared tree no job has held for this long may be removed when another tree of its repo is made.
-TREE_IDLE_SECONDS = 600.0
-
-
-class SharedTree:
-    """The files of one commit, extracted once per worker host and shared by every job of that
-    commit: root-owned and never changed after it is made (each job sees it through a writable
-    layer of its own, ``WorkTree``). Held with a shared lock until ``release``, so it is never
-    removed under a running job."""
-
-    def __init__(self, path: Path, lock_fd: int) -> None:
-        self.path = path
-        self._lock_fd = lock_fd
-
-    def release(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-
-
-class WorkTree(Protocol):
-    """How a job's ``work/`` is made from a ``SharedTree``: writable by the job, while nothing
-    the job does reaches the shared tree."""
-
-    name: str
-
-    def attach(self, tree: Path, work: Path) -> None:
-        """Show ``tree`` at the (empty) directory ``work``, writable."""
-
-    def detach(self, work: Path) -> None:
-        """Undo ``attach`` (after every process of the job is gone)."""
-
-
-class CopiedTree:
-    """``work/`` as a copy of the shared tree (where overlay mounts are not available): no git
-    process per job, but the files are copied."""
-
-    name = "copy"
-
-    def attach(self, tree: Path, work: Path) -> None:
-        shutil.copytree(tree, work, symlinks=True, dirs_exist_ok=True)
-
-    def detach(self, work: Path) -> None:
-        return None
-
-
 class GitMirror:
     """Bare mirrors of tenant repositories under one directory.
 
@@ -388,77 +340,6 @@ class GitMirror:
                 raise CommitNotFound(f"commit {sha} is not in the repository")
         return mirror
 
-    def tree(self, repo_id: str, clone_url: str, sha: str, heartbeat: Callable[[], None] | None = None) -> SharedTree:
-        """The shared tree of ``sha`` (see ``SharedTree``), extracted from the mirror the first
-        time a job of that commit runs here. The URL is checked against the policy every time."""
-        check_request(clone_url, sha)
-        self.source(clone_url)
-        base = self.root / "trees" / self.path(repo_id).stem
-        base.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root / "trees", 0o700)
-        target = base / sha
-        fd = self._hold_tree_lock(base / f"{sha}.lock")
-        try:
-            if not target.is_dir():
-                mirror = self.ensure_commit(repo_id, clone_url, sha, heartbeat)
-                tmp = base / f".{sha}.{os.getpid()}.{threading.get_ident()}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                try:
-                    self.archive(mirror, sha, tmp, heartbeat)
-                    os.chmod(tmp, 0o755)
-                    try:
-                        # Complete or absent: a tree appears only by this rename.
-                        os.rename(tmp, target)
-                    except OSError:
-                        if not target.is_dir():
-                            raise
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                self._evict_idle_trees(base, keep=sha)
-        except BaseException:
-            os.close(fd)
-            raise
-        return SharedTree(target, fd)
-
-    @staticmethod
-    def _hold_tree_lock(path: Path) -> int:
-        """A shared lock on ``path`` that is still the file at ``path`` (an eviction may have
-        removed the one opened): the tree cannot be evicted while it is held."""
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            try:
-                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.utime(fd)
-                return fd
-            os.close(fd)
-
-    def _evict_idle_trees(self, base: Path, keep: str) -> None:
-        """Remove the repo's other trees that no job holds and none used for a while."""
-        now = time.time()
-        for lock_path in base.glob("*.lock"):
-            sha = lock_path.stem
-            if sha == keep:
-                continue
-            try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if now - os.fstat(fd).st_mtime < TREE_IDLE_SECONDS:
-                    continue
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    continue  # a job holds it
-                shutil.rmtree(base / sha, ignore_errors=True)
-                lock_path.unlink(missing_ok=True)
-            finally:
-                os.close(fd)
-
     def fetch_heads(
         self, repo_id: str, clone_url: str, heartbeat: Callable[[], None] | None = None
     ) -> tuple[Path, dict[str, str]]:
@@ -601,11 +482,15 @@ class GitMirror:
             files.append((path, run_git(["cat-file", "blob", parts[2].decode()], cwd=mirror)))
         return sorted(files)
 
-    def archive(self, mirror: Path, sha: str, dest: Path, heartbeat: Callable[[], None] | None = None) -> None:
-        """Extract the tree of ``sha`` into ``dest`` (no .git; paths can't leave ``dest``)."""
+    def archive_stream(self, mirror: Path, sha: str) -> subprocess.Popen[bytes]:
+        """``git archive`` of ``sha`` as a running process whose stdout is the tar stream.
+
+        The worker never unpacks it: the stream goes to the job-side helper, which extracts it
+        as the job's uid inside the job's sandbox (``activities.ci.jobroot``), so a tree built to
+        escape (duplicate entries from ``git mktree``, links through a chain past PATH_MAX) can
+        only write where the job could. The caller waits for the process (``finish_archive``)."""
         check_request("x", sha)
-        dest.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             ["git", "archive", "--format=tar", sha],
             cwd=mirror,
             env=_git_env(),
@@ -613,21 +498,23 @@ class GitMirror:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        assert proc.stdout is not None
+
+    @staticmethod
+    def finish_archive(proc: subprocess.Popen[bytes], mirror: Path, sha: str) -> None:
+        """Wait for an ``archive_stream``; raises ``GitError`` when git failed."""
+        err = b""
         try:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                for member in tar:
-                    # "tar" filter: no absolute paths, nothing outside dest (even via symlinks).
-                    tar.extract(member, dest, filter="tar")
-                    if heartbeat is not None:
-                        heartbeat()
-        except (tarfile.TarError, OSError) as exc:
-            proc.kill()
-            log.warning("checkout of %s from %s failed: %s", sha, mirror, exc)
-            raise GitError(f"checkout of {sha} failed") from exc
-        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
             err = proc.stderr.read() if proc.stderr else b""
-            code = proc.wait()
+            code = proc.wait(GIT_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = -9
+        finally:
+            if proc.stderr is not None:
+                proc.stderr.close()
         if code != 0:
             log.warning("git archive %s in %s failed: %s", sha, mirror, err.decode(errors="replace").strip()[-2000:])
             raise GitError("git archive failed")

@@ -23,8 +23,6 @@ import logging
 import os
 import platform
 import select
-import shutil
-import stat
 import threading
 import time
 import uuid
@@ -41,9 +39,10 @@ from temporalio.service import RPCError
 
 from activities.ci.action_steps import ActionRunner, SandboxRun
 from activities.ci.actions import ActionSource
-from activities.ci.cache import CacheError, CICache, hash_files, read_scopes, ref_scope, workspace_paths
+from activities.ci.cache import CacheError, CICache, read_scopes, ref_scope, workspace_paths
 from activities.ci.definitions import CIJobDefinition
-from activities.ci.git import CommitNotFound, CopiedTree, GitError, GitMirror, InvalidRequest, SharedTree, WorkTree
+from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
+from activities.ci.jobroot import JobRoot, JobTreeError, StepFiles, remove_layout
 from activities.ci.logs import LogShipper
 from activities.ci.masking import ADD_MASK, StreamMasker
 from activities.ci.run_records import RunRecords, TrustedRun, UntrustedRun
@@ -54,7 +53,6 @@ from activities.ci.sandbox import (
     SandboxLimits,
     SandboxProcess,
     SandboxRequest,
-    hand_over,
 )
 from activities.ci.secrets import NoSecrets, SecretRequest, SecretSource, SecretsRefused
 from activities.ci.workflow_commands import WorkflowCommands
@@ -67,8 +65,10 @@ from workflows.ci.expressions import (
     evaluate_condition,
     github_context,
     interpolate,
+    truthy,
 )
 from workflows.ci.ids import attempt_log_prefix, idempotency_key, step_summary_key
+from workflows.ci.matrix import evaluate_minutes, evaluate_value
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
     JOB_FATAL_ERROR,
@@ -99,6 +99,7 @@ HEARTBEAT_MIN_SECONDS = 1.0
 # its step is over (it wakes the supervisor at once on a cancel or a worker shutdown).
 CANCEL_WATCH_SECONDS = 0.5
 DISK_CHECK_SECONDS = 2.0
+DISK_MISSES_ALLOWED = 3
 MAX_OUTPUT_FILE_BYTES = 1 << 20
 # $GITHUB_STEP_SUMMARY: GitHub's cap per step (a larger one is dropped, with a warning), and
 # what one attempt may keep in memory and store.
@@ -109,6 +110,9 @@ SUMMARY_STORE_SECONDS = 30.0
 RUNNER_ARCH = {"x86_64": "X64", "amd64": "X64", "aarch64": "ARM64", "arm64": "ARM64", "i686": "X86", "armv7l": "ARM"}
 GRANT_TIMEOUT_SECONDS = 30.0
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Last on PATH: ``python``/``pip`` as GitHub's images have them, where the host lacks them
+# (``activities.ci.jobroot.TOOL_LINKS``).
+TOOLS_PATH = "runner/bin"
 
 
 @dataclass
@@ -139,23 +143,6 @@ class _Stop:
         self.message: str | None = None
 
 
-def _read_job_bytes(path: Path, limit: int) -> bytes:
-    """At most ``limit`` bytes of a file the job wrote, read without following symlinks: the
-    job controls it and must not make the worker read a host file through it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return b""
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return b""
-        return f.read(limit)
-
-
-def _read_job_file(path: Path) -> str:
-    return _read_job_bytes(path, MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
-
-
 def shell_argv(shell: str, script: str) -> list[str]:
     """The command a step's ``shell`` runs its script with, as GitHub spells each shell."""
     if shell == "bash":
@@ -164,23 +151,74 @@ def shell_argv(shell: str, script: str) -> list[str]:
         return ["sh", "-e", script]
     if shell == "python":
         return ["python3", script]
-    # A custom 'command [options] {0}' (validated by the parser).
-    return [word.replace("{0}", script) for word in shell.split()]
+    # A custom 'command [options] {0}' (validated by the parser): the first word is the
+    # command, the rest its arguments with {0} replaced, split as GitHub's runner splits them.
+    command, _, rest = shell.partition(" ")
+    return [command, *split_arguments(rest.replace("{0}", script))]
+
+
+def split_arguments(text: str) -> list[str]:
+    """An argument string split as the .NET runtime splits one for a new process (GitHub's
+    runner passes a custom shell's arguments that way): whitespace separates arguments outside
+    double quotes; ``\\"`` is a literal quote, ``""`` inside quotes one quote; 2n backslashes
+    before a quote are n backslashes (and the quote opens or closes), other backslashes are
+    literal; single quotes are ordinary characters."""
+    args: list[str] = []
+    current: list[str] = []
+    in_arg = quoted = False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            run = len(text[i:]) - len(text[i:].lstrip("\\"))
+            if i + run < len(text) and text[i + run] == '"':
+                current.append("\\" * (run // 2))
+                if run % 2:
+                    current.append('"')
+                    i += run + 1
+                else:
+                    i += run
+            else:
+                current.append("\\" * run)
+                i += run
+            in_arg = True
+            continue
+        if c == '"':
+            if quoted and text.startswith('""', i):
+                current.append('"')
+                i += 2
+                continue
+            quoted = not quoted
+            in_arg = True
+        elif c in " \t" and not quoted:
+            if in_arg:
+                args.append("".join(current))
+                current, in_arg = [], False
+        else:
+            current.append(c)
+            in_arg = True
+        i += 1
+    if in_arg:
+        args.append("".join(current))
+    return args
 
 
 # At most this many directories a job may add to PATH through $GITHUB_PATH.
 MAX_PATH_ENTRIES = 64
 
 
-def _read_path_file(path: Path) -> list[str]:
+def _step_file_text(files: StepFiles, name: str) -> str:
+    return files.read(name, MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
+
+
+def _read_path_file(text: str) -> list[str]:
     """Directories a step appended to ``$GITHUB_PATH``, one per line, in order."""
-    entries = [line.strip() for line in _read_job_file(path).splitlines()]
+    entries = [line.strip() for line in text.splitlines()]
     return [e for e in entries if e and "\0" not in e][:MAX_PATH_ENTRIES]
 
 
-def _read_output_file(path: Path) -> dict[str, str]:
+def _read_output_file(text: str) -> dict[str, str]:
     """``name=value`` and ``name<<DELIM`` blocks (``$GITHUB_OUTPUT``, ``$GITHUB_ENV``)."""
-    text = _read_job_file(path)
     values: dict[str, str] = {}
     lines = text.splitlines()
     i = 0
@@ -206,65 +244,6 @@ def _shown_name(name: str) -> str:
     not print the value before the command has run."""
     cut = name.find(ADD_MASK.decode())
     return name if cut == -1 else name[: cut + len(ADD_MASK)] + "***"
-
-
-def _disk_usage(root: Path, limit: int) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                pass
-            if total > limit:
-                return total
-    return total
-
-
-def _remove_tree(path: Path) -> None:
-    def fix(func: Any, p: str, _exc: Any) -> None:
-        # A job may chmod its directories unwritable (only matters for a non-root worker).
-        # Never chmod through a symlink: the job may have planted one to a host file.
-        try:
-            parent = os.path.dirname(p)
-            if not os.path.islink(parent):
-                os.chmod(parent, 0o700)
-            if not os.path.islink(p):
-                os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=fix)
-
-
-def _write_new(directory: Path, name: str, data: bytes, owner: JobOwner | None) -> None:
-    """Create ``directory/name`` afresh: never through a symlink, never into an existing file."""
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if owner is not None and owner.uid is not None:
-                os.fchown(f.fileno(), owner.uid, owner.gid if owner.gid is not None else owner.uid)
-            else:
-                # Root's file that the job only reads (a step script).
-                os.fchmod(f.fileno(), 0o644)
-    finally:
-        os.close(dir_fd)
-
-
-def _fresh_io_dir(io_dir: Path, owner: JobOwner) -> Path:
-    """A new root-owned ``io/`` for one step, holding the step's ``output`` and ``env`` files
-    owned by the job: the job can write them but cannot swap them for links, and nothing of a
-    previous step's files survives into this one."""
-    if os.path.lexists(io_dir):
-        _remove_tree(io_dir)
-    io_dir.mkdir(mode=0o755)
-    os.chmod(io_dir, 0o755)
-    for name in ("output", "env", "path", "summary", "state"):
-        _write_new(io_dir, name, b"", owner)
-    return io_dir
 
 
 def _open_pidfd(pid: int) -> int | None:
@@ -303,11 +282,8 @@ class CIJobActivities(CIJobDefinition):
         records: RunRecords,
         secrets: SecretSource | None = None,
         actions: ActionSource | None = None,
-        worktree: WorkTree | None = None,
     ) -> None:
         self._config = config
-        # How a job's work/ is made from its commit's shared tree (overlay where the worker can).
-        self._worktree: WorkTree = worktree or CopiedTree()
         # Where remote actions' code comes from (``None``: only local ``./path`` actions run).
         self._actions = actions
         self._records = records
@@ -404,6 +380,21 @@ def _log_notice_failure(future: Any) -> None:
         log.info("start notice not delivered: %s", future.exception())
 
 
+# The longest a step's timeout-minutes may be (the parser's cap for a written value).
+MAX_STEP_MINUTES = 5 * 24 * 60.0
+
+
+def resolve_step_limits(step: StepSpec, context: dict[str, Any]) -> StepSpec:
+    """The step with its ``timeout-minutes``/``continue-on-error`` expressions evaluated (as
+    the run does for a job's); ``ExpressionError`` names a value that is no positive number."""
+    update: dict[str, Any] = {}
+    if step.timeout_minutes_expr:
+        update["timeout_minutes"] = evaluate_minutes(step.timeout_minutes_expr, context, MAX_STEP_MINUTES)
+    if step.continue_on_error_expr:
+        update["continue_on_error"] = truthy(evaluate_value(step.continue_on_error_expr, dict(context)))
+    return step.model_copy(update=update) if update else step
+
+
 class _Attempt:
     """State of one running attempt (one thread)."""
 
@@ -417,14 +408,16 @@ class _Attempt:
         self.trusted = trusted
         # The host user the job's files belong to (set by the sandbox in ``_prepare``).
         self.owner: JobOwner | None = None
-        # The commit's shared tree under work/ (held from ``_prepare`` to the end of the attempt).
-        self.tree: SharedTree | None = None
-        self.tree_attached = False
         self.job = inp.job
         self.attempt = attempt
         self.prefix = attempt_log_prefix(trusted.tenant_id, inp.run_id, inp.job.id, attempt)
-        self.root = owner._config.workspaces / f"{inp.run_id}-{inp.job.id}-{attempt}-{uuid.uuid4().hex[:8]}"
+        # A name that says nothing of the run: the sandbox's mount table shows it to the job.
+        self.root = owner._config.workspaces / uuid.uuid4().hex
         self.mount = owner._sandbox.mount_point(self.root)
+        # Everything done inside the job's tree goes through here, as the job (the root rule).
+        self.tree = JobRoot(self.root, owner._sandbox, owner._config.limits, self.heartbeat)
+        # Consecutive disk measurements that could not be made.
+        self.disk_misses = 0
         self.step_index = 0
         # Numbers each sandboxed process of the attempt (its script's name, its sandbox's).
         self.process_seq = 0
@@ -485,7 +478,7 @@ class _Attempt:
         outputs: dict[str, str] = {}
         try:
             self.log.line(f"[leasehold] job {self.job.id} attempt {self.attempt} on {self.o._config.identity}")
-            refusal = self._network_refusal()
+            refusal = self._isolation_refusal() or self._network_refusal()
             if refusal is not None:
                 self.log.line(f"[leasehold] {refusal}")
                 status, error = AttemptStatus.FAILURE, refusal
@@ -504,10 +497,11 @@ class _Attempt:
             self.log.close(AttemptStatus.ERROR, None, self.heartbeat)
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
-            self._release_checkout()
-            _remove_tree(self.root)
             if self.owner is not None:
+                self.tree.remove()
                 self.o._sandbox.release(self.root)
+            else:
+                remove_layout(self.root)
         if self.shutdown and status != AttemptStatus.SUCCESS:
             self.log.line("[leasehold] worker shutting down; the job will run again as a new attempt")
             self.log.close(AttemptStatus.LOST, exit_code, self.heartbeat)
@@ -568,6 +562,17 @@ class _Attempt:
             self.log.line(f"[leasehold] notice: secrets not set (empty): {', '.join(missing)}")
         self.secrets = {n: found.get(n, "") for n in names}
 
+    def _isolation_refusal(self) -> str | None:
+        """Why this worker may not run the job: its tenant's plan asks for a sandbox backend
+        this worker does not run (decided from the records; the queue normally routes it)."""
+        wanted = self.trusted.isolation
+        if wanted == "bubblewrap" or wanted == self.o._sandbox.name:
+            return None
+        return (
+            f"tenant {self.trusted.tenant_id}'s plan runs CI jobs in {wanted}; this worker runs "
+            f"{self.o._sandbox.name} (the job is never run with weaker isolation than its plan's)"
+        )
+
     def _network_refusal(self) -> str | None:
         """Why this job may not have the network it asks for (``None``: it may, or it did
         not ask). Decided here from the records, whatever the input says."""
@@ -589,33 +594,36 @@ class _Attempt:
         self.owner = self.o._sandbox.prepare(self.root)
         self.heartbeat()
         inp = self.inp
-        # The commit's files come from a tree shared by its jobs on this host (extracted once),
-        # under a writable layer of this attempt's own: no git process per job.
-        self.tree = self.o._mirror.tree(
+        mirror = self.o._mirror.ensure_commit(
             self.trusted.repo_id, self.trusted.clone_url, inp.push.commit_sha, self.heartbeat
         )
-        try:
-            self.o._worktree.attach(self.tree.path, self.root / "work")
-        except OSError as exc:
-            raise SandboxError(f"cannot make the job's checkout: {exc}") from exc
-        self.tree_attached = True
-        hand_over(self.root / "work", self.owner)
+        # git archive's stream goes straight to the job-side helper, unpacked as the job.
+        self._unpack(mirror, inp.push.commit_sha, "work")
         # $GITHUB_EVENT_PATH: root's file in the read-only runner dir (the job reads it only).
-        _write_new(self.root / "runner", "event.json", json.dumps(self._event()).encode(), None)
+        self.tree.write_runner("event.json", json.dumps(self._event()).encode())
         self.log.line(f"[leasehold] checked out {inp.push.repo_full_name}@{inp.push.commit_sha}")
 
-    def _release_checkout(self) -> None:
-        """Take the shared tree out of work/ (no process of the job is left) and let it go."""
+    def _unpack(self, mirror: Path, sha: str, into: str) -> None:
+        """The tree of ``sha`` into the job's directory ``into``, unpacked by the job-side
+        helper from git archive's stream (the worker never sees a file of it)."""
+        proc = self.o._mirror.archive_stream(mirror, sha)
+        assert proc.stdout is not None
         try:
-            if self.tree_attached:
-                self.o._worktree.detach(self.root / "work")
-                self.tree_attached = False
-        except OSError as exc:
-            log.warning("could not detach the checkout of %s: %s", self.root, exc)
+            result = self.tree.extract(into, proc.stdout.fileno())
+        except JobTreeError as exc:
+            proc.kill()
+            raise GitError(f"checkout of {sha} failed: {exc}") from exc
         finally:
-            if self.tree is not None:
-                self.tree.release()
-                self.tree = None
+            with contextlib.suppress(GitError):
+                self.o._mirror.finish_archive(proc, mirror, sha)
+        if proc.returncode != 0:
+            raise GitError("git archive failed")
+        skipped = result.get("skipped")
+        if isinstance(skipped, int) and skipped > 0:
+            self.log.line(
+                f"[leasehold] warning: {skipped} entries of {sha[:12]} were not checked out "
+                "(names leaving the tree, devices, or entries in the way of a directory)"
+            )
 
     def _store_summary(self) -> str | None:
         """Store the steps' summaries as one markdown object beside the log (masked with every
@@ -633,9 +641,9 @@ class _Attempt:
             return None
         return key
 
-    def _keep_summary(self, label: str, path: Path) -> None:
+    def _keep_summary(self, label: str, files: StepFiles) -> None:
         """Keep what a step wrote to $GITHUB_STEP_SUMMARY (GitHub's per-step cap)."""
-        data = _read_job_bytes(path, MAX_STEP_SUMMARY_BYTES + 1)
+        data = files.read("summary", MAX_STEP_SUMMARY_BYTES + 1)
         if not data.strip():
             return
         if len(data) > MAX_STEP_SUMMARY_BYTES:
@@ -688,7 +696,7 @@ class _Attempt:
         gh = github_context(inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, inp.workflow_name)
         m = self.mount
         return {
-            "PATH": PATH,
+            "PATH": f"{PATH}:{m}/{TOOLS_PATH}",
             "HOME": f"{m}/home",
             "TMPDIR": f"{m}/tmp",
             "LANG": "C.UTF-8",
@@ -744,6 +752,7 @@ class _Attempt:
             "secrets": self.secrets,
             "strategy": self._strategy(),
             "matrix": dict(inp.matrix),
+            "vars": dict(push.variables),
             "inputs": dict(push.inputs),
         }
 
@@ -789,6 +798,7 @@ class _Attempt:
                 script = interpolate(step.run, ctx, status_fns) if run_it else ""
                 workdir = interpolate(step.working_directory, ctx, status_fns) if step.working_directory else None
                 inputs = {k: interpolate(v, ctx, status_fns) for k, v in step.with_inputs.items()} if run_it else {}
+                step = resolve_step_limits(step, ctx) if run_it else step
             except ExpressionError as exc:
                 self.log.line(f"[leasehold] step {step.index + 1} ({step.name}): {exc}")
                 results.append(StepResult(index=step.index, name=step.name, status=StepStatus.FAILURE))
@@ -817,6 +827,8 @@ class _Attempt:
                 outcome, code, values, env_file = run.outcome, run.exit_code, run.outputs, run.env
             else:
                 outcome, code, values, env_file = self._run_step(step, script, workdir, step_env, job_deadline)
+            # ``::set-output`` (deprecated, still honoured); $GITHUB_OUTPUT wins a clash.
+            values = {**self.commands.step_outputs(step.index), **values}
             extra_env.update(env_file)
             if step.uses is None:
                 step_outputs.update(values)
@@ -887,20 +899,18 @@ class _Attempt:
         if key not in self.action_dirs:
             if self.o._actions is None:
                 raise SandboxError("this worker has no actions source configured")
-            directory = self.root / "actions"
-            if not directory.exists():
-                directory.mkdir(mode=0o755)
-                os.chmod(directory, 0o755)
             name = str(len(self.action_dirs))
-            self.o._actions.extract(spec.repository, spec.sha, directory / name, self.heartbeat)
+            mirror = self.o._actions.mirror_of(spec.repository, spec.sha, self.heartbeat)
+            # The job's own copy (as on GitHub, where _actions/ is the job's): unpacked as the job.
+            self._unpack(mirror, spec.sha, f"actions/{name}")
             self.action_dirs[key] = f"{self.mount}/actions/{name}"
         return f"{self.action_dirs[key]}/{spec.path}".rstrip("/")
 
     def _hash_files(self, patterns: list[str]) -> str:
         try:
-            return hash_files(self.root / "work", patterns)
-        except CacheError as exc:
-            raise ExpressionError(str(exc)) from None
+            return self.tree.hash_files(patterns)
+        except (JobTreeError, SandboxError) as exc:
+            raise ExpressionError(f"hashFiles: {exc}") from None
 
     def _run_action(
         self, step: StepSpec, inputs: dict[str, str]
@@ -927,10 +937,7 @@ class _Attempt:
                 restore_keys,
             )
             if found.entry is not None:
-                size = self.o._cache.restore(found.entry, self.root, paths, self.heartbeat)
-                # Extracted by the worker: hand the files to the job (no job process runs now).
-                for sub in ("work", "home", "tmp"):
-                    hand_over(self.root / sub, self.owner or JobOwner())
+                size = self.o._cache.restore(found.entry, self.tree, paths, self.heartbeat)
                 how = "hit" if found.exact else f"restored from {found.entry.key!r}"
                 self.log.line(f"[leasehold] cache {how}: {size} bytes into {', '.join(paths)}")
             else:
@@ -954,7 +961,7 @@ class _Attempt:
                     self.trusted.repo_id,
                     ref_scope(inp.push.ref),
                     key,
-                    self.root,
+                    self.tree,
                     paths,
                     self.heartbeat,
                 )
@@ -1013,7 +1020,7 @@ class _Attempt:
         """A ``run:`` script (of a job's step or of a composite action's) in the sandbox."""
         self.process_seq += 1
         name = f"step-{self.process_seq}.sh"
-        _write_new(self.root / "runner", name, script.encode(), None)
+        self.tree.write_runner(name, script.encode())
         script_path = f"{self.mount}/runner/{name}"
         argv = shell_argv(shell, script_path)
         cwd = f"{self.mount}/work"
@@ -1034,7 +1041,22 @@ class _Attempt:
         ``$GITHUB_OUTPUT``/``$GITHUB_ENV``/``$GITHUB_PATH``/``$GITHUB_STATE`` files; ``state`` is
         an action's saved state (``STATE_<name>``). Directories it adds to PATH take effect for
         the processes after it."""
-        io_dir = _fresh_io_dir(self.root / "io", self.owner or JobOwner())
+        files = self.tree.step_files(self.owner or JobOwner())
+        try:
+            return self._run_with_files(label, argv, step_env, cwd, deadline, state, files)
+        finally:
+            files.close()
+
+    def _run_with_files(
+        self,
+        label: str,
+        argv: list[str],
+        step_env: dict[str, str],
+        cwd: str,
+        deadline: float,
+        state: dict[str, str] | None,
+        files: StepFiles,
+    ) -> SandboxRun:
         base = self._base_env()
         env = dict(step_env)
         env.update(base)
@@ -1067,18 +1089,18 @@ class _Attempt:
             self.log.write(b"\n")
         for note in proc.finish():
             self.log.line(f"[leasehold] {label}: {note}")
-        self._keep_summary(label, io_dir / "summary")
-        state = _read_output_file(io_dir / "state")
+        self._keep_summary(label, files)
+        state = _read_output_file(_step_file_text(files, "state"))
         # ``::save-state`` lines printed during this process join its $GITHUB_STATE file.
         state.update(self.commands.state.pop(self.commands.step, {}))
         run = SandboxRun(
             outcome=StepStatus.SUCCESS,
             exit_code=code,
-            outputs=_read_output_file(io_dir / "output"),
-            env=_read_output_file(io_dir / "env"),
+            outputs=_read_output_file(_step_file_text(files, "output")),
+            env=_read_output_file(_step_file_text(files, "env")),
             state=state,
         )
-        added = _read_path_file(io_dir / "path")
+        added = _read_path_file(_step_file_text(files, "path"))
         self.path_entries = [*self.path_entries, *added][-MAX_PATH_ENTRIES:]
         if stop.reason == AttemptStatus.CANCELLED:
             self.log.line("[leasehold] step cancelled")
@@ -1144,9 +1166,9 @@ class _Attempt:
                         stop.reason, stop.message = AttemptStatus.TIMED_OUT, "timeout-minutes exceeded"
                     elif now >= next_disk_check:
                         next_disk_check = now + DISK_CHECK_SECONDS
-                        if _disk_usage(self.root, self.o._config.disk_bytes) > self.o._config.disk_bytes:
-                            stop.reason = AttemptStatus.FAILURE
-                            stop.message = f"workspace exceeded {self.o._config.disk_bytes} bytes"
+                        message = self._disk_check()
+                        if message is not None:
+                            stop.reason, stop.message = AttemptStatus.FAILURE, message
                     if stop.reason is not None:
                         proc.terminate_tree()
                         terminated_at = now
@@ -1163,6 +1185,23 @@ class _Attempt:
         proc.kill_tree()
         reader.join(timeout=10)
         return stop
+
+    def _disk_check(self) -> str | None:
+        """Why the step must stop for its disk use (``None``: it may go on). Measured as the job
+        by the helper; a job that keeps it from measuring (its process limit reached, say) for
+        ``DISK_MISSES_ALLOWED`` checks in a row is stopped too, or the quota would not bind."""
+        try:
+            used = self.tree.disk_usage()
+        except (JobTreeError, SandboxError) as exc:
+            self.disk_misses += 1
+            log.info("disk check of %s failed (%d in a row): %s", self.root, self.disk_misses, exc)
+            if self.disk_misses >= DISK_MISSES_ALLOWED:
+                return "the workspace's disk use could not be measured"
+            return None
+        self.disk_misses = 0
+        if used > self.o._config.disk_bytes:
+            return f"workspace exceeded {self.o._config.disk_bytes} bytes"
+        return None
 
     def _pump(self, proc: SandboxProcess) -> None:
         fd = proc.stdout.fileno()

@@ -6,7 +6,6 @@ from settings and injects it into ``CIJobActivities``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -29,12 +28,16 @@ class SandboxLimits:
 class SandboxRequest:
     """One command to run in a fresh sandbox over a job's workspace.
 
-    ``root`` is the host directory made by ``Sandbox.prepare``: ``work/`` (the checkout),
-    ``tmp/`` and ``home/`` belong to the job's user; ``runner/`` (step scripts) and ``io/``
-    (this step's ``$GITHUB_OUTPUT`` and ``$GITHUB_ENV`` files) are directories the job cannot
-    change. The sandbox shows ``root`` at ``Sandbox.mount_point(root)`` and nothing else of the
-    host's files except read-only system directories. ``cwd`` and ``argv`` are paths as seen
-    inside.
+    ``root`` is the host directory made by ``Sandbox.prepare`` (``activities.ci.jobroot``):
+    ``work/`` (the checkout), ``tmp/``, ``home/`` and ``actions/`` belong to the job's user;
+    ``runner/`` (step scripts, the job-side helper) and ``io/`` (this step's ``$GITHUB_OUTPUT``
+    and kin) are directories the job cannot change. The sandbox shows ``root`` at
+    ``Sandbox.mount_point(root)`` and nothing else of the host's files except read-only system
+    directories. ``cwd`` and ``argv`` are paths as seen inside.
+
+    ``stdin_fd`` (a descriptor the worker opened) becomes the process's standard input instead
+    of ``/dev/null``; ``data_fd`` becomes its descriptor 3. Both are how bytes cross between the
+    worker and the job-side helper: through descriptors, never through a path.
     """
 
     argv: list[str]
@@ -45,6 +48,11 @@ class SandboxRequest:
     limits: SandboxLimits | None = None
     name: str = "job"
     extra: dict[str, str] = field(default_factory=dict)
+    stdin_fd: int | None = None
+    data_fd: int | None = None
+    # ``actions/`` (remote actions' files) is read-only to the job's steps; only the job-side
+    # helper, which puts them there and removes them, sees it writable.
+    writable_actions: bool = False
 
 
 class SandboxProcess(Protocol):
@@ -112,31 +120,3 @@ class Sandbox(Protocol):
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the job): misconfiguration or missing backend."""
-
-
-def make_layout(root: Path, owner: JobOwner) -> None:
-    """The job root: root-owned and closed to the job; its own dirs handed to ``owner``."""
-    # Modes are set explicitly: the worker's umask may be 077, and the job must still read
-    # its scripts and traverse its root.
-    root.mkdir(mode=0o755)
-    os.chmod(root, 0o755)
-    for sub in ("work", "tmp", "home"):
-        d = root / sub
-        d.mkdir(mode=0o755)
-        os.chmod(d, 0o755)
-        if owner.uid is not None:
-            os.chown(d, owner.uid, owner.gid if owner.gid is not None else owner.uid)
-    (root / "runner").mkdir(mode=0o755)
-    os.chmod(root / "runner", 0o755)
-
-
-def hand_over(path: Path, owner: JobOwner) -> None:
-    """Give every file below ``path`` (checkout, restored cache) to the job, without following
-    links. Only called while no process of the job runs, so nothing can be swapped meanwhile."""
-    if owner.uid is None:
-        return
-    gid = owner.gid if owner.gid is not None else owner.uid
-    os.chown(path, owner.uid, gid, follow_symlinks=False)
-    for dirpath, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.chown(os.path.join(dirpath, name), owner.uid, gid, follow_symlinks=False)

@@ -117,7 +117,8 @@ def test_actions_parse() -> None:
         (NODE.replace("dist/index.js", "/etc/passwd"), 4, "runs.main", "action's directory"),
         (NODE.replace("failure()", "secrets.X"), 6, "runs.post-if", "not available"),
         (NODE + "branding: {icon: x}\nextra: 1\n", 8, "extra", "unsupported key"),
-        ("runs: &a {using: node20, main: x.js}\n", 1, None, "anchors"),
+        # Anchors and aliases are read (as in workflow files); merge keys are not.
+        ("x: &b {using: node20}\nruns:\n  <<: *b\n  main: x.js\n", 3, None, "merge keys"),
         ("[not, a, mapping]\n", 1, None, "must be a mapping"),
     ],
 )

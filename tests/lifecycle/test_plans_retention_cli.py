@@ -28,7 +28,8 @@ def leasehold(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_set_show_and_reset_a_tenants_retention(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
-    shown = leasehold("plans", "show", "--tenant", "acme", "--data-dir", data)
+    # A fresh data dir, started on purpose (admin commands refuse one no stack initialised).
+    shown = leasehold("plans", "show", "--tenant", "acme", "--data-dir", data, "--init")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["log_retention_days"] == 90
 
@@ -61,7 +62,7 @@ def test_set_show_and_reset_a_tenants_retention(tmp_path: Path) -> None:
     ],
 )
 def test_bad_retention_is_one_clear_line(tmp_path: Path, args: list[str], fragment: str) -> None:
-    result = leasehold("plans", "retention", "--tenant", "acme", *args, "--data-dir", str(tmp_path / "data"))
+    result = leasehold("plans", "retention", "--tenant", "acme", *args, "--data-dir", str(tmp_path / "data"), "--init")
     assert result.returncode == 2
     assert result.stdout == ""
     assert "Traceback" not in result.stderr

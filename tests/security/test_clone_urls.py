@@ -14,6 +14,7 @@ import ipaddress
 import os
 import socket
 import subprocess
+import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -431,6 +432,14 @@ def test_an_allowed_local_repository_works_end_to_end(layout: Layout) -> None:
     second = git(layout.inside_repo, "rev-parse", "HEAD")
     _, heads = mirror.fetch_heads("repo_ok", str(layout.inside_repo))
     assert heads == {"main": second}
-    dest = layout.data / "checkout"
-    mirror.archive(mirror.ensure_commit("repo_ok", str(layout.inside_repo), second), second, dest)
-    assert (dest / "two.txt").read_text() == "2"
+    path = mirror.ensure_commit("repo_ok", str(layout.inside_repo), second)
+    proc = mirror.archive_stream(path, second)
+    assert proc.stdout is not None
+    # The test reads the stream; jobs get it unpacked by the job-side helper, as the job.
+    contents = {}
+    with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+        for member in tar:
+            if member.isfile() and (f := tar.extractfile(member)) is not None:
+                contents[member.name] = f.read()
+    mirror.finish_archive(proc, path, second)
+    assert contents["two.txt"] == b"2"

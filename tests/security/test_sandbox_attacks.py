@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from leasehold.client.ci import start as ci_start
 from leasehold.database import init_database
-from leasehold.records.ci.plans import set_network
+from leasehold.records.ci.plans import set_isolation, set_network
 from leasehold.settings import Settings
 from leasehold.testing.harness import register_repo_row
 from tests.ci_core.conftest import CIStack, engine_stack
@@ -375,4 +375,48 @@ async def test_a_forged_tenant_in_the_run_input_is_refused(hostile: CIStack, tem
     attempt = job.current_attempt()
     text = hostile.log_text(attempt.log_prefix) if attempt is not None else ""
     assert "RAN-AS-FORGED-TENANT" not in text
+    await assert_healthy(hostile)
+
+
+GVISOR_PROBE = """
+on: push
+jobs:
+  probe:
+    runs-on: linux
+    steps:
+      - run: echo RAN-ON-BUBBLEWRAP
+"""
+
+
+async def test_a_gvisor_tenants_jobs_never_run_on_a_bubblewrap_worker(hostile: CIStack) -> None:
+    db = init_database(hostile.settings.resolved_database_url)
+    set_isolation(db, "tenant-gv", "gvisor")
+    # An input that does not say gVisor (pushed before the plan changed, or forged) reaches
+    # this bubblewrap worker: it reads the plan from the records and refuses to run the job.
+    status, log = await run_workflow(hostile, "gv-stale", GVISOR_PROBE, "tenant-gv")
+    assert status == RunStatus.FAILURE, log
+    assert "tenant tenant-gv's plan runs CI jobs in gvisor; this worker runs bubblewrap" in log, log
+    assert "RAN-ON-BUBBLEWRAP" not in log
+
+    # The push as the API builds it (the plan's isolation in its input): the job waits on the
+    # gVisor queue of its labels, which no worker of this stack polls, and never starts here.
+    repo = hostile.repo("gv-routed")
+    register_repo_row(hostile.settings, "tenant-gv", "repo-gv-routed", "tenant-gv/gv-routed", str(repo.path))
+    repo = dataclasses.replace(repo, repo_id="repo-gv-routed")
+    sha = repo.commit({".github/workflows/ci.yml": GVISOR_PROBE})
+    routed = hostile.push_input(repo, sha).model_copy(update={"tenant_id": "tenant-gv", "isolation": "gvisor"})
+    push_id = await ci_start.start_push(hostile.client, routed)
+    deadline = time.monotonic() + 60
+    while (push := await ci_start.push_state(hostile.client, push_id)).status.value == "listing":
+        assert time.monotonic() < deadline, "push not listed"
+        await asyncio.sleep(0.2)
+    run = push.runs[0].run_id
+    await asyncio.sleep(5)
+    state = await ci_start.run_state(hostile.client, run)
+    assert state.isolation == "gvisor"
+    assert state.jobs[0].status.value == "queued", state.jobs[0]
+    assert state.jobs[0].current_attempt() is None, state.jobs[0]
+    await ci_start.cancel_run(hostile.client, run)
+    state = await hostile.wait_run(run, within=60)
+    assert state.status == RunStatus.CANCELLED, state
     await assert_healthy(hostile)

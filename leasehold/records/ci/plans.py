@@ -1,6 +1,7 @@
-"""CI tenant plans: the fairness weight a tenant's jobs dispatch with, its concurrency cap, and
+"""CI tenant plans: the fairness weight a tenant's jobs dispatch with, its concurrency cap,
 whether its jobs may have network (an operator's grant, off by default; never for code from a
-fork).
+fork), and the sandbox its jobs run in (bubblewrap by default; gVisor for tenants that must not
+share the host kernel).
 
 A tenant without a row gets the defaults from settings. The API resolves the plan when it
 accepts a push and passes it into the run (workflows never read configuration), so a plan
@@ -67,6 +68,49 @@ def set_network(factory: sessionmaker, tenant_id: str, allowed: bool) -> None:
         row.updated_at = utcnow()
 
 
+# The sandbox backends a tenant's CI jobs may be assigned (``worker_ci.sandbox``, ``worker_ci.gvisor``).
+ISOLATION_BACKENDS = ("bubblewrap", "gvisor")
+DEFAULT_ISOLATION = "bubblewrap"
+
+
+class CIIsolation(Base):
+    """The sandbox backend a tenant's CI jobs run in; absent = ``DEFAULT_ISOLATION``.
+
+    A table of its own, like network grants, so choosing gVisor needs no plan row (which would
+    pin the default weight and cap) and no existing table changes."""
+
+    __tablename__ = "ci_isolation"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def validate_isolation(backend: str) -> None:
+    if backend not in ISOLATION_BACKENDS:
+        raise ValueError(f"the isolation backend must be one of {', '.join(ISOLATION_BACKENDS)}")
+
+
+def isolation_backend(factory: sessionmaker, tenant_id: str) -> str:
+    """The sandbox backend ``tenant_id``'s jobs must run in (the default without a row)."""
+    with factory() as session:
+        row = session.get(CIIsolation, tenant_id)
+    return DEFAULT_ISOLATION if row is None else row.backend
+
+
+def set_isolation(factory: sessionmaker, tenant_id: str, backend: str) -> None:
+    """Put a tenant's jobs in ``backend`` (applies to job attempts started after);
+    ``ValueError`` for a backend that does not exist."""
+    validate_isolation(backend)
+    with factory.begin() as session:
+        row = session.get(CIIsolation, tenant_id)
+        if row is None:
+            row = CIIsolation(tenant_id=tenant_id)
+            session.add(row)
+        row.backend = backend
+        row.updated_at = utcnow()
+
+
 class CILogRetention(Base):
     """How many days a tenant's finished CI runs and their logs are kept; absent = the default.
 
@@ -120,6 +164,8 @@ class TenantPlan:
     tenant_id: str
     fairness_weight: float
     max_concurrent_jobs: int
+    # The sandbox backend its jobs run in (``isolation_backend``): a push's jobs go to its queue.
+    isolation: str = DEFAULT_ISOLATION
 
 
 def validate_plan(fairness_weight: float, max_concurrent_jobs: int) -> None:
@@ -130,12 +176,16 @@ def validate_plan(fairness_weight: float, max_concurrent_jobs: int) -> None:
 
 
 def get_plan(factory: sessionmaker, settings: Settings, tenant_id: str) -> TenantPlan:
-    """The tenant's plan, or the defaults."""
+    """The tenant's plan, or the defaults; with the sandbox backend its jobs must run in."""
     with factory() as session:
         row = session.get(CITenantPlan, tenant_id)
+        isolation = session.get(CIIsolation, tenant_id)
+    backend = DEFAULT_ISOLATION if isolation is None else isolation.backend
     if row is None:
-        return TenantPlan(tenant_id, settings.ci_default_fairness_weight, settings.ci_default_max_concurrent_jobs)
-    return TenantPlan(tenant_id, row.fairness_weight, row.max_concurrent_jobs)
+        return TenantPlan(
+            tenant_id, settings.ci_default_fairness_weight, settings.ci_default_max_concurrent_jobs, backend
+        )
+    return TenantPlan(tenant_id, row.fairness_weight, row.max_concurrent_jobs, backend)
 
 
 def set_plan(factory: sessionmaker, tenant_id: str, fairness_weight: float, max_concurrent_jobs: int) -> TenantPlan:
@@ -149,4 +199,4 @@ def set_plan(factory: sessionmaker, tenant_id: str, fairness_weight: float, max_
         row.fairness_weight = fairness_weight
         row.max_concurrent_jobs = max_concurrent_jobs
         row.updated_at = utcnow()
-    return TenantPlan(tenant_id, fairness_weight, max_concurrent_jobs)
+    return TenantPlan(tenant_id, fairness_weight, max_concurrent_jobs, isolation_backend(factory, tenant_id))
