@@ -3,7 +3,10 @@
 Every error a client sees is ``{"error": {"code", "message", "param", "type"}}``; no stack
 trace ever reaches a client. Failed Temporal calls are turned into ``ApiError`` here too
 (``from_temporal``, ``from_update_rejection``), so every router answers an unreachable
-engine, a missing execution or a refused Update alike.
+engine, a missing execution or a refused Update alike. A database that cannot be reached (a
+failover, a restart, a SQLite file locked past its busy timeout) is an outage, not a bug: 503
+``service_unavailable`` with ``Retry-After`` from whichever route met it
+(``leasehold.db_retry.is_connection_error`` tells the two apart).
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+
+from leasehold.db_retry import is_connection_error
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,24 @@ def not_found(what: str) -> ApiError:
 
 def invalid(param: str, message: str) -> ApiError:
     return ApiError(400, "invalid_request", message, param=param)
+
+
+# The OpenAI-compatible routes: every invalid request there is a 400, as OpenAI answers.
+OPENAI_SURFACE = "/v1/videos"
+
+
+# The database -> HTTP -----------------------------------------------------------------------
+
+SERVICE_UNAVAILABLE = "service_unavailable"
+DATABASE_UNAVAILABLE_MESSAGE = "the database is unavailable for a moment; retry after the Retry-After delay"
+
+
+def database_unavailable(retry_after_seconds: int) -> ApiError:
+    """503: the database did not answer (down, failing over, locked); nothing was changed by
+    this request, and the client retries after ``Retry-After``."""
+    return ApiError(
+        503, SERVICE_UNAVAILABLE, DATABASE_UNAVAILABLE_MESSAGE, headers={"Retry-After": str(retry_after_seconds)}
+    )
 
 
 # Temporal -> HTTP ------------------------------------------------------------------------
@@ -156,8 +181,25 @@ _HTTP_CODES = {
 }
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, database_retry_after_seconds: int = 2) -> None:
     """Route every failure through one JSON error shape."""
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        if not is_connection_error(exc):
+            return await _unexpected(request, exc)
+        # One line, no traceback: an outage would otherwise log one per request.
+        log.warning("%s %s: database unavailable: %s", request.method, request.url.path, type(exc).__name__)
+        unavailable = database_unavailable(database_retry_after_seconds)
+        return JSONResponse(
+            error_body(unavailable.status, unavailable.code, unavailable.message),
+            status_code=unavailable.status,
+            headers=unavailable.headers,
+        )
+
+    # Handled by the exception middleware (not the catch-all below), so a 503 is an answer,
+    # not an error re-raised to the server; both families a failover raises are covered.
+    app.add_exception_handler(DBAPIError, _database)
+    app.add_exception_handler(PoolTimeoutError, _database)
 
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -168,13 +210,16 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
         field = _field_name(first.get("loc", ("body",)))
         message = f"{field}: {first.get('msg', 'invalid value')}"
         details = [{"param": _field_name(e.get("loc", ())), "message": e.get("msg", "")} for e in errors]
-        return JSONResponse(error_body(422, "invalid_request", message, field, details=details), status_code=422)
+        # OpenAI answers every invalid request 400, so its SDK raises one exception type for one
+        # kind of mistake; the rest of this API keeps FastAPI's 422 for a body that does not fit.
+        status = 400 if request.url.path.startswith(OPENAI_SURFACE) else 422
+        return JSONResponse(error_body(status, "invalid_request", message, field, details=details), status_code=status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -17,6 +17,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from leasehold.data_dir import make_private
 
+# libpq's connect timeout for server databases, unless the URL sets its own.
+CONNECT_TIMEOUT_SECONDS = 5
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -76,7 +79,15 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    # A bounded connect: a database that went away mid-failover (its address not answering at
+    # all) must fail a connect within seconds, as a refused one does, so callers can answer 503
+    # or retry (``leasehold.db_retry``) instead of hanging on the kernel's TCP timeout.
+    parsed = make_url(url)
+    libpq = parsed.get_driver_name() in ("psycopg2", "psycopg")
+    connect_args = (
+        {"connect_timeout": CONNECT_TIMEOUT_SECONDS} if libpq and "connect_timeout" not in parsed.query else {}
+    )
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=connect_args)
 
 
 def init_database(url: str) -> sessionmaker:

@@ -45,6 +45,18 @@ class Settings(BaseSettings):
     temporal_api_key: SecretStr | None = None
     # Prepended to every task-queue name, so several deployments (or tests) share a namespace.
     queue_prefix: str = ""
+    # Worker Versioning (docs/versioning.md): the workers run as one version of a Temporal
+    # Worker Deployment, ``<worker_deployment_name>.<build id>``. The build id is the workflow
+    # code's (``workflows.version.BUILD_ID``) unless set here, e.g. to a release's own tag. The
+    # orchestration worker opts into versioned routing (pinned executions stay on the build
+    # that started them); activity-only workers (GPU, CI) report the version but are routed
+    # unversioned, since activities are not replayed. With ``worker_promote_current`` a worker
+    # makes its version the deployment's current one once it polls (one machine, compose);
+    # turn it off where a rollout promotes (``temporal worker deployment set-current-version``).
+    worker_deployment_name: str = Field(default="leasehold", pattern=r"^[^.]+$")
+    worker_build_id: str | None = None
+    worker_versioning: bool = True
+    worker_promote_current: bool = True
 
     # Object store: a local directory (default) or S3 / MinIO.
     store_backend: Literal["local", "s3"] = "local"
@@ -57,6 +69,13 @@ class Settings(BaseSettings):
 
     # Relational state beside Temporal (API keys, repositories, secrets).
     database_url: str | None = None
+    # How long a database may be unreachable (a failover, a restart) before work that needs it
+    # fails: activities retry connection errors in place, heartbeating, this long, so an outage
+    # does not spend the Temporal attempts that belong to a job's own failures.
+    database_failover_seconds: float = 120.0
+    # What the API's 503 for an unreachable database asks clients to wait (``Retry-After``):
+    # short, because a failover is usually over within seconds and clients back off anyway.
+    api_database_retry_after_seconds: int = 2
 
     # API.
     api_host: str = "127.0.0.1"
@@ -112,7 +131,11 @@ class Settings(BaseSettings):
 
     # CI worker labels (runs-on) this worker serves.
     ci_labels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["linux"])
-    ci_sandbox: Literal["bubblewrap", "docker", "unsafe-process"] = "bubblewrap"
+    ci_sandbox: Literal["bubblewrap", "gvisor", "docker", "unsafe-process"] = "bubblewrap"
+    # gVisor backend (``worker_ci.gvisor``): the runsc binary (None: found on PATH) and its
+    # platform; the backend refuses to start unless runsc passes its start-up self-test.
+    ci_gvisor_runsc: str | None = None
+    ci_gvisor_platform: str = "ptrace"
 
     # Prometheus endpoint of a worker process (0 = pick a free port; None = off).
     metrics_port: int | None = None
@@ -130,6 +153,9 @@ class Settings(BaseSettings):
     # mostly wait on processes and I/O, so a worker runs ``ci_jobs_per_cpu`` per CPU.
     ci_max_concurrent_jobs: int | None = None
     ci_jobs_per_cpu: int = 4
+    # The share of the worker's memory (the host's, or its own cgroup's limit when lower) that
+    # its jobs may hold together at their limits; the rest is the worker's and the host's.
+    ci_memory_share: float = Field(default=0.85, gt=0.0, le=1.0)
     ci_job_memory_bytes: int = 4 << 30
     ci_job_max_processes: int = 1024
     ci_job_max_file_bytes: int = 1 << 30
@@ -235,6 +261,13 @@ class Settings(BaseSettings):
     # (bench/CI_DISPATCH_RESULTS.md). Determinism is guarded instead by the replay tests, which
     # replay the recorded histories of every workflow inside the sandbox.
     workflow_sandbox: bool = False
+    # Workflow executions the orchestration worker keeps in memory between their tasks (the
+    # SDK's ``max_cached_workflows``, default 1000). CI runs stay open for days, so the cache
+    # fills with them and the worker's memory grows with it; an execution evicted from the
+    # cache is replayed from its history at its next task (one history read, milliseconds
+    # for a run's history). The size bounds the worker's memory: about 0.2 MiB per cached
+    # execution; at 300 it levelled off near 190 MiB (bench/SOAK_RESULTS.md). At least 2.
+    orchestration_max_cached_workflows: int = Field(default=300, ge=2)
     # Lifecycle (issue 13, part D): Temporal Schedules the orchestration worker creates (ids
     # take queue_prefix). Each tick is one workflow that works in batches of
     # lifecycle_batch_size rows, at most lifecycle_max_batches a tick (the next tick resumes).
@@ -373,11 +406,16 @@ class Settings(BaseSettings):
     @property
     def ci_job_slots(self) -> int:
         """Concurrent jobs of one CI worker: ``ci_max_concurrent_jobs``, or sized from the CPUs
-        this process may use (never more than the job uid pool, one uid per running job)."""
+        this process may use and from the memory it may use, so that every slot's job at its
+        memory limit (``ci_job_memory_bytes``) still fits in ``ci_memory_share`` of it (jobs
+        together cannot exhaust the host), and never more than the job uid pool."""
         if self.ci_max_concurrent_jobs is not None:
             return max(1, self.ci_max_concurrent_jobs)
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(2, min(cpus * max(1, self.ci_jobs_per_cpu), self.ci_sandbox_uid_count))
+        by_cpu = cpus * max(1, self.ci_jobs_per_cpu)
+        memory = usable_memory_bytes()
+        by_memory = by_cpu if memory is None else int(memory * self.ci_memory_share) // max(1, self.ci_job_memory_bytes)
+        return max(1, min(by_cpu, by_memory, self.ci_sandbox_uid_count))
 
     def signing_key(self) -> bytes:
         """The key for local signed URLs: configured, or created once in the data dir."""
@@ -398,3 +436,39 @@ class Settings(BaseSettings):
                 value = json.dumps(value)
             env[f"LEASEHOLD_{name.upper()}"] = str(value)
         return env
+
+
+def usable_memory_bytes() -> int | None:
+    """The memory this process may use: the host's (``MemTotal``), or its memory cgroup's
+    limit where that is lower (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``)."""
+    total: int | None = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        return None
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return total
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "memory":
+            candidates = [f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"]
+        elif controllers == "":
+            candidates = [f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup/unified{path}/memory.max"]
+        else:
+            continue
+        for candidate in candidates:
+            try:
+                with open(candidate) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text.isdigit() and (total is None or int(text) < total):
+                total = int(text)
+    return total

@@ -10,6 +10,11 @@ Guarantees both backends keep:
   Locally the bytes go to a temporary file that is renamed into place; on S3 a PUT (single
   or multipart) becomes visible only once complete, which is the same promise.
 * ``create`` is write-once: it returns ``False`` and changes nothing if the key exists.
+
+A write killed half-way (SIGKILL, a lost machine) leaves what the atomic write was building:
+locally a ``.tmp-*`` file beside the key, on S3 an incomplete multipart upload. Neither is an
+object (``list`` never shows it), so sweeps that delete what ``list`` shows would keep it
+forever; ``delete_interrupted`` removes those older than a write could still be running.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from leasehold.settings import Settings
+
+# A temporary older than this is an interrupted write, not one in progress: no single object
+# takes an hour to write (the largest, a video or a checkpoint, takes seconds to minutes).
+INTERRUPTED_WRITE_AGE_SECONDS = 3600.0
 
 
 class ObjectNotFound(KeyError):
@@ -90,6 +99,10 @@ class ObjectStore(Protocol):
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key under ``prefix``; returns how many were deleted."""
+
+    def delete_interrupted(self, prefix: str, older_than_seconds: float = INTERRUPTED_WRITE_AGE_SECONDS) -> int:
+        """Delete what writes under ``prefix`` that were killed half-way left behind, if older
+        than ``older_than_seconds``; returns how many went. Idempotent."""
 
     def signed_url(self, key: str, ttl_seconds: int, filename: str | None = None) -> str:
         """A URL that downloads ``key`` without an API key until it expires."""
@@ -212,6 +225,30 @@ class LocalObjectStore:
         for key in keys:
             self.delete(key)
         return len(keys)
+
+    def delete_interrupted(self, prefix: str, older_than_seconds: float = INTERRUPTED_WRITE_AGE_SECONDS) -> int:
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self.root / base if base else self.root
+        if not start.is_dir():
+            return 0
+        cutoff = time.time() - older_than_seconds
+        deleted = 0
+        for dirpath, _dirnames, filenames in os.walk(start):
+            for name in filenames:
+                if not name.startswith(self._TMP_PREFIX):
+                    continue
+                path = Path(dirpath, name)
+                # A temporary's name does not say which key it was for, only its directory does:
+                # only directories the prefix covers whole are swept.
+                if not (Path(dirpath).relative_to(self.root).as_posix() + "/").startswith(prefix):
+                    continue
+                try:
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        deleted += 1
+                except FileNotFoundError:
+                    pass  # renamed into place or deleted meanwhile: not ours to count
+        return deleted
 
     # Signed URLs -------------------------------------------------------------------------
 
@@ -388,6 +425,21 @@ class S3ObjectStore:
                 Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
             )
         return len(keys)
+
+    def delete_interrupted(self, prefix: str, older_than_seconds: float = INTERRUPTED_WRITE_AGE_SECONDS) -> int:
+        # A PUT is all or nothing; an interrupted multipart upload keeps its parts (billed,
+        # never listed) until it is aborted.
+        cutoff = time.time() - older_than_seconds
+        aborted = 0
+        paginator = self._client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"].timestamp() < cutoff:
+                    self._client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                    aborted += 1
+        return aborted
 
     def signed_url(self, key: str, ttl_seconds: int, filename: str | None = None) -> str:
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": check_key(key)}

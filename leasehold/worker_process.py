@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from leasehold.health_server import serve_health
 from leasehold.settings import Settings
 from leasehold.temporal import connect
+from leasehold.worker_versioning import promote
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,10 @@ async def run_worker(
 
     ``on_sigterm`` runs first on SIGTERM (the GPU worker turns it into a preemption
     checkpoint). ``on_connect`` runs once connected, before the worker polls (the orchestration
-    worker creates its schedules there). ``/healthz`` answers 200 once the worker is polling.
+    worker creates its schedules there). ``/healthz`` answers 200 once the worker is polling,
+    and, for a worker that opted into versioned routing, once its version is the deployment's
+    current one (it gets no task before that; with ``worker_promote_current`` off, a rollout
+    promotes it).
     """
     state = {"ready": False}
     server = serve_health(settings.metrics_host, settings.metrics_port or 0, lambda: state["ready"])
@@ -58,7 +62,10 @@ async def run_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _on_signal, sig)
 
+    deployment = worker.config().get("deployment_config")
     async with worker:
+        if deployment is not None and deployment.use_worker_versioning and settings.worker_promote_current:
+            await promote(client, deployment.version, client.identity)
         state["ready"] = True
         log.info("%s worker polling %s", name, worker.task_queue)
         await stop.wait()

@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.testing.harness import start_worker, stop_all_started, stop_together, unique_prefix
+from leasehold.testing.postgres import PrivatePostgres, postgres_bin_dir
 from leasehold.testing.process_stack import HEALTHY_WITHIN
 from leasehold.testing.temporal import start_local_environment
 from tests.ci_api.conftest import CIStack, running_ci_stack
@@ -131,6 +132,24 @@ def postgres_url() -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this test's own (``initdb`` into a temp dir, its own loopback
+    port), running; the test may stop, start and restart it. Skips where PostgreSQL is not
+    installed, except under CI=true, where it fails."""
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        if in_ci():
+            pytest.fail("PostgreSQL's binaries (initdb, pg_ctl) are required under CI=true")
+        pytest.skip("PostgreSQL is not installed")
+    server = PrivatePostgres(bin_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
 
 
 def sqlite_url(tmp_path: Path) -> str:

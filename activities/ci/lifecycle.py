@@ -11,6 +11,12 @@ crash half-way:
 * Retention deletes a run only when its row is terminal and it finished more than the tenant's
   retention ago (and never before the run's retry window passed): its objects first, then its
   attempt, job and run rows in one transaction; then the pushes all of whose runs are gone.
+* Both also remove what a write killed half-way left under an attempt's or a run's prefix
+  (``ObjectStore.delete_interrupted``: a log chunk the worker died writing), once it is older
+  than an hour; no listing shows it, so deleting what is listed would keep it forever.
+
+A database that fails over mid-batch is waited out in place (``leasehold.db_retry``,
+heartbeating), the batch starting again from its cursor.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from temporalio import activity
 from activities.ci.log_compaction import build_compacted, compacted_key, read_chunks
 from activities.lifecycle_definitions import CILifecycleDefinition
 from leasehold.database import utcnow
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.plans import retention_overrides
 from leasehold.records.ci.runs import CIAnnotationRecord, CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.storage import ObjectStore
@@ -105,7 +112,7 @@ def delete_chunks(store: ObjectStore, log_prefix: str) -> int:
         if parsed is not None and parsed[1] == "log":
             store.delete(key)
             deleted += 1
-    return deleted
+    return deleted + store.delete_interrupted(log_prefix)
 
 
 def mark_compacted(factory: sessionmaker, attempt: CIAttemptRecord, now: datetime) -> None:
@@ -143,7 +150,7 @@ def delete_run(store: ObjectStore, factory: sessionmaker, run_id: str, closed_be
     root = run_log_root(run.tenant_id, run.run_id)
     deleted = 0
     if root is not None:
-        deleted += store.delete_prefix(root)
+        deleted += store.delete_prefix(root) + store.delete_interrupted(root)
     # Attempts whose prefix lies elsewhere (none are written so, but the row names them).
     for prefix in prefixes:
         if prefix and prefix.endswith("/") and prefix.startswith(f"{LOG_ROOT}/{run.tenant_id}/"):
@@ -166,13 +173,19 @@ def _expired(run: CIRunRecord, closed_before: datetime) -> bool:
 class CILifecycleActivities(CILifecycleDefinition):
     """Log compaction and retention of CI runs; the store and the database are injected."""
 
-    def __init__(self, store: ObjectStore, factory: sessionmaker) -> None:
+    def __init__(
+        self, store: ObjectStore, factory: sessionmaker, failover_seconds: float = DEFAULT_FAILOVER_SECONDS
+    ) -> None:
         self._store = store
         self._db = factory
+        self._failover_seconds = failover_seconds
 
     @activity.defn(name=ACTIVITY_COMPACT_CI_LOGS)
     def compact_ci_logs(self, batch: LifecycleBatch) -> BatchResult:
         """Compact up to ``batch_size`` final attempts of finished runs, by (run, job, attempt)."""
+        return in_activity(lambda: self._compact(batch), self._failover_seconds, "CI log compaction", log)
+
+    def _compact(self, batch: LifecycleBatch) -> BatchResult:
         now = utcnow()
         size = batch.input.batch_size
         a = CIAttemptRecord
@@ -215,6 +228,13 @@ class CILifecycleActivities(CILifecycleDefinition):
     def apply_ci_retention(self, batch: LifecycleBatch) -> BatchResult:
         """Delete up to ``batch_size`` runs past their retention; once none is left, the pushes
         past it whose runs are all gone."""
+        # A copy per try: the push phase moves the batch's cursor, and a try that met the
+        # outage must start again where the batch did.
+        return in_activity(
+            lambda: self._retain(batch.model_copy(deep=True)), self._failover_seconds, "CI retention", log
+        )
+
+    def _retain(self, batch: LifecycleBatch) -> BatchResult:
         now = utcnow()
         inp = batch.input
         overrides = retention_overrides(self._db)

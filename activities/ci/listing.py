@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 
 from sqlalchemy import select
@@ -24,6 +25,7 @@ from activities.ci.spec import (
     pull_request_triggers,
     push_triggers,
 )
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.environments import CIEnvironment
 from workflows.ci.ids import run_id
 from workflows.ci.types.push import (
@@ -35,6 +37,8 @@ from workflows.ci.types.push import (
     ListWorkflowsResult,
 )
 from workflows.ci.types.spec import SpecError, WorkflowFile
+
+log = logging.getLogger(__name__)
 
 # (tenant, repo, environment names) -> the rules of those that require approval.
 EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]
@@ -51,10 +55,13 @@ class CIListingActivities(CIListingDefinition):
         environments: EnvironmentRules | None = None,
         actions: ActionSource | None = None,
         run_numbers: RunNumbers | None = None,
+        failover_seconds: float = DEFAULT_FAILOVER_SECONDS,
     ) -> None:
         self._mirror = mirror
         self._environments = environments
         self._run_numbers = run_numbers
+        # The database reads (environments, run numbers) wait out a failover this long, in place.
+        self._failover_seconds = failover_seconds
         # Where `owner/repo@ref` actions come from; None: only local `./path` actions resolve.
         self._actions = actions
 
@@ -118,20 +125,28 @@ class CIListingActivities(CIListingDefinition):
         """Each run's ``github.run_number``, by the run id the push workflow will derive."""
         if self._run_numbers is None or not inp.tenant_id:
             return {}
-        return {
-            f.path: self._run_numbers(
-                inp.tenant_id, inp.repo_id, f.path, run_id(inp.repo_id, sha, f.path, inp.event, inp.dispatch_key)
-            )
-            for f in files
-            if f.triggered
-        }
+        numbers, tenant = self._run_numbers, inp.tenant_id
+
+        def read() -> dict[str, int]:
+            # Kept by run id: reading them again after a lost connection gives the same numbers.
+            return {
+                f.path: numbers(
+                    tenant, inp.repo_id, f.path, run_id(inp.repo_id, sha, f.path, inp.event, inp.dispatch_key)
+                )
+                for f in files
+                if f.triggered
+            }
+
+        return in_activity(read, self._failover_seconds, f"run numbers of {inp.repo_id}", log)
 
     def _rules(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, EnvironmentRule]:
         named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
         if not named or not inp.tenant_id or self._environments is None:
             return {}
         # Read with the listing, so the run carries its protection rules from the start.
-        return self._environments(inp.tenant_id, inp.repo_id, named)
+        rules, tenant = self._environments, inp.tenant_id
+        what = f"environments of {inp.repo_id}"
+        return in_activity(lambda: rules(tenant, inp.repo_id, named), self._failover_seconds, what, log)
 
     def _list_dispatch(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
         """A ``workflow_dispatch``: the ref's commit, the one file asked for, its inputs checked

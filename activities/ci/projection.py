@@ -10,6 +10,7 @@ attempt (``log_object_key``, ``log_index``, ``compacted_at``) are never touched 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy.orm import sessionmaker
@@ -17,9 +18,12 @@ from temporalio import activity
 
 from activities.ci.definitions import CIProjectionDefinition
 from leasehold.database import utcnow
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.runs import write_push, write_run
 from workflows.ci.types.projection import ACTIVITY_PROJECT_PUSH, ACTIVITY_PROJECT_RUN, CIPushSnapshot, CIRunSnapshot
 from workflows.ci.types.run import CIRunState
+
+log = logging.getLogger(__name__)
 
 
 def run_rows(state: CIRunState) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -116,17 +120,27 @@ def push_row(snapshot: CIPushSnapshot) -> dict[str, Any]:
 class CIProjectionActivities(CIProjectionDefinition):
     """Writes CI snapshots through one session factory (constructor-injected)."""
 
-    def __init__(self, factory: sessionmaker) -> None:
+    def __init__(self, factory: sessionmaker, failover_seconds: float = DEFAULT_FAILOVER_SECONDS) -> None:
         self._factory = factory
+        # Waited out within the attempt (up to its timeout), then by Temporal's retries: a
+        # versioned write is safe to repeat.
+        self._failover_seconds = failover_seconds
 
     @activity.defn(name=ACTIVITY_PROJECT_RUN)
     def project_ci_run(self, inp: CIRunSnapshot) -> bool:
         run, jobs, attempts = run_rows(inp.state)
         annotations = annotation_rows(inp.state)
-        with self._factory.begin() as session:
-            return write_run(session, run, jobs, attempts, inp.version, annotations)
+
+        def write() -> bool:
+            with self._factory.begin() as session:
+                return write_run(session, run, jobs, attempts, inp.version, annotations)
+
+        return in_activity(write, self._failover_seconds, f"run {inp.state.run_id} v{inp.version}", log)
 
     @activity.defn(name=ACTIVITY_PROJECT_PUSH)
     def project_ci_push(self, inp: CIPushSnapshot) -> bool:
-        with self._factory.begin() as session:
-            return write_push(session, push_row(inp), inp.version)
+        def write() -> bool:
+            with self._factory.begin() as session:
+                return write_push(session, push_row(inp), inp.version)
+
+        return in_activity(write, self._failover_seconds, f"push {inp.state.push_id} v{inp.version}", log)

@@ -20,9 +20,11 @@ from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.spec import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
 from leasehold.client.ci.push_input import push_input
 from leasehold.client.ci.start import start_push
+from leasehold.db_retry import in_activity
 from leasehold.records.ci.heads import known_heads, record_head
 from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import RepoRecord, all_repos
+from leasehold.records.ci.variables import variables_for
 from leasehold.settings import Settings
 from workflows.ci.types.reconcile import (
     ACTIVITY_RECONCILE_LIST,
@@ -51,8 +53,14 @@ class CIReconcileActivities(CIReconcileDefinition):
         mirror: GitMirror,
         client: Client,
         loop: asyncio.AbstractEventLoop,
+        failover_seconds: float | None = None,
     ) -> None:
         self._settings = settings
+        # A failover is waited out in place; both activities are idempotent, so a try that met
+        # it starts again from the top.
+        self._failover_seconds = (
+            failover_seconds if failover_seconds is not None else settings.database_failover_seconds
+        )
         self._db = db
         self._mirror = mirror
         self._client = client
@@ -61,7 +69,8 @@ class CIReconcileActivities(CIReconcileDefinition):
     @activity.defn(name=ACTIVITY_RECONCILE_LIST)
     def list_repos(self, inp: ReconcileInput) -> ReconcileRepos:
         """The registered repositories (all tenants), oldest first."""
-        return ReconcileRepos(repo_ids=[r.id for r in all_repos(self._db, inp.repo_ids)])
+        found = in_activity(lambda: all_repos(self._db, inp.repo_ids), self._failover_seconds, "repositories", log)
+        return ReconcileRepos(repo_ids=[r.id for r in found])
 
     def _watched(self, repo: RepoRecord, sha: str, branch: str, mirror: Path) -> bool:
         """The default branch, or a branch some workflow file at its head triggers on."""
@@ -82,6 +91,9 @@ class CIReconcileActivities(CIReconcileDefinition):
     def reconcile_repo(self, inp: ReconcileRepoInput) -> ReconcileRepoResult:
         """Push every changed head of a watched branch (idempotent: re-running it pushes the
         same ids, which exist already)."""
+        return in_activity(lambda: self._reconcile(inp), self._failover_seconds, f"reconcile {inp.repo_id}", log)
+
+    def _reconcile(self, inp: ReconcileRepoInput) -> ReconcileRepoResult:
         result = ReconcileRepoResult(repo_id=inp.repo_id)
         found = all_repos(self._db, [inp.repo_id])
         if not found:
@@ -95,6 +107,7 @@ class CIReconcileActivities(CIReconcileDefinition):
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         known = known_heads(self._db, repo.id)
         plan = None
+        variables: dict[str, str] | None = None
         for branch, sha in sorted(heads.items()):
             ref = f"refs/heads/{branch}"
             if known.get(ref) == sha:
@@ -105,9 +118,19 @@ class CIReconcileActivities(CIReconcileDefinition):
                 record_head(self._db, repo.id, ref, sha)
                 continue
             plan = plan or get_plan(self._db, self._settings, repo.tenant_id)
+            variables = variables if variables is not None else variables_for(self._db, repo.tenant_id, repo.id)
             # The head seen last is the push's ``before``, so ``paths`` filters see the same diff
             # a webhook would have given (none known: the commit's first parent).
-            push = push_input(self._settings, repo, sha, ref, RECONCILER_DELIVERY, plan=plan, before=known.get(ref))
+            push = push_input(
+                self._settings,
+                repo,
+                sha,
+                ref,
+                RECONCILER_DELIVERY,
+                plan=plan,
+                before=known.get(ref),
+                variables=variables,
+            )
             future = asyncio.run_coroutine_threadsafe(start_push(self._client, push), self._loop)
             pid = future.result(timeout=START_TIMEOUT_SECONDS)
             # Recorded only once the push is durable: a crash before this pushes it again (same id).

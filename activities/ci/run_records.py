@@ -6,19 +6,28 @@ derives the tenant from records it can check: the workflow that scheduled it (Te
 ``activity.info().workflow_id``, not a field of the input) must be the run workflow whose id
 the input's repository, commit, workflow file, event (and dispatch key) derive to, and the repository's
 owner, clone URL and network grant are read from the database, never from the input.
+
+That read is the attempt's first step, before it has done anything, so a database that is
+failing over is waited out here (``leasehold.db_retry``, heartbeating) rather than failing the
+attempt: the job's few Temporal attempts are for lost workers, not for the database's restarts.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy.orm import sessionmaker
 
-from leasehold.records.ci.plans import network_allowed
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, failover_window, keep_activity_alive, through_outage
+from leasehold.records.ci.plans import isolation_backend, network_allowed
 from leasehold.records.ci.repos import get_repo
 from workflows.ci.ids import run_id, run_workflow_id
 from workflows.ci.types.job import JobActivityInput
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,8 @@ class TrustedRun:
     clone_url: str
     # The operator let this tenant's jobs ask for network.
     network_allowed: bool
+    # The sandbox backend the tenant's plan requires (``leasehold plans isolation``).
+    isolation: str = "bubblewrap"
 
 
 class UntrustedRun(Exception):
@@ -50,13 +61,32 @@ def check_workflow_id(inp: JobActivityInput, workflow_id: str) -> None:
 
 
 class DatabaseRunRecords:
-    """Repositories and network grants in the leasehold database."""
+    """Repositories and network grants in the leasehold database.
 
-    def __init__(self, factory: sessionmaker) -> None:
+    Connection-class errors are retried for ``failover_seconds`` (capped to what the calling
+    activity's timeouts allow), calling ``heartbeat`` while waiting; by default the running
+    activity is heartbeated with the details it started with (nothing of the attempt exists
+    yet that newer details could describe), and a cancel ends the wait.
+    """
+
+    def __init__(
+        self,
+        factory: sessionmaker,
+        failover_seconds: float = DEFAULT_FAILOVER_SECONDS,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> None:
         self._factory = factory
+        self._failover_seconds = failover_seconds
+        self._heartbeat = heartbeat or keep_activity_alive
 
     def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
         check_workflow_id(inp, workflow_id)
+        what = f"records of {inp.push.repo_id} for job {inp.job.id}"
+        return through_outage(
+            lambda: self._read(inp), failover_window(self._failover_seconds), what, log, self._heartbeat
+        )
+
+    def _read(self, inp: JobActivityInput) -> TrustedRun:
         repo = get_repo(self._factory, inp.push.tenant_id, inp.push.repo_id)
         if repo is None:
             # Missing or another tenant's: the same refusal either way.
@@ -66,4 +96,5 @@ class DatabaseRunRecords:
             repo_id=repo.id,
             clone_url=repo.clone_url,
             network_allowed=network_allowed(self._factory, repo.tenant_id),
+            isolation=isolation_backend(self._factory, repo.tenant_id),
         )

@@ -49,7 +49,14 @@ from activities.video.checkpoints import JobCheckpoints, attempt_prefix
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.video.models import format_size, get_model
-from workflows.video.types import GenerateInput, GenerateProgress, GenerateResult, GenerationStarted, VideoErrorType
+from workflows.video.types import (
+    SPRITESHEET_NAME,
+    GenerateInput,
+    GenerateProgress,
+    GenerateResult,
+    GenerationStarted,
+    VideoErrorType,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +132,8 @@ class EncodedVideo:
     thumbnail_content_type: str
     thumbnail_extension: str
     frames: int
+    # A JPEG grid of frames (the ``spritesheet`` content variant), stored next to the video.
+    spritesheet_path: Path | None = None
 
 
 class VideoEncoder(Protocol):
@@ -529,9 +538,14 @@ class _Attempt:
             thumbnail_key = f"{self.prefix}/thumbnail.{encoded.thumbnail_extension}"
             self.upload(video_key, encoded.video_path, encoded.video_content_type)
             self.upload(thumbnail_key, encoded.thumbnail_path, encoded.thumbnail_content_type)
+            spritesheet_key = None
+            if encoded.spritesheet_path is not None:
+                spritesheet_key = f"{self.prefix}/{SPRITESHEET_NAME}"
+                self.upload(spritesheet_key, encoded.spritesheet_path, "image/jpeg")
         return GenerateResult(
             video_key=video_key,
             thumbnail_key=thumbnail_key,
+            spritesheet_key=spritesheet_key,
             attempt=self.attempt,
             width=job.width,
             height=job.height,

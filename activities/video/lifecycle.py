@@ -9,7 +9,11 @@ are safe to run twice, concurrently, or after a crash half-way:
   snapshot the engine can still send, so a late snapshot cannot bring the job back.
 * The orphan sweep touches only jobs whose row is terminal and older than a grace period, and
   keeps the result a completed job points at. Objects of a job with no row (or a live one) are
-  never touched.
+  never touched. What a write killed half-way left there (``ObjectStore.delete_interrupted``:
+  no object, so no listing shows it) goes too, once older than an hour.
+
+A database that fails over mid-batch is waited out in place (``leasehold.db_retry``,
+heartbeating), the batch starting again from its cursor: every row of it is idempotent.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from temporalio import activity
 
 from activities.lifecycle_definitions import VideoLifecycleDefinition
 from leasehold.database import utcnow
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.versioned import LIFECYCLE_VERSION, write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.storage import ObjectStore
@@ -44,9 +49,10 @@ CLOSED_STATUSES = tuple(sorted({s.value for s in TERMINAL_STATUSES} | {EXPIRED})
 
 
 def result_keys(state: dict[str, Any]) -> list[str]:
-    """The objects a job's recorded result points at (video and thumbnail)."""
+    """The objects a job's recorded result points at (video, thumbnail, spritesheet)."""
     result = state.get("result") or {}
-    return [key for key in (result.get("video_key"), result.get("thumbnail_key")) if key]
+    keys = (result.get("video_key"), result.get("thumbnail_key"), result.get("spritesheet_key"))
+    return [key for key in keys if key]
 
 
 def delete_job_content(store: ObjectStore, job_id: str, state: dict[str, Any]) -> int:
@@ -55,7 +61,8 @@ def delete_job_content(store: ObjectStore, job_id: str, state: dict[str, Any]) -
     for key in result_keys(state):
         store.delete(key)
         deleted += 1
-    return deleted + store.delete_prefix(job_object_prefix(job_id) + "/")
+    prefix = job_object_prefix(job_id) + "/"
+    return deleted + store.delete_prefix(prefix) + store.delete_interrupted(prefix)
 
 
 def mark_expired(factory: sessionmaker, job_id: str, now: datetime) -> bool:
@@ -78,13 +85,19 @@ def _as_utc(value: datetime) -> datetime:
 class VideoLifecycleActivities(VideoLifecycleDefinition):
     """Expiry and orphan sweeps of video jobs; the store and the database are injected."""
 
-    def __init__(self, store: ObjectStore, factory: sessionmaker) -> None:
+    def __init__(
+        self, store: ObjectStore, factory: sessionmaker, failover_seconds: float = DEFAULT_FAILOVER_SECONDS
+    ) -> None:
         self._store = store
         self._db = factory
+        self._failover_seconds = failover_seconds
 
     @activity.defn(name=ACTIVITY_EXPIRE_VIDEOS)
     def expire_videos(self, batch: LifecycleBatch) -> BatchResult:
         """Expire up to ``batch_size`` completed jobs whose ``expires_at`` has passed."""
+        return in_activity(lambda: self._expire(batch), self._failover_seconds, "video expiry", log)
+
+    def _expire(self, batch: LifecycleBatch) -> BatchResult:
         now = utcnow()
         size = batch.input.batch_size
         with self._db() as session:
@@ -112,6 +125,9 @@ class VideoLifecycleActivities(VideoLifecycleDefinition):
         Pages through jobs closed between ``grace + window`` and ``grace`` ago, ``batch_size``
         at a time, by (completed_at, job_id).
         """
+        return in_activity(lambda: self._sweep(batch), self._failover_seconds, "video orphan sweep", log)
+
+    def _sweep(self, batch: LifecycleBatch) -> BatchResult:
         now = utcnow()
         inp = batch.input
         newest = now - timedelta(seconds=inp.grace_seconds)
@@ -130,11 +146,14 @@ class VideoLifecycleActivities(VideoLifecycleDefinition):
         for job_id, status, state, completed_at in rows:
             activity.heartbeat(job_id)
             keep = set(result_keys(state)) if status == VideoStatus.COMPLETED.value else set()
-            orphans = [key for key in self._store.list(job_object_prefix(job_id) + "/") if key not in keep]
+            prefix = job_object_prefix(job_id) + "/"
+            orphans = [key for key in self._store.list(prefix) if key not in keep]
             for key in orphans:
                 self._store.delete(key)
-            result.deleted_objects += len(orphans)
-            if orphans:
+            # Interrupted writes of any of its attempts (a checkpoint the worker was killed in).
+            interrupted = self._store.delete_interrupted(prefix)
+            result.deleted_objects += len(orphans) + interrupted
+            if orphans or interrupted:
                 result.processed += 1
             else:
                 result.skipped += 1

@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.video.definitions import PROJECT_VIDEO_JOB, VideoProjectionDefinition
 from leasehold.database import utcnow
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.versioned import write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from workflows.video.types import TERMINAL_STATUSES, ProjectionResult, ProjectVideoJobInput, VideoJobState, VideoStatus
@@ -78,20 +79,28 @@ def close_lost_job(db: sessionmaker, job_id: str, version: int, closed_at: datet
 class VideoProjectionActivities(VideoProjectionDefinition):
     """Writes video job snapshots to the read model; the session factory is injected."""
 
-    def __init__(self, db: sessionmaker) -> None:
+    def __init__(self, db: sessionmaker, failover_seconds: float = DEFAULT_FAILOVER_SECONDS) -> None:
         self._db = db
+        # Waited out within the attempt (up to its timeout), then by Temporal's retries: a
+        # versioned write is safe to repeat.
+        self._failover_seconds = failover_seconds
 
     @activity.defn(name=PROJECT_VIDEO_JOB)
     def project_video_job(self, input: ProjectVideoJobInput) -> ProjectionResult:
         """Apply ``input.state`` to the job's row unless the row already holds a newer version."""
-        with self._db.begin() as session:
-            applied = write_versioned(
-                session,
-                VideoJobRecord.__table__,  # type: ignore[arg-type]
-                {"job_id": input.state.job_id},
-                row_values(input.state),
-                input.version,
-            )
+
+        def write() -> bool:
+            with self._db.begin() as session:
+                return write_versioned(
+                    session,
+                    VideoJobRecord.__table__,  # type: ignore[arg-type]
+                    {"job_id": input.state.job_id},
+                    row_values(input.state),
+                    input.version,
+                )
+
+        what = f"job {input.state.job_id} v{input.version}"
+        applied = in_activity(write, self._failover_seconds, what, log)
         state = input.state
         log.debug("job %s snapshot v%d (%s): applied=%s", state.job_id, input.version, state.status, applied)
         return ProjectionResult(applied=applied)

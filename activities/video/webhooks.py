@@ -14,6 +14,9 @@ attempt and on a replayed trigger), then tries each delivery still pending once:
 * a 2xx marks the delivery delivered; anything else is logged and, while attempts remain,
   left pending: the activity then fails and Temporal retries it with back-off
   (``VIDEO_WEBHOOK_RETRY``). An address the policy refuses fails the delivery for good.
+
+The database reads and writes wait out a failover in place (``leasehold.db_retry``,
+heartbeating), so an outage spends none of the attempts that belong to endpoints' failures.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.video.definitions import DELIVER_VIDEO_EVENT, VideoWebhookDefinition
+from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.secrets import Keyring, KeyringError
 from leasehold.records.video.webhooks import (
     DeliveryStatus,
@@ -144,35 +148,57 @@ def build_webhook_activities(settings: Settings, db: sessionmaker) -> VideoWebho
         settings.video_webhook_schemes,
         settings.video_webhook_timeout_seconds,
     )
-    return VideoWebhookActivities(db, Keyring.from_settings(settings), sender)
+    return VideoWebhookActivities(db, Keyring.from_settings(settings), sender, settings.database_failover_seconds)
 
 
 class VideoWebhookActivities(VideoWebhookDefinition):
     """Delivers video events; database, keyring and sender are injected (orchestration worker)."""
 
-    def __init__(self, db: sessionmaker, keyring: Keyring, sender: WebhookSender) -> None:
+    def __init__(
+        self,
+        db: sessionmaker,
+        keyring: Keyring,
+        sender: WebhookSender,
+        failover_seconds: float = DEFAULT_FAILOVER_SECONDS,
+    ) -> None:
         self._db = db
         self._keyring = keyring
         self._sender = sender
+        self._failover_seconds = failover_seconds
+
+    def _target(self, delivery_id: str) -> DeliveryTarget | None:
+        what = f"webhook delivery {delivery_id}"
+        return in_activity(
+            lambda: delivery_target(self._db, self._keyring, delivery_id), self._failover_seconds, what, log
+        )
+
+    def _record_attempt(self, delivery_id: str, entry: dict[str, Any], status: str) -> None:
+        what = f"webhook delivery {delivery_id}"
+        in_activity(lambda: record_attempt(self._db, delivery_id, entry, status), self._failover_seconds, what, log)
 
     @activity.defn(name=DELIVER_VIDEO_EVENT)
     def deliver_video_event(self, input: VideoEventInput) -> VideoEventResult:
         """See the module docstring."""
         state = input.state
         body = event_body(state, input.event_type.value)
-        pending = record_event(self._db, state.tenant_id, state.user_id, state.job_id, input.event_type.value, body)
+        pending = in_activity(
+            lambda: record_event(self._db, state.tenant_id, state.user_id, state.job_id, input.event_type.value, body),
+            self._failover_seconds,
+            f"webhook event of {state.job_id}",
+            log,
+        )
         last_attempt = activity.info().attempt >= VIDEO_WEBHOOK_RETRY.maximum_attempts
         result = VideoEventResult()
         retry: list[str] = []
         for delivery_id in pending:
             try:
-                target = delivery_target(self._db, self._keyring, delivery_id)
+                target = self._target(delivery_id)
             except KeyringError as exc:
                 # This process's keyring is not the one the API sealed with (LEASEHOLD_SECRETS_KEYS
                 # must be the same for both): say so in the log the owner reads, and stop.
                 log.error("webhook %s of %s cannot be signed: %s", delivery_id, state.job_id, exc)
                 entry = {"at": time.time(), "status_code": None, "ok": False, "error": UNSIGNABLE}
-                record_attempt(self._db, delivery_id, entry, DeliveryStatus.FAILED)
+                self._record_attempt(delivery_id, entry, DeliveryStatus.FAILED)
                 result.failed += 1
                 continue
             if target is None or target.status != DeliveryStatus.PENDING:
@@ -187,7 +213,7 @@ class VideoWebhookActivities(VideoWebhookDefinition):
             else:
                 status = DeliveryStatus.FAILED
                 result.failed += 1
-            record_attempt(self._db, delivery_id, entry, status)
+            self._record_attempt(delivery_id, entry, status)
             log.info(
                 "webhook %s of %s (%s): %s %s",
                 delivery_id,

@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 
 @router.get("/healthz")
-async def healthz(client: ClientDep, db: DbDep) -> JSONResponse:
-    """200 when the API, Temporal and the database all answer; 503 naming what does not."""
+async def healthz(client: ClientDep, db: DbDep, settings: SettingsDep) -> JSONResponse:
+    """200 when the API, Temporal and the database all answer; 503 naming what does not, with
+    ``Retry-After`` (a load balancer or client asks again then: an outage is expected to end)."""
     checks: dict[str, str] = {}
     try:
         await asyncio.wait_for(client.workflow_service.get_system_info(GetSystemInfoRequest()), timeout=3)
@@ -42,6 +43,7 @@ async def healthz(client: ClientDep, db: DbDep) -> JSONResponse:
     return JSONResponse(
         {"status": "ok" if healthy else "unavailable", "checks": checks},
         status_code=200 if healthy else 503,
+        headers=None if healthy else {"Retry-After": str(settings.api_database_retry_after_seconds)},
     )
 
 

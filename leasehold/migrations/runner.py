@@ -6,6 +6,9 @@ for the whole upgrade: a Postgres transaction-level advisory lock (per schema, s
 in one database do not wait on each other), or on SQLite an ``flock`` on a file beside the
 database (SQLite's own locks do not cover Alembic's check-then-create). The first process
 migrates; the others find the database at head and do nothing.
+
+Alembic narrates each step at INFO (its context, each revision applied); a process starting
+says one line instead, ``database at revision N``, and Alembic's warnings still show.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, inspect, text
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ LOCK_NAME = "leasehold.migrations:"
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """Alembic's configuration, built in code: the scripts ship inside the package."""
+    with _alembic_quiet():  # importing it sets up its plugins, one INFO line each
+        from alembic.config import Config
     config = Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     config.attributes["connection"] = connection
@@ -40,7 +46,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def current_revision(connection: Connection) -> str | None:
     """The revision the database is at; ``None`` when Alembic never ran on it."""
-    return MigrationContext.configure(connection).get_current_revision()
+    with _alembic_quiet():  # configuring a context names the dialect's, at INFO
+        from alembic.runtime.migration import MigrationContext
+
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 @contextmanager
@@ -73,9 +82,27 @@ def upgrade_to_head(engine: Engine) -> None:
         inspector = inspect(connection)
         if not inspector.has_table("alembic_version") and inspector.get_table_names():
             log.info("adopting a database made before migrations: stamping it at %s, then upgrading", BASELINE)
-        command.upgrade(alembic_config(connection), "head")
+        with _alembic_quiet():
+            from alembic import command
+
+            command.upgrade(alembic_config(connection), "head")
+        log.info("database at revision %s", current_revision(connection))
 
 
 @contextmanager
 def _no_lock() -> Iterator[None]:
     yield
+
+
+@contextmanager
+def _alembic_quiet() -> Iterator[None]:
+    # Alembic logs through the ``alembic`` logger (no handler of its own without an ini file),
+    # so a process at INFO would print its ~17 lines of plugins, context and steps before
+    # anything else. Not thread-safe, like any logger level; the upgrade runs once at start.
+    alembic_log = logging.getLogger("alembic")
+    level = alembic_log.level
+    alembic_log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        alembic_log.setLevel(level)

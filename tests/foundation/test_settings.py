@@ -180,3 +180,28 @@ def test_the_suite_runs_each_package_whole_on_one_worker(request: pytest.Fixture
     if "PYTEST_XDIST_WORKER" not in os.environ:
         pytest.skip("not running under pytest-xdist")
     assert request.node.nodeid.endswith("::test_the_suite_runs_each_package_whole_on_one_worker@foundation")
+
+
+def test_ci_job_slots_fit_the_memory_the_worker_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 slots of 4 GiB on a 24 GiB host would let jobs hold 32 GiB: slots are cut to what
+    fits in ``ci_memory_share`` of the memory, and the CPUs still bound them."""
+    from leasehold import settings as settings_module
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(settings_module, "usable_memory_bytes", lambda: 24 << 30)
+    assert Settings(ci_job_memory_bytes=4 << 30).ci_job_slots == 5
+    assert Settings(ci_job_memory_bytes=4 << 30, ci_memory_share=1.0).ci_job_slots == 6
+    assert Settings(ci_job_memory_bytes=256 << 20).ci_job_slots == 8
+    assert Settings(ci_job_memory_bytes=64 << 30).ci_job_slots == 1
+    assert Settings(ci_job_memory_bytes=64 << 30, ci_max_concurrent_jobs=3).ci_job_slots == 3
+    monkeypatch.setattr(settings_module, "usable_memory_bytes", lambda: None)
+    assert Settings(ci_job_memory_bytes=64 << 30).ci_job_slots == 8
+
+
+def test_usable_memory_is_the_hosts_or_less() -> None:
+    from leasehold.settings import usable_memory_bytes
+
+    with open("/proc/meminfo") as f:
+        total = int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) * 1024
+    found = usable_memory_bytes()
+    assert found is not None and 0 < found <= total

@@ -1,0 +1,315 @@
+"""8. The database fails over: the embedded stack (``leasehold up``) on a private PostgreSQL of
+its own (``initdb`` into a temp dir, its own loopback port), restarted (``pg_ctl restart -m
+fast``, every connection dropped) and then stopped for ``OUTAGE_SECONDS`` while clients submit
+videos, read statuses and CI runs are running.
+
+What must hold: every answer is a success, a client error, or a 503 with ``Retry-After``
+(never a 500 or another 5xx, never a dropped connection); every accepted video completes,
+once; every CI run succeeds, each job in one attempt (the outage spends none of the job's
+attempts) with its whole log and no gap.
+
+The outage lasts ``LEASEHOLD_CHAOS_DB_OUTAGE_SECONDS`` (default 12 s: the issue's 30 s made
+this test a minute longer in ``make test``; CI jobs start and end inside the outage either way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from leasehold.database import init_database
+from leasehold.records.api_keys import create_key
+from leasehold.temporal import connect
+from leasehold.testing.checker import History, Observation, check
+from leasehold.testing.postgres import PrivatePostgres
+from leasehold.testing.stack import (
+    MODEL,
+    SIZE,
+    EmbeddedStack,
+    observe_videos,
+    seeded,
+    start_embedded,
+    stop_embedded,
+    wait_until,
+)
+
+pytestmark = pytest.mark.chaos
+
+log = logging.getLogger("chaos")
+
+OUTAGE_SECONDS = float(os.environ.get("LEASEHOLD_CHAOS_DB_OUTAGE_SECONDS", "12"))
+RETRY_AFTER = 1
+METRICS_TOKEN = "chaos-metrics-token"
+VIDEOS = 10
+RUNS = 3
+BUILD_LINES = 16  # one line per 0.5 s: the first builds run into the outage, the last starts in it
+TEST_LINES = 4
+WEBHOOK_SECRET = "chaos-webhook-secret"
+CI_WORKFLOW = f"""
+on: push
+jobs:
+  build:
+    runs-on: linux
+    steps:
+      - run: for i in $(seq 1 {BUILD_LINES}); do echo "build $i"; sleep 0.5; done
+  test:
+    needs: build
+    runs-on: linux
+    steps:
+      - run: for i in $(seq 1 {TEST_LINES}); do echo "test $i"; sleep 0.5; done
+"""
+LINES = {"build": BUILD_LINES, "test": TEST_LINES}
+
+
+@dataclass
+class Answers:
+    """Every answer the clients got, by status; what must never happen, with its detail."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    statuses: Counter[int] = field(default_factory=Counter)
+    wrong: list[str] = field(default_factory=list)
+
+    def seen(self, response: httpx.Response) -> None:
+        request = response.request
+        status = response.status_code
+        with self.lock:
+            self.statuses[status] += 1
+        if status >= 500 and not (status == 503 and response.headers.get("retry-after")):
+            response.read()
+            with self.lock:
+                self.wrong.append(f"{request.method} {request.url.path}: {status} {response.text[:300]}")
+
+    def dropped(self, what: str, exc: Exception) -> None:
+        with self.lock:
+            self.wrong.append(f"{what}: {type(exc).__name__} {exc}")
+
+    def client(self, base_url: str, key: str) -> httpx.Client:
+        def hook(response: httpx.Response) -> None:
+            self.seen(response)
+
+        return httpx.Client(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+            event_hooks={"response": [hook]},
+        )
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GIT_AUTHOR_NAME": "c", "GIT_AUTHOR_EMAIL": "c@x"}
+    env.update({"GIT_COMMITTER_NAME": "c", "GIT_COMMITTER_EMAIL": "c@x"})
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def until_ok(http: httpx.Client, method: str, path: str, answers: Answers, within: float = 120, **kw: Any) -> Any:
+    """Ask until a 2xx (503 with Retry-After waited for, as a client would); its JSON."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            response = http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            answers.dropped(f"{method} {path}", exc)
+        else:
+            if response.is_success:
+                return response.json()
+            assert response.status_code in (503, 429), f"{method} {path}: {response.status_code} {response.text}"
+            time.sleep(float(response.headers.get("retry-after", "1")))
+        assert time.monotonic() < deadline, f"{method} {path} never answered"
+
+
+@pytest.fixture
+def stack_on_postgres(private_postgres: PrivatePostgres, tmp_path: Path) -> Iterator[EmbeddedStack]:
+    env = {
+        "LEASEHOLD_DATABASE_URL": private_postgres.url,
+        "LEASEHOLD_API_DATABASE_RETRY_AFTER_SECONDS": str(RETRY_AFTER),
+        "LEASEHOLD_METRICS_TOKEN": METRICS_TOKEN,
+    }
+    # The root is also the one local clone URLs must be below: the test keeps its repository here.
+    stack = start_embedded(tmp_path, env)
+    try:
+        yield stack
+    finally:
+        stop_embedded(stack)
+
+
+def submit_videos(http: httpx.Client, history: History, answers: Answers, keys: list[str], pace: float) -> None:
+    """Submit each key until acknowledged or refused (as ``VideoClient.submit``), ``pace`` apart."""
+    for key in keys:
+        body = {"prompt": f"chaos {key}", "model": MODEL, "seconds": "1", "size": SIZE, "steps": 20}
+        deadline = time.monotonic() + 120
+        while True:
+            history.invoke(key, "c1")
+            try:
+                response = http.post("/v1/videos", json=body, headers={"Idempotency-Key": key})
+            except httpx.HTTPError as exc:
+                answers.dropped("POST /v1/videos", exc)
+                history.info(key, "c1", type(exc).__name__)
+            else:
+                if response.status_code == 200:
+                    history.ok(key, "c1", str(response.json()["id"]))
+                    break
+                if 400 <= response.status_code < 500 and response.status_code not in (408, 429):
+                    history.fail(key, "c1", f"{response.status_code} {response.text[:200]}")
+                    break
+                # Nothing was written: the submit is asked again after the delay it was given.
+                history.info(key, "c1", str(response.status_code))
+                time.sleep(float(response.headers.get("retry-after", "0.5")))
+                continue
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        time.sleep(pace)
+
+
+def read_statuses(http: httpx.Client, answers: Answers, repo_id: str, stop: threading.Event) -> None:
+    """Status reads of videos and runs, as clients poll them, until ``stop``."""
+    while not stop.is_set():
+        for path in ("/v1/videos", f"/v1/runs?repo={repo_id}"):
+            try:
+                response = http.get(path)
+                if response.is_success and path == "/v1/videos":
+                    for video in response.json()["data"][:3]:
+                        http.get(f"/v1/videos/{video['id']}")
+                if response.is_success and path.startswith("/v1/runs"):
+                    for run in response.json()["data"][:2]:
+                        http.get(f"/v1/runs/{run['id']}")
+            except httpx.HTTPError as exc:
+                answers.dropped(f"GET {path}", exc)
+        stop.wait(0.25)
+
+
+def full_log(http: httpx.Client, answers: Answers, run_id: str, job_id: str) -> tuple[list[str], list[int]]:
+    """Every line of a job's final attempt's log and the gaps it records."""
+    lines: list[str] = []
+    gaps: list[int] = []
+    from_seq = 0
+    for _page in range(100):
+        page = until_ok(http, "GET", f"/v1/runs/{run_id}/jobs/{job_id}/logs", answers, params={"from_seq": from_seq})
+        for chunk in page["chunks"]:
+            lines.extend(chunk["text"].splitlines())
+        gaps.extend(page["gaps"])
+        if not page["has_more"]:
+            return lines, gaps
+        from_seq = page["next_seq"]
+    raise AssertionError("the log did not end")
+
+
+def api_500s(stack: EmbeddedStack) -> float:
+    text = httpx.get(f"{stack.api_url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("leasehold_api_requests_total{") and 'status="5' in line and 'status="503"' not in line:
+            total += float(line.split()[-1])
+    return total
+
+
+def test_a_database_failover_loses_nothing_and_answers_503_with_retry_after(
+    stack_on_postgres: EmbeddedStack, private_postgres: PrivatePostgres, chaos_seed: int, tmp_path: Path
+) -> None:
+    stack, database = stack_on_postgres, private_postgres
+    rng = seeded(chaos_seed, "database-failover")
+    answers = Answers()
+    history = History(tmp_path / "history.jsonl")
+    key = create_key(init_database(database.url), "t-failover", "chaos", "paid")
+    http = answers.client(stack.api_url, key)
+
+    # CI: a repository and RUNS pushes, listed before the database goes (a push's listing reads it).
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "ci.yml").write_text(CI_WORKFLOW)
+    created = until_ok(
+        http, "POST", "/v1/repos", answers,
+        json={"name": f"chaos/db{chaos_seed}", "clone_url": str(repo), "webhook_secret": WEBHOOK_SECRET},
+    )  # fmt: skip
+    repo_id = created["id"]
+    run_ids: list[str] = []
+    for n in range(RUNS):
+        (repo / "n.txt").write_text(str(n))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"c{n}")
+        sha = git(repo, "rev-parse", "HEAD")
+        body = {"repo_id": repo_id, "commit_sha": sha, "ref": "refs/heads/main"}
+        push = until_ok(http, "POST", "/v1/hooks/push", answers, json=body)
+        for _ in range(300):
+            runs = until_ok(http, "GET", f"/v1/pushes/{push['id']}", answers).get("runs") or []
+            if runs:
+                break
+            time.sleep(0.2)
+        assert runs, "the push created no run"
+        run_ids.extend(r["run_id"] for r in runs)
+
+    # Videos submitted across the whole fault; status reads all along.
+    keys = [f"failover-{chaos_seed}-{i}" for i in range(VIDEOS)]
+    pace = (OUTAGE_SECONDS + 8) / VIDEOS
+    submitter = threading.Thread(target=submit_videos, args=(http, history, answers, keys, pace), daemon=True)
+    stop_reading = threading.Event()
+    reader = threading.Thread(target=read_statuses, args=(http, answers, repo_id, stop_reading), daemon=True)
+    submitter.start()
+    reader.start()
+
+    time.sleep(rng.uniform(1.0, 3.0))
+    database.restart("fast")
+    log.warning("seed=%d: database restarted (fast); stopping it for %.0f s", chaos_seed, OUTAGE_SECONDS)
+    time.sleep(rng.uniform(0.5, 2.0))
+    database.stop("fast")
+    time.sleep(OUTAGE_SECONDS)
+    database.start()
+    log.warning("database back")
+
+    submitter.join(timeout=180)
+    assert not submitter.is_alive(), "the submits did not end"
+
+    def videos() -> list[dict[str, Any]]:
+        return until_ok(http, "GET", "/v1/videos", answers, params={"limit": 100, "order": "asc"})["data"]
+
+    def runs_done() -> bool:
+        found = [until_ok(http, "GET", f"/v1/runs/{r}", answers) for r in run_ids]
+        return all(r["status"] in ("success", "failure", "cancelled") for r in found)
+
+    wait_until(lambda: all(v["status"] in ("completed", "failed", "cancelled") for v in videos()), 120, "the videos")
+    wait_until(runs_done, 120, "the CI runs", 1.0)
+    stop_reading.set()
+    reader.join(timeout=60)
+
+    # No 5xx but 503 with Retry-After, to these clients or to anyone (the API's own count).
+    assert answers.wrong == [], "\n".join(answers.wrong[:20])
+    assert answers.statuses[503] > 0, f"no request met the outage: {answers.statuses}"
+    assert api_500s(stack) == 0
+    log.warning("answers during the failover: %s", dict(sorted(answers.statuses.items())))
+
+    # Every accepted video completed, once; nothing refused was started.
+    listed = videos()
+    observations, _ = asyncio.run(_observe(stack, listed))
+    report = check(history, observations)
+    assert report.ok, f"seed={chaos_seed}\n{report.summary()}"
+    assert len(history.acknowledged()) == VIDEOS, history.acknowledged()
+
+    # Every CI run succeeded; each job in one attempt, its whole log, no gap.
+    for run_id in run_ids:
+        run = until_ok(http, "GET", f"/v1/runs/{run_id}", answers)
+        assert run["status"] == "success", run
+        for job in run["jobs"]:
+            statuses = [a["status"] for a in job["attempts"]]
+            assert statuses == ["success"], f"seed={chaos_seed} {run_id} {job['id']}: attempts {statuses}"
+            lines, gaps = full_log(http, answers, run_id, job["id"])
+            printed = [line for line in lines if line.startswith(f"{job['id']} ")]
+            assert gaps == [], f"{run_id} {job['id']}: log gaps {gaps}"
+            assert printed == [f"{job['id']} {i}" for i in range(1, LINES[job["id"]] + 1)], lines
+
+
+async def _observe(stack: EmbeddedStack, listed: list[dict[str, Any]]) -> tuple[list[Observation], Any]:
+    return await observe_videos(await connect(stack.settings()), stack.store(), listed)
