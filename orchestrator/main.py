@@ -26,6 +26,7 @@ from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
+from leasehold.worker_versioning import deployment_config
 from orchestrator.lifecycle_schedules import ensure_lifecycle_schedules
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
 from workflows.ci.push import CIPushWorkflow
@@ -37,6 +38,7 @@ from workflows.lifecycle.ci_retention import CIRetentionWorkflow
 from workflows.lifecycle.video_expiry import VideoExpiryWorkflow
 from workflows.lifecycle.video_orphans import VideoOrphanSweepWorkflow
 from workflows.queues import orchestration_queue
+from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow
 
 log = logging.getLogger(__name__)
@@ -58,14 +60,17 @@ WORKFLOWS: list[type] = [
 def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     """The activities this worker hosts, built with their dependencies (constructor injection)."""
     db = init_database(settings.resolved_database_url)
-    video_lifecycle = VideoLifecycleActivities(open_store(settings), db)
-    ci_lifecycle = CILifecycleActivities(open_store(settings), db)
+    # Every activity here that uses the database waits out a failover this long, in place.
+    failover = settings.database_failover_seconds
+    video_lifecycle = VideoLifecycleActivities(open_store(settings), db, failover)
+    ci_lifecycle = CILifecycleActivities(open_store(settings), db, failover)
     video_webhooks = build_webhook_activities(settings, db)
+    ci_projection = CIProjectionActivities(db, failover)
     return [
         VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
-        VideoProjectionActivities(db).project_video_job,
-        CIProjectionActivities(db).project_ci_run,
-        CIProjectionActivities(db).project_ci_push,
+        VideoProjectionActivities(db, failover).project_video_job,
+        ci_projection.project_ci_run,
+        ci_projection.project_ci_push,
         video_lifecycle.expire_videos,
         video_lifecycle.sweep_video_orphans,
         ci_lifecycle.compact_ci_logs,
@@ -81,6 +86,10 @@ def build_worker(client: Client, settings: Settings) -> Worker:
         workflows=WORKFLOWS,
         activities=build_activities(settings),
         activity_executor=ThreadPoolExecutor(max_workers=16),
+        # Versioned: an execution runs on the build that started it (docs/versioning.md).
+        deployment_config=deployment_config(settings, BUILD_ID, routed=True),
+        # Bounds the worker's memory: open CI runs would otherwise fill the SDK's default 1000.
+        max_cached_workflows=settings.orchestration_max_cached_workflows,
         # The sandbox is a determinism guard the replay tests apply (see ``Settings``).
         workflow_runner=SandboxedWorkflowRunner() if settings.workflow_sandbox else UnsandboxedWorkflowRunner(),
     )

@@ -29,9 +29,16 @@ def video_queue(model: str, prefix: str = "", gpu_class: str | None = None) -> s
     return f"{prefix}video.{model}.{gpu_class}"
 
 
-def ci_queue(labels: list[str] | tuple[str, ...], prefix: str = "") -> str:
-    """A CI job's ``runs-on`` labels, order-insensitive, name its queue."""
-    return f"{prefix}ci." + "+".join(sorted(set(labels)))
+# The sandbox backend of tenants whose plan names none (``leasehold plans isolation``).
+DEFAULT_CI_ISOLATION = "bubblewrap"
+
+
+def ci_queue(labels: list[str] | tuple[str, ...], prefix: str = "", isolation: str = DEFAULT_CI_ISOLATION) -> str:
+    """A CI job's ``runs-on`` labels, order-insensitive, name its queue; a tenant whose plan
+    asks for another sandbox backend (gVisor) has its jobs on that backend's queue of the same
+    labels (``ci.linux@gvisor``), which only workers running that backend poll."""
+    base = f"{prefix}ci." + "+".join(sorted(set(labels)))
+    return base if isolation == DEFAULT_CI_ISOLATION else f"{base}@{isolation}"
 
 
 # Video jobs ----------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Record CI workflow histories for the replay test: ``python -m tests.ci_core.record_histories [DIR]``.
 
-Real runs on a real dev server, with the real orchestration worker and CI worker (bubblewrap)
-as processes: every history holds what those workers really wrote. Existing files are never
-overwritten: each is a record of what an earlier version of the workflows wrote, and the point
-is that a change which would break executions already running fails the replay test. New
-scenarios add files (delete one only on purpose).
+Real runs on a real dev server, with the real orchestration worker (versioned, as deployed) and
+CI worker (bubblewrap) as processes: every history holds what those workers really wrote. They
+go to ``histories/<BUILD_ID>/`` (``workflows/version.py``): the record of what this build's
+workflows issue, which the replay test holds the code to until the build id changes
+(``docs/versioning.md``). Existing files are never overwritten; a new scenario adds a file.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from workflows.ci.types.push import CIPushState
 from workflows.ci.types.reconcile import ReconcileInput
 from workflows.ci.types.run import ApprovalRequest, CIRunState, JobStatus, RunStatus
 from workflows.queues import orchestration_queue
+from workflows.version import BUILD_ID
 
 HISTORIES = Path(__file__).parent / "histories"
 WORKFLOW_PATH = ".github/workflows/ci.yml"
@@ -261,7 +262,8 @@ async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[t
 
     async def idle() -> bool:
         sem = await semaphore.query(CITenantSemaphoreWorkflow.state)
-        return not sem.holders and not sem.pending and sem.granted_total == 2
+        # One grant: the second job waited in the run's own queue and took the first one's slot.
+        return not sem.holders and not sem.pending and sem.granted_total == 1
 
     await until("semaphore: every slot released", idle)
     out["semaphore-two_jobs"] = semaphore
@@ -345,7 +347,7 @@ async def main(out: Path) -> None:
 
 if __name__ == "__main__":
     # Another directory (first argument) for a trial run that leaves the recorded files alone.
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES / BUILD_ID
     target.mkdir(parents=True, exist_ok=True)
     asyncio.run(main(target))
     logging.shutdown()

@@ -1,6 +1,7 @@
-"""Replay recorded CI workflow histories: a change that would break running pushes, runs, tenant
-semaphores or reconciler passes fails here. Record more with
-``python -m tests.ci_core.record_histories`` (it never overwrites a file)."""
+"""Replay the CI workflow histories recorded by this build: a change that would break running
+pushes, runs, tenant semaphores or reconciler passes fails here unless it comes with a new build
+id (``docs/versioning.md``). Record with ``python -m tests.ci_core.record_histories`` (it never
+overwrites a file)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from activities.ci.job import CIJobActivities
 from activities.ci.listing import CIListingActivities
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.reconcile import CIReconcileActivities
+from tests.history_builds import check_recorded_by_this_build, every_build, replayed, this_build
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
@@ -30,9 +32,13 @@ from workflows.ci.semaphore import CITenantSemaphoreWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 WORKFLOWS = [CIPushWorkflow, CIRunWorkflow, CITenantSemaphoreWorkflow, CIConcurrencyGroupWorkflow, CIReconcileWorkflow]
-RECORDED = sorted(HISTORIES.glob("*.json"))
+RECORDED = this_build(HISTORIES)
+REPLAYED = replayed(HISTORIES)
+# Those of earlier builds still draining too: their inputs must decode in today's types.
+DECODED = every_build(HISTORIES)
 # Activity names as histories hold them -> the activity that serves each today. A task scheduled
-# by older code may still be picked up by a worker running this code.
+# by an older build may still be picked up by a worker running this code (activity routing is
+# unversioned).
 ACTIVITIES: dict[str, Callable[..., Any]] = {
     "ci_run_job": CIJobActivities.run_job,
     "ci_list_workflows": CIListingActivities.list_workflows,
@@ -47,11 +53,15 @@ def load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(f"ci-{path.stem}", path.read_text())
 
 
+def test_the_histories_are_this_builds() -> None:
+    check_recorded_by_this_build(HISTORIES, load)
+
+
 def workflow_type(history: WorkflowHistory) -> str:
     return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+@pytest.mark.parametrize("path", REPLAYED, ids=[f"{p.parent.name}/{p.stem}" for p in REPLAYED])
 async def test_recorded_history_replays(path: Path) -> None:
     replayer = Replayer(
         workflows=WORKFLOWS,
@@ -98,7 +108,7 @@ def assert_decodes_keeping_every_value(payloads: Payloads, into: type, where: st
     assert not dropped, f"{where}: {into.__name__} dropped {sorted(map(repr, dropped))}"
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+@pytest.mark.parametrize("path", DECODED, ids=[f"{p.parent.name}/{p.stem}" for p in DECODED])
 def test_recorded_inputs_decode_into_todays_types(path: Path) -> None:
     """Replay decodes what a workflow receives, but not the inputs it sent to activities; both
     must survive a payload change, as must the workflow's own start input."""

@@ -1,29 +1,18 @@
-"""Record the dispatch paths' histories for the replay test: ``python -m tests.ci_dispatch.record_histories``.
+"""Record the dispatch paths' histories for the replay test: ``python -m tests.ci_dispatch.record_histories [DIR]``.
 
 A capped run (cap 2) of one independent job and a three-job chain: the run asks for the slots
-of a pass in one signal (``PATCH_BATCHED_SLOT_SIGNALS``), the tenant semaphore grants a round's
-slots in one task and one signal per run (``PATCH_BATCH_GRANTS``, ``PATCH_GRANTS_PER_RUN``) and
-the chain's next job takes over its predecessor's slot (``PATCH_SLOT_HANDOFF``), scheduled in
-the same task as the transfer (``PATCH_EAGER_HANDOFF``). Files written by earlier versions of
-this script stay as the records of those versions: ``run-capped_chain`` and
-``semaphore-chain_handoff`` (before the batched signals), ``run-capped_chain_batched`` and
-``semaphore-batched_signals`` (before the eager hand-off).
+of a pass in one ``acquire_many`` signal, the tenant semaphore grants a round's slots in one
+task and one ``slots_granted`` signal per run, each job's attempt is granted with its activity
+(no ``attempt_started`` Update; ``solo`` runs long enough to send ``attempt_running``), and the
+chain's next job takes over its predecessor's slot without telling the semaphore:
+``run-capped_chain`` and ``semaphore-capped_chain``. Then three independent jobs under a cap of
+one: the run asks for one slot, the other two wait in its own queue and take that slot in turn
+(no transfer): ``run-slot_queue`` and ``semaphore-slot_queue`` (the semaphore's whole history,
+both runs).
 
-Then a run of three independent jobs under a cap of one: the first job's slot goes on to the
-job rounds waiting for a grant (``PATCH_SPARE_TO_WAITING``: two transfers, one grant), its
-read-model writes paced (``PATCH_PACED_SNAPSHOTS``): ``run-spare_to_waiting`` and
-``semaphore-spare_to_waiting`` (the semaphore's whole history, both runs).
-
-Since ``PATCH_PREGRANTED_ATTEMPTS`` and ``PATCH_SILENT_HANDOFF``, the chain records as
-``run-capped_chain_silent`` and ``semaphore-silent_handoff``: each job's attempt granted with its
-activity (no ``attempt_started`` Update; ``solo`` runs long enough to send ``attempt_running``),
-and the chain's slot handed on without a ``transfer`` signal. Since ``PATCH_RUN_SLOT_QUEUE``,
-the three jobs under a cap of one record as ``run-slot_queue`` and ``semaphore-slot_queue``: the
-run asks for one slot, the other two wait in its own queue and take that slot in turn (no
-transfer).
-
-Real processes (orchestration and CI worker with bubblewrap) on a fresh dev server. Existing
-files are never overwritten (see ``tests/ci_core/record_histories.py``).
+Real processes (orchestration and CI worker with bubblewrap) on a fresh dev server, written to
+``histories/<BUILD_ID>/``; existing files are never overwritten (see
+``tests/ci_core/record_histories.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +29,7 @@ from tests.ci_core.conftest import engine_stack
 from tests.ci_core.record_histories import TENANT, WORKFLOW_PATH, push, run_handle, until
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.run import RunStatus
+from workflows.version import BUILD_ID
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -109,7 +99,7 @@ async def main(out: Path) -> None:
                 return not sem.holders and not sem.pending and sem.granted_total == 2
 
             await until("semaphore: chain handed over, every slot released", idle)
-            for name, handle in (("run-capped_chain_silent", run), ("semaphore-silent_handoff", semaphore)):
+            for name, handle in (("run-capped_chain", run), ("semaphore-capped_chain", semaphore)):
                 await keep(out, name, handle)
             granted = (await semaphore.query(CITenantSemaphoreWorkflow.state)).granted_total
 
@@ -131,7 +121,7 @@ async def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES / BUILD_ID
     target.mkdir(parents=True, exist_ok=True)
     asyncio.run(main(target))
     logging.shutdown()

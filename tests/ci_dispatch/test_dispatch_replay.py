@@ -1,10 +1,10 @@
-"""Replay the recorded histories of the dispatch paths (batched grants, a chain's slot hand-off):
-a change to the run or the semaphore that would break such executions fails here. Record with
+"""Replay this build's recorded histories of the dispatch paths (batched grants, a chain's slot
+hand-off, the run's own slot queue): a change to the run or the semaphore that would break such
+executions fails here unless it comes with a new build id (``docs/versioning.md``). Record with
 ``python -m tests.ci_dispatch.record_histories`` (it never overwrites a file)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,37 +13,14 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tests.ci_core.test_ci_replay import WORKFLOWS, load
-from workflows.ci.run import (
-    PATCH_BATCHED_SLOT_SIGNALS,
-    PATCH_EAGER_HANDOFF,
-    PATCH_PACED_SNAPSHOTS,
-    PATCH_PREGRANTED_ATTEMPTS,
-    PATCH_RUN_SLOT_QUEUE,
-    PATCH_SILENT_HANDOFF,
-    PATCH_SLOT_HANDOFF,
-    PATCH_SPARE_TO_WAITING,
-)
-from workflows.ci.semaphore import (
-    PATCH_BATCH_GRANTS,
-    PATCH_GRANTS_PER_RUN,
-    SIGNAL_ACQUIRE_MANY,
-    SIGNAL_GRANTED_MANY,
-    SIGNAL_RELEASE,
-    SIGNAL_TRANSFER,
-)
-from workflows.ci.types.job import ACTIVITY_RUN_JOB, SIGNAL_ATTEMPT_RUNNING
+from tests.history_builds import check_recorded_by_this_build, replayed, this_build
+from workflows.ci.semaphore import SIGNAL_ACQUIRE_MANY, SIGNAL_GRANTED_MANY, SIGNAL_RELEASE, SIGNAL_TRANSFER
+from workflows.ci.types.job import SIGNAL_ATTEMPT_RUNNING
+from workflows.version import BUILD_ID
 
 HISTORIES = Path(__file__).parent / "histories"
-RECORDED = sorted(HISTORIES.glob("*.json"))
-
-
-def patches(path: Path) -> set[str]:
-    found = set()
-    for e in load(path).events:
-        if e.HasField("marker_recorded_event_attributes"):
-            for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads:
-                found.add(json.loads(payload.data)["id"])
-    return found
+RECORDED = this_build(HISTORIES)
+REPLAYED = replayed(HISTORIES)
 
 
 def signals(path: Path) -> list[str]:
@@ -62,78 +39,40 @@ def sent(path: Path) -> list[str]:
     ]
 
 
-def test_the_recordings_exercise_the_new_paths() -> None:
+def test_the_histories_are_this_builds() -> None:
+    check_recorded_by_this_build(HISTORIES, load)
+
+
+def test_the_recordings_exercise_the_dispatch_paths() -> None:
+    here = HISTORIES / BUILD_ID
     assert {p.stem for p in RECORDED} == {
         "run-capped_chain",
-        "semaphore-chain_handoff",
-        "run-capped_chain_batched",
-        "semaphore-batched_signals",
-        "run-capped_chain_eager",
-        "semaphore-eager_handoff",
-        "run-spare_to_waiting",
-        "semaphore-spare_to_waiting",
-        "run-capped_chain_silent",
-        "semaphore-silent_handoff",
+        "semaphore-capped_chain",
         "run-slot_queue",
         "semaphore-slot_queue",
     }
-    # Before the batched signals: hand-off and batched grants, one grant signal per key.
-    assert PATCH_SLOT_HANDOFF in patches(HISTORIES / "run-capped_chain.json")
-    assert PATCH_BATCHED_SLOT_SIGNALS not in patches(HISTORIES / "run-capped_chain.json")
-    assert PATCH_BATCH_GRANTS in patches(HISTORIES / "semaphore-chain_handoff.json")
-    assert signals(HISTORIES / "semaphore-chain_handoff.json").count(SIGNAL_TRANSFER) == 2
-    # With them: one acquire for the first pass's two jobs, one grant signal for both.
-    run = HISTORIES / "run-capped_chain_batched.json"
-    assert {PATCH_SLOT_HANDOFF, PATCH_BATCHED_SLOT_SIGNALS} <= patches(run)
-    assert sent(run).count(SIGNAL_ACQUIRE_MANY) == 1 and sent(run).count(SIGNAL_TRANSFER) == 2, sent(run)
-    assert signals(run).count(SIGNAL_GRANTED_MANY) == 1, signals(run)
-    assert PATCH_EAGER_HANDOFF not in patches(run)
-    semaphore = HISTORIES / "semaphore-batched_signals.json"
-    assert {PATCH_BATCH_GRANTS, PATCH_GRANTS_PER_RUN} <= patches(semaphore)
-    # The eager hand-off: each transfer sent in the task that schedules the next job.
-    eager = HISTORIES / "run-capped_chain_eager.json"
-    assert {PATCH_SLOT_HANDOFF, PATCH_BATCHED_SLOT_SIGNALS, PATCH_EAGER_HANDOFF} <= patches(eager)
-    assert sent(eager).count(SIGNAL_TRANSFER) == 2, sent(eager)
-    events = load(eager).events
-    transfer_tasks = {
-        e.signal_external_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id
-        for e in events
-        if e.HasField("signal_external_workflow_execution_initiated_event_attributes")
-        and e.signal_external_workflow_execution_initiated_event_attributes.signal_name == SIGNAL_TRANSFER
-    }
-    job_tasks = {
-        e.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
-        for e in events
-        if e.HasField("activity_task_scheduled_event_attributes")
-        and e.activity_task_scheduled_event_attributes.activity_type.name == ACTIVITY_RUN_JOB
-    }
-    assert transfer_tasks <= job_tasks, (transfer_tasks, job_tasks)
-    assert signals(HISTORIES / "semaphore-eager_handoff.json").count(SIGNAL_TRANSFER) == 2
-    # Three jobs under a cap of one: one grant, then the slot handed on to the two that waited;
-    # the read-model writes paced.
-    spare = HISTORIES / "run-spare_to_waiting.json"
-    assert {PATCH_SPARE_TO_WAITING, PATCH_PACED_SNAPSHOTS} <= patches(spare)
-    assert sent(spare).count(SIGNAL_ACQUIRE_MANY) == 1 and sent(spare).count(SIGNAL_TRANSFER) == 2, sent(spare)
-    assert signals(spare).count(SIGNAL_GRANTED_MANY) == 1, signals(spare)
-    assert signals(HISTORIES / "semaphore-spare_to_waiting.json").count(SIGNAL_TRANSFER) == 2 + 2
-    # Attempts granted with their activities (no Update; the long job reported its start), and
+    # A capped chain: one acquire for the first pass's two jobs and one grant signal for both;
+    # attempts granted with their activities (no Update; the long job reported its start), and
     # the chain's slot handed on with no signal: the run sends its one acquire and two releases.
-    silent = HISTORIES / "run-capped_chain_silent.json"
-    assert {PATCH_PREGRANTED_ATTEMPTS, PATCH_SILENT_HANDOFF, PATCH_SLOT_HANDOFF} <= patches(silent)
-    assert not [e for e in load(silent).events if e.HasField("workflow_execution_update_accepted_event_attributes")]
-    assert signals(silent).count(SIGNAL_ATTEMPT_RUNNING) == 1, signals(silent)
-    assert sorted(sent(silent)) == [SIGNAL_ACQUIRE_MANY, SIGNAL_RELEASE, SIGNAL_RELEASE], sent(silent)
-    assert SIGNAL_TRANSFER not in signals(HISTORIES / "semaphore-silent_handoff.json")
+    # ``solo`` runs past the attempt's notice, so it reports its start.
+    chain = here / "run-capped_chain.json"
+    assert signals(chain).count(SIGNAL_GRANTED_MANY) == 1, signals(chain)
+    assert not [e for e in load(chain).events if e.HasField("workflow_execution_update_accepted_event_attributes")]
+    # (How many others outlast the notice depends on the machine's load when recorded.)
+    assert signals(chain).count(SIGNAL_ATTEMPT_RUNNING) >= 1, signals(chain)
+    assert sorted(sent(chain)) == [SIGNAL_ACQUIRE_MANY, SIGNAL_RELEASE, SIGNAL_RELEASE], sent(chain)
+    assert SIGNAL_TRANSFER not in signals(here / "semaphore-capped_chain.json")
     # Three jobs under a cap of one, with the run's own slot queue: one request, one grant, the
     # slot taken in turn by the two that waited in the run, one release; no transfer.
-    queue = HISTORIES / "run-slot_queue.json"
-    assert {PATCH_RUN_SLOT_QUEUE, PATCH_SLOT_HANDOFF, PATCH_PREGRANTED_ATTEMPTS} <= patches(queue)
+    queue = here / "run-slot_queue.json"
     assert sent(queue) == [SIGNAL_ACQUIRE_MANY, SIGNAL_RELEASE], sent(queue)
-    assert signals(queue) == [SIGNAL_GRANTED_MANY], signals(queue)
-    assert SIGNAL_TRANSFER not in signals(HISTORIES / "semaphore-slot_queue.json")
+    assert [s for s in signals(queue) if s != SIGNAL_ATTEMPT_RUNNING] == [SIGNAL_GRANTED_MANY], signals(queue)
+    assert SIGNAL_TRANSFER not in signals(here / "semaphore-slot_queue.json")
+    # No version branches left: nothing records a patch marker.
+    assert not [p.name for p in RECORDED for e in load(p).events if e.HasField("marker_recorded_event_attributes")]
 
 
-@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+@pytest.mark.parametrize("path", REPLAYED, ids=[f"{p.parent.name}/{p.stem}" for p in REPLAYED])
 async def test_recorded_dispatch_history_replays(path: Path) -> None:
     replayer = Replayer(
         workflows=WORKFLOWS,

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import av
 import httpx
@@ -124,6 +125,12 @@ def store_of(settings: Settings) -> LocalObjectStore:
 
 def job_keys(settings: Settings, job_id: str) -> list[str]:
     return store_of(settings).list(job_object_prefix(job_id) + "/")
+
+
+def result_keys_of(state: Any) -> list[str]:
+    """The objects a completed job keeps: its video, thumbnail and spritesheet."""
+    result = state.result
+    return sorted(k for k in (result.video_key, result.thumbnail_key, result.spritesheet_key) if k)
 
 
 def probe_mp4(data: bytes) -> tuple[str, int, int, int]:

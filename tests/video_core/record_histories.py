@@ -1,14 +1,16 @@
-"""Record VideoJobWorkflow histories for the replay test: ``python -m tests.video_core.record_histories``.
+"""Record VideoJobWorkflow histories for the replay test: ``python -m tests.video_core.record_histories [DIR]``.
 
-Existing files are never overwritten: each is a record of what an earlier version of the
-workflow wrote, and the point is that a change which would break executions already running
-fails the replay test. New scenarios add files (delete one only on purpose).
+A completed job (its worker signals the start), a failed one and a cancelled one, each writing
+its read-model row and delivering its webhooks, recorded by workers that run as this build's
+deployment version, into ``histories/<BUILD_ID>/`` (``docs/versioning.md``). Existing files are
+never overwritten; a new scenario adds a file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,18 +28,20 @@ from leasehold.database import init_database
 from leasehold.devserver import find_temporal_binary
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
+from leasehold.worker_versioning import deployment_config, promote
 from tests.video_core.jobs import request, start_job
 from worker_gpu.encoding import H264Encoder
 from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.models.procedural import ProceduralVideoModel
 from workflows import search_attributes
 from workflows.queues import orchestration_queue, video_queue
+from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 
 
-async def record(client: Client, settings: Settings, store: LocalObjectStore) -> None:
+async def record(client: Client, settings: Settings, store: LocalObjectStore, out: Path) -> None:
     model = ProceduralVideoModel(device="cpu", threads=1)
     model.load()
     announcer = StartedAnnouncer()
@@ -53,14 +57,17 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
         workflows=[VideoJobWorkflow],
         activities=[housekeeping.delete_video_objects, projection.project_video_job, webhooks.deliver_video_event],
         activity_executor=pool,
+        deployment_config=deployment_config(settings, BUILD_ID, routed=True),
     )
     gpu = Worker(
         client,
         task_queue=video_queue("procedural-v1", settings.queue_prefix),
         activities=[generation.generate_video],
         activity_executor=pool,
+        deployment_config=deployment_config(settings, BUILD_ID, routed=False),
     )
     async with orchestration, gpu:
+        await promote(client, deployment_config(settings, BUILD_ID, routed=True).version, "record")
         completed = await start_job(client, settings, request(steps=4, seconds=1))
         await completed.result()
         failed = await start_job(client, settings, request(width=100, height=100))
@@ -70,27 +77,13 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore) ->
         await cancelled.cancel()
         with contextlib.suppress(WorkflowFailureError):
             await cancelled.result()
-        # Since generation_started: a completed job whose worker signalled the start.
-        signalled = await start_job(client, settings, request(steps=4, seconds=1))
-        await signalled.result()
-        # Since the read model (patch ``video-read-model``): every outcome writes its row. The
-        # histories of earlier versions keep their names; these are new files beside them.
-        recorded = (
-            ("completed_read_model", signalled),
-            ("failed_read_model", failed),
-            ("cancelled_read_model", cancelled),
-            # Since completion webhooks (patch ``video-webhooks``): the delivery after the row.
-            ("completed_webhooks", signalled),
-            ("failed_webhooks", failed),
-            ("cancelled_webhooks", cancelled),
-        )
-        for name, handle in recorded:
-            path = HISTORIES / f"{name}.json"
+        for name, handle in (("completed", completed), ("failed", failed), ("cancelled", cancelled)):
+            path = out / f"{name}.json"
             if not path.exists():
                 path.write_text((await handle.fetch_history()).to_json())
 
 
-async def main() -> None:
+async def main(out: Path) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=find_temporal_binary(),
         search_attributes=search_attributes.ALL,
@@ -101,8 +94,11 @@ async def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             settings = Settings(data_dir=Path(tmp), queue_prefix="record.")
             store = LocalObjectStore(Path(tmp) / "objects", b"record", "http://127.0.0.1:1")
-            await record(env.client, settings, store)
+            await record(env.client, settings, store, out)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # Another directory (first argument) for a trial run that leaves the recorded files alone.
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HISTORIES / BUILD_ID
+    target.mkdir(parents=True, exist_ok=True)
+    asyncio.run(main(target))

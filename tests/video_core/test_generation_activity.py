@@ -89,6 +89,7 @@ def test_heartbeats_checkpoints_after_upload_and_keeps_two(model: ProceduralVide
     assert [step for step, _ in checkpoint_steps(store)] == [6, 7]
     assert result.video_key == f"{PREFIX}/attempt-1/video.mp4"
     assert result.thumbnail_key == f"{PREFIX}/attempt-1/thumbnail.webp"
+    assert result.spritesheet_key == f"{PREFIX}/attempt-1/spritesheet.jpg"
     assert (result.frames, result.width, result.height, result.resumed_from_step) == (8, 180, 320, 0)
 
 

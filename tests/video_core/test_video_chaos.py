@@ -24,6 +24,7 @@ from tests.video_core.jobs import (
     metric,
     pending_progress,
     request,
+    result_keys_of,
     start_gpu,
     start_job,
     start_orchestration,
@@ -72,7 +73,7 @@ async def test_kill9_mid_job_resumes_from_checkpoint_with_identical_bytes(
         # It resumed from a checkpoint at least as new as the one known when the worker died.
         assert state.result.resumed_from_step >= at_kill.checkpoint_step > 0
         assert store_of(settings).get(state.result.video_key) == reference
-        assert job_keys(settings, state.job_id) == sorted([state.result.video_key, state.result.thumbnail_key])
+        assert job_keys(settings, state.job_id) == result_keys_of(state)
     finally:
         for proc in (second, first, orchestration):
             if proc is not None:
@@ -143,7 +144,7 @@ async def test_stopped_worker_past_heartbeat_timeout_changes_nothing_and_stops(
         assert "/attempt-1/" not in state.result.video_key
         assert store_of(settings).get(state.result.video_key) == reference
         # Nothing of the stale attempt survives, and it did no more work after it stopped.
-        assert job_keys(settings, state.job_id) == sorted([state.result.video_key, state.result.thumbnail_key])
+        assert job_keys(settings, state.job_id) == result_keys_of(state)
         assert metric(stale, "leasehold_gpu_steps_total") == steps
         assert stale.alive()
     finally:

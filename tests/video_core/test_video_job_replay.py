@@ -1,53 +1,70 @@
-"""Replay recorded VideoJobWorkflow histories: a change that would break running jobs fails here."""
+"""Replay the VideoJobWorkflow histories recorded by this build: a change that would break
+running jobs fails here unless it comes with a new build id (``docs/versioning.md``). Record
+with ``python -m tests.video_core.record_histories`` (it never overwrites a file)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.video.definitions import DELIVER_VIDEO_EVENT, PROJECT_VIDEO_JOB
+from tests.history_builds import check_recorded_by_this_build, replayed
+from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
+OUTCOMES = ["completed", "failed", "cancelled"]
+REPLAYED = replayed(HISTORIES)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "completed",
-        "failed",
-        "cancelled",
-        "completed_signalled",
-        # Since the read model (patch ``video-read-model``).
-        "completed_read_model",
-        "failed_read_model",
-        "cancelled_read_model",
-    ],
-)
-async def test_recorded_history_replays(name: str) -> None:
-    history = WorkflowHistory.from_json(f"video-{name}", (HISTORIES / f"{name}.json").read_text())
-    replayer = Replayer(workflows=[VideoJobWorkflow], data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None
+def load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(f"video-{path.stem}", path.read_text())
 
 
-def test_signalled_history_holds_the_start_signal() -> None:
-    history = (HISTORIES / "completed_signalled.json").read_text()
-    assert "generation_started" in history
+def recorded(name: str) -> WorkflowHistory:
+    """This build's recording of the outcome ``name``."""
+    return load(HISTORIES / BUILD_ID / f"{name}.json")
 
 
-@pytest.mark.parametrize("name", ["completed_read_model", "failed_read_model", "cancelled_read_model"])
-def test_read_model_histories_write_the_outcome_last(name: str) -> None:
-    """The last activity of every outcome is the read model's write (the flush before closing)."""
-    events = json.loads((HISTORIES / f"{name}.json").read_text())["events"]
-    scheduled = [
-        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
-        for e in events
-        if "activityTaskScheduledEventAttributes" in e
+def test_the_histories_are_this_builds() -> None:
+    check_recorded_by_this_build(HISTORIES, load)
+    assert sorted(p.stem for p in (HISTORIES / BUILD_ID).glob("*.json")) == sorted(OUTCOMES)
+
+
+@pytest.mark.parametrize("path", REPLAYED, ids=[f"{p.parent.name}/{p.stem}" for p in REPLAYED])
+async def test_recorded_history_replays(path: Path) -> None:
+    replayer = Replayer(
+        workflows=[VideoJobWorkflow],
+        data_converter=pydantic_data_converter,
+        # Inside the SDK's sandbox: the determinism guard production runs without.
+        workflow_runner=SandboxedWorkflowRunner(),
+    )
+    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+def test_the_completed_history_holds_the_start_signal() -> None:
+    signals = [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in recorded("completed").events
+        if e.HasField("workflow_execution_signaled_event_attributes")
     ]
-    assert scheduled[-1] == "project_video_job", scheduled
-    assert scheduled.count("project_video_job") >= 2, scheduled
+    assert signals == ["generation_started"], signals
+
+
+@pytest.mark.parametrize("name", OUTCOMES)
+def test_every_outcome_is_written_then_delivered(name: str) -> None:
+    """The last write is the read model's (the flush before closing), and only then are the
+    owner's webhooks told: the outcome is in the row before anyone hears of it."""
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in recorded(name).events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled[-2:] == [PROJECT_VIDEO_JOB, DELIVER_VIDEO_EVENT], scheduled
+    assert scheduled.count(PROJECT_VIDEO_JOB) >= 2, scheduled

@@ -36,11 +36,6 @@ MAX_HISTORY_EVENTS = 2000
 IDLE_EXIT = timedelta(hours=1)
 # Longest group name kept (GitHub's own limit is 400 characters).
 MAX_GROUP_CHARS = 400
-# Groups that run this change grant a pending member of a free group before they take a new
-# request. Signals are applied before the run method's first step, so a request delivered in
-# the group's first workflow task found the member it was started with still pending (the group
-# free) and superseded it; older histories replay that way.
-PATCH_GRANT_BEFORE_ACQUIRE = "ci-group-grant-before-acquire"
 
 
 def group_workflow_id(tenant_id: str, group: str) -> str:
@@ -52,6 +47,9 @@ def _same(a: GroupRequest | None, holder: str, key: str) -> bool:
     return a is not None and a.holder == holder and a.key == key
 
 
+# Pinned (the orchestration worker's default) between rollovers, like the tenant semaphore:
+# each continue-as-new starts on the deployment's current build, and a new current build makes
+# it roll over at its next task.
 @workflow.defn
 class CIConcurrencyGroupWorkflow:
     """See the module docstring."""
@@ -81,10 +79,11 @@ class CIConcurrencyGroupWorkflow:
     @workflow.signal(name=SIGNAL_GROUP_ACQUIRE)
     def acquire(self, req: GroupRequest) -> None:
         st = self._state
-        if st.running is None and st.pending is not None and workflow.patched(PATCH_GRANT_BEFORE_ACQUIRE):
-            # A free group with a waiter is a waiter not granted yet (the run loop has not had
-            # its turn): it came first, so it runs, and this request waits behind it.
-            self._grant_pending()
+        # A free group with a waiter is a waiter not granted yet: signals are applied before the
+        # run method's first step, so a request delivered in the group's first task finds the
+        # member the group was started with still pending. It came first, so it runs, and this
+        # request waits behind it.
+        self._grant_pending()
         if _same(st.running, req.holder, req.key):
             # A repeated request (a signal delivered again): tell it again.
             self._tell(req, GroupOutcome.GRANTED)
@@ -107,15 +106,25 @@ class CIConcurrencyGroupWorkflow:
 
     @workflow.run
     async def run(self, state: GroupState) -> None:
+        started = True
         while True:
             self._dirty = False
             self._grant_pending()
             while self._notify:
                 await self._send(*self._notify.pop(0))
             info = workflow.info()
-            if info.get_current_history_length() > MAX_HISTORY_EVENTS or info.is_continue_as_new_suggested():
+            if (
+                info.get_current_history_length() > MAX_HISTORY_EVENTS
+                or info.is_continue_as_new_suggested()
+                # A new build is current: move onto it (the running and pending members carry
+                # over); not in a run's first round, as in the tenant semaphore.
+                or (not started and info.is_target_worker_deployment_version_changed())
+            ):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._state)
+                workflow.continue_as_new(
+                    self._state, initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+                )
+            started = False
             if self._dirty:
                 continue
             try:

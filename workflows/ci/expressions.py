@@ -6,7 +6,8 @@ the parser validates every expression at parse time.
 
 Supported: literals (``'str'`` with ``''`` escapes, numbers, ``true``/``false``/``null``),
 contexts (``github``, ``env``, ``needs``, ``steps``, ``job``, ``runner``, ``secrets``), property access
-(``a.b`` and ``a['b']``), ``!``, ``< <= > >= == !=`` (GitHub's loose equality; strings compare
+(``a.b`` and ``a['b']``), object filters (``labels.*.name``, ``a[*]``: every element or value,
+then each one's property), ``!``, ``< <= > >= == !=`` (GitHub's loose equality; strings compare
 case-insensitively), ``&&``, ``||``, parentheses, the status functions ``success()``,
 ``failure()``, ``always()``, ``cancelled()``, ``contains``/``startsWith``/``endsWith``,
 ``format``, ``join``, ``toJSON``, ``fromJSON``, and ``hashFiles`` in steps (the worker supplies it).
@@ -43,7 +44,7 @@ _TOKEN = re.compile(
     r"""\s*(?:
         (?P<num>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|0x[0-9a-fA-F]+)
       | (?P<str>'(?:[^']|'')*')
-      | (?P<op>&&|\|\||==|!=|<=|>=|<|>|!|\(|\)|\[|\]|\.|,)
+      | (?P<op>&&|\|\||==|!=|<=|>=|<|>|!|\(|\)|\[|\]|\.|,|\*)
       | (?P<ident>[A-Za-z_][A-Za-z0-9_-]*)
     )""",
     re.VERBOSE,
@@ -61,8 +62,8 @@ class StatusFunctions:
     hash_files: Callable[[list[str]], str] | None = None
 
 
-# AST nodes are tuples: ("lit", v) ("ctx", name) ("prop", node, key_node) ("not", n)
-# ("and", a, b) ("or", a, b) ("cmp", op, a, b) ("call", name, [args]).
+# AST nodes are tuples: ("lit", v) ("ctx", name) ("prop", node, key_node) ("filter", node)
+# ("not", n) ("and", a, b) ("or", a, b) ("cmp", op, a, b) ("call", name, [args]).
 Node = tuple[Any, ...]
 
 
@@ -180,11 +181,19 @@ class _Parser:
             if tok == ("op", "."):
                 self.take()
                 kind, value = self.take()
+                if (kind, value) == ("op", "*"):
+                    node = ("filter", node)
+                    continue
                 if kind != "ident":
                     raise ExpressionError(f"expected a property name after '.' in {self.text.strip()!r}")
                 node = ("prop", node, ("lit", value))
             elif tok == ("op", "["):
                 self.take()
+                if self.peek() == ("op", "*"):
+                    self.take()
+                    self.take("]")
+                    node = ("filter", node)
+                    continue
                 key = self.or_()
                 self.take("]")
                 node = ("prop", node, key)
@@ -331,6 +340,40 @@ def to_text(value: Any) -> str:
     return str(value)
 
 
+class FilteredList(list):  # type: ignore[type-arg]
+    """What an object filter (``.*``) yields: an array whose property access applies to each
+    element, keeping the elements that have it (``labels.*.name`` is every label's name)."""
+
+
+def _elements(value: Any) -> list[Any]:
+    """What ``.*`` takes from a value: an array's items, an object's values, else nothing."""
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return list(value.values())
+    return []
+
+
+_MISSING = object()
+
+
+def _property(base: Any, key: Any) -> Any:
+    """``base[key]``, or ``_MISSING``."""
+    if isinstance(base, dict):
+        if key in base:
+            return base[key]
+        # Property names are case-insensitive in GitHub expressions.
+        lowered = str(key).lower()
+        for k, v in base.items():
+            if str(k).lower() == lowered:
+                return v
+        return _MISSING
+    if isinstance(base, list):
+        idx = _to_number(key)
+        return base[int(idx)] if not math.isnan(idx) and 0 <= int(idx) < len(base) else _MISSING
+    return _MISSING
+
+
 def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> Any:
     kind = node[0]
     if kind == "lit":
@@ -340,22 +383,20 @@ def evaluate(node: Node, context: dict[str, Any], status: StatusFunctions) -> An
         if name not in context:
             raise ExpressionError(f"unknown context {name!r}")
         return context[name]
+    if kind == "filter":
+        base = evaluate(node[1], context, status)
+        if isinstance(base, FilteredList):
+            # A filter of a filter flattens one level: ``a.*.*`` is every grandchild.
+            return FilteredList(item for element in base for item in _elements(element))
+        return FilteredList(_elements(base))
     if kind == "prop":
         base = evaluate(node[1], context, status)
         key = evaluate(node[2], context, status)
-        if isinstance(base, dict):
-            if key in base:
-                return base[key]
-            # Property names are case-insensitive in GitHub expressions.
-            lowered = str(key).lower()
-            for k, v in base.items():
-                if str(k).lower() == lowered:
-                    return v
-            return None
-        if isinstance(base, list):
-            idx = _to_number(key)
-            return base[int(idx)] if not math.isnan(idx) and 0 <= int(idx) < len(base) else None
-        return None
+        if isinstance(base, FilteredList):
+            found = (_property(element, key) for element in base)
+            return FilteredList(v for v in found if v is not _MISSING)
+        value = _property(base, key)
+        return None if value is _MISSING else value
     if kind == "not":
         return not truthy(evaluate(node[1], context, status))
     if kind == "and":

@@ -19,7 +19,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.ci.expressions import StatusFunctions, evaluate, find_interpolations, interpolate, parse, to_text, truthy
+from workflows.ci.expressions import (
+    ExpressionError,
+    StatusFunctions,
+    evaluate,
+    find_interpolations,
+    interpolate,
+    parse,
+    to_text,
+    truthy,
+)
 from workflows.ci.types.spec import StrategySpec
 
 # Most combinations one run may create across its matrix jobs (GitHub's per-matrix limit; it
@@ -104,6 +113,19 @@ def evaluate_value(text: str, context: dict[str, Any]) -> Any:
     if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(stripped):
         return evaluate(parse(spans[0][2]), context, StatusFunctions())
     return interpolate(text, context) if "${{" in text else text
+
+
+def evaluate_minutes(text: str, context: dict[str, Any], cap: float) -> float:
+    """A ``timeout-minutes`` written as ``${{ }}`` (a job's or a step's), capped at ``cap``;
+    ``ExpressionError`` when it is no positive number."""
+    minutes = evaluate_value(text, dict(context))
+    try:
+        number = float(minutes)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number > 0:
+        raise ExpressionError(f"timeout-minutes evaluated to {minutes!r}, not a positive number")
+    return min(number, cap)
 
 
 def _deep(value: Any, context: dict[str, Any]) -> Any:

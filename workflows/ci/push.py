@@ -42,11 +42,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.snapshots import SnapshotWriter
 
-# Pushes started after this change write their state to the read model (``ci_pushes``) when
-# they start and when they end; older histories replay without those activities.
-PATCH_READ_MODEL = "ci-read-model"
 
-
+# Pinned (the orchestration worker's default): a push lists and starts its runs in seconds.
 @workflow.defn
 class CIPushWorkflow:
     """Lists the workflow files at the pushed commit and starts their runs."""
@@ -59,7 +56,6 @@ class CIPushWorkflow:
         self._snapshots = SnapshotWriter(
             self._write_snapshot, f"push {self._state.push_id}", lambda: current_snapshot_version(workflow.info())
         )
-        self._projecting = False
 
     @workflow.query
     def state(self) -> CIPushState:
@@ -67,10 +63,8 @@ class CIPushWorkflow:
 
     @workflow.run
     async def run(self, inp: CIPushInput) -> CIPushState:
-        self._projecting = workflow.patched(PATCH_READ_MODEL)
-        if self._projecting:
-            # "listing" at once: a redelivery after a failed listing must not read "failed" for long.
-            self._snapshots.start()
+        # "listing" at once: a redelivery after a failed listing must not read "failed" for long.
+        self._snapshots.start()
         try:
             listing = await workflow.execute_activity_method(
                 CIListingDefinition.list_workflows,
@@ -177,6 +171,5 @@ class CIPushWorkflow:
 
     async def _close_snapshots(self) -> None:
         """Both ways out (runs started, or listing failed) leave the final state in the read model."""
-        if self._projecting:
-            self._snapshots.changed()
-            await self._snapshots.flush()
+        self._snapshots.changed()
+        await self._snapshots.flush()

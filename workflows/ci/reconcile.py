@@ -41,6 +41,8 @@ A = TypeVar("A")
 R = TypeVar("R")
 
 
+# Pinned (the orchestration worker's default): a pass is short; its continue-as-new pages stay
+# on the same build.
 @workflow.defn
 class CIReconcileWorkflow:
     """See the module docstring."""

@@ -86,7 +86,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import math
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -130,13 +129,13 @@ with workflow.unsafe.imports_passed_through():
         aggregate_result,
         combination_ids,
         combination_name,
+        evaluate_minutes,
         evaluate_value,
         resolve_strategy,
     )
     from workflows.ci.semaphore import (
         SIGNAL_ACQUIRE,
         SIGNAL_ACQUIRE_MANY,
-        SIGNAL_GRANTED,
         SIGNAL_GRANTED_MANY,
         SIGNAL_RELEASE,
         SIGNAL_RELEASE_MANY,
@@ -176,7 +175,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.ci.types.semaphore import (
         SemaphoreState,
-        SlotGrant,
         SlotGrants,
         SlotRelease,
         SlotReleases,
@@ -204,42 +202,6 @@ MAX_LABELS = 16
 # timeout-minutes from an expression is capped like a written one (the parser's cap: 5 days).
 MAX_JOB_MINUTES = 5 * 24 * 60.0
 
-# Attempts granted after this change carry a secrets token (older histories replay without).
-PATCH_SECRETS_TOKEN = "ci-attempt-secrets-token"
-# Runs started after this change write their state to the read model (``ci_runs``, ``ci_jobs``,
-# ``ci_attempts``) at each transition; older histories replay without those activities.
-PATCH_READ_MODEL = "ci-read-model"
-# Runs started after this change hand the slot of a job round that ended to a job made ready in
-# the same pass (a chain's next job) instead of releasing it and asking the semaphore again.
-PATCH_SLOT_HANDOFF = "ci-slot-handoff"
-# Runs started after this change ask for the slots of one scheduling pass in one signal
-# (``acquire_many``) and give back the spare slots of one pass in one (``release_many``).
-PATCH_BATCHED_SLOT_SIGNALS = "ci-batched-slot-signals"
-# Runs started after this change schedule a chain's next job in the same task as the slot's
-# transfer (not after the transfer's signal is acknowledged); a release of that slot waits for it.
-PATCH_EAGER_HANDOFF = "ci-eager-handoff"
-# Runs started after this change hand a spare slot (a job round of this run ended, no job was made
-# ready by it) to a job round of this run already waiting for a grant, instead of releasing the
-# slot and waiting for the semaphore to grant it back: one ``transfer`` signal instead of a
-# release, a grant and the task each wakes.
-PATCH_SPARE_TO_WAITING = "ci-spare-slot-to-waiting-job"
-# Runs started after this change space their read-model writes (``_pace_snapshot``): the changes
-# of that interval join one write instead of each write carrying the whole state again.
-PATCH_PACED_SNAPSHOTS = "ci-paced-snapshots"
-# Runs started after this change grant a job's first attempt in its activity's input (a job that
-# fetches no secrets): the attempt starts without the ``attempt_started`` Update's round trip and
-# workflow task, and reports its start with one ``attempt_running`` signal once it has run a
-# moment (an attempt that ends before that reports it with its result).
-PATCH_PREGRANTED_ATTEMPTS = "ci-pregranted-attempts"
-# Runs started after this change hand a chain's next job the slot of the round that made it ready
-# without telling the tenant semaphore (no ``transfer`` signal): the slot's key stays the one the
-# semaphore granted, and the job records it (``JobState.slot_key``).
-PATCH_SILENT_HANDOFF = "ci-silent-slot-handoff"
-# Runs started after this change ask the tenant's semaphore for no more slots than the cap leaves
-# them (held + asked for <= cap): a job round beyond that waits in the run's own queue for a slot
-# the run holds, handed over without a signal when a round of the run ends (a burst of many jobs
-# costs one request per slot, not a transfer per job).
-PATCH_RUN_SLOT_QUEUE = "ci-run-slot-queue"
 # The interval between the starts of two read-model writes of a running run: a write carries
 # the whole state (every job), so a larger run writes less often; its final state is written
 # at once. Status shown by the API trails the engine by at most this much while jobs run.
@@ -248,6 +210,28 @@ SNAPSHOT_INTERVAL_PER_JOB_SECONDS = 0.05
 SNAPSHOT_INTERVAL_MAX_SECONDS = 5.0
 
 
+MAX_DISPLAY_TITLE_CHARS = 1024
+
+
+def _display_title(inp: CIRunInput, run_name: str | None) -> str:
+    """The file's ``run-name`` over github, inputs and vars; "" without one or when it cannot be
+    evaluated (GitHub falls back to its default title then too)."""
+    if not run_name:
+        return ""
+    context: dict[str, object] = {
+        "github": push_github_context(inp.push, inp.run_id, inp.spec.name if inp.spec else inp.workflow_path),
+        "vars": dict(inp.push.variables),
+        "inputs": dict(inp.push.inputs),
+    }
+    try:
+        return interpolate(run_name, context)[:MAX_DISPLAY_TITLE_CHARS]
+    except ExpressionError:
+        return ""
+
+
+# Pinned (the orchestration worker's default): a run finishes on the build that started it,
+# and stays open for its retry window, so that build's workers drain that long
+# (docs/versioning.md).
 @workflow.defn
 class CIRunWorkflow:
     """Runs the jobs of one workflow file at one commit; see the module docstring."""
@@ -272,6 +256,8 @@ class CIRunWorkflow:
             event=inp.push.event,
             pull_request=pr,
             secrets_allowed=not from_fork,
+            isolation=inp.push.isolation,
+            display_title=_display_title(inp, spec.run_name if spec else None),
             notice=(
                 f"pull request #{pr.number} comes from a fork ({pr.head_repo}): its jobs run without secrets"
                 if pr is not None and from_fork
@@ -314,16 +300,13 @@ class CIRunWorkflow:
         # grant (key -> job id, oldest first): a spare slot of this run may go to them instead.
         self._awaiting_grant: dict[str, str] = {}
         # The read model's copy of ``self._state``: written in the background, never awaited by
-        # a job (see ``SnapshotWriter``); off for histories recorded before it existed.
+        # a job (see ``SnapshotWriter``).
         self._snapshots = SnapshotWriter(
             self._write_snapshot,
             f"run {inp.run_id}",
             lambda: current_snapshot_version(workflow.info()),
             pace=self._pace_snapshot,
         )
-        self._projecting = False
-        self._paced_snapshots = False
-        self._run_slot_queue = False
         self._last_snapshot_at: datetime | None = None
         # Matrix jobs: the evaluated strategy of each expanded one (rebuilt by replay).
         self._strategies: dict[str, ResolvedStrategy] = {}
@@ -386,12 +369,10 @@ class CIRunWorkflow:
                         else "ended or lost its worker before it reported its start; superseded by a new attempt"
                     )
             n = self._next_attempt(job)
-        token: str | None = None
-        if workflow.patched(PATCH_SECRETS_TOKEN):
-            # Random per attempt (the workflow's seeded RNG: replay gives the same value); only
-            # its hash is kept in the state that queries show.
-            token = workflow.uuid4().hex + workflow.uuid4().hex
-        self._record_attempt(job, n, req.worker, now, hashlib.sha256(token.encode()).hexdigest() if token else None)
+        # Random per attempt (the workflow's seeded RNG: replay gives the same value); only its
+        # hash is kept in the state that queries show.
+        token = workflow.uuid4().hex + workflow.uuid4().hex
+        self._record_attempt(job, n, req.worker, now, hashlib.sha256(token.encode()).hexdigest())
         return AttemptGrant(proceed=True, attempt=n, secrets_token=token)
 
     def _next_attempt(self, job: JobState) -> int:
@@ -589,11 +570,7 @@ class CIRunWorkflow:
 
     @workflow.run
     async def run(self, inp: CIRunInput) -> CIRunState:
-        self._run_slot_queue = workflow.patched(PATCH_RUN_SLOT_QUEUE)
-        self._projecting = workflow.patched(PATCH_READ_MODEL)
-        if self._projecting:
-            self._paced_snapshots = workflow.patched(PATCH_PACED_SNAPSHOTS)
-            self._snapshots.start()
+        self._snapshots.start()
         workflow.upsert_search_attributes(
             [
                 sa.TENANT_ID.value_set(inp.push.tenant_id),
@@ -644,7 +621,7 @@ class CIRunWorkflow:
     async def _pace_snapshot(self) -> None:
         """Hold the next read-model write back until the run's interval since the last one has
         passed (not when the run is closing: its final state goes out at once)."""
-        if self._paced_snapshots and self._last_snapshot_at is not None and not self._snapshots.closing:
+        if self._last_snapshot_at is not None and not self._snapshots.closing:
             wait = self._snapshot_interval() - (workflow.now() - self._last_snapshot_at).total_seconds()
             if wait > 0:
                 try:
@@ -661,8 +638,7 @@ class CIRunWorkflow:
 
     async def _close_snapshots(self) -> None:
         """Every way out of the run passes here: the read model gets the final state."""
-        if self._projecting:
-            await self._snapshots.flush()
+        await self._snapshots.flush()
 
     async def _execute(self) -> None:
         """Start ready jobs until every job is final and no activity runs."""
@@ -778,7 +754,7 @@ class CIRunWorkflow:
         )
         inherited: str | None = None
         if self._spare_slots and inp.push.max_concurrent_jobs is not None and job.job_id not in self._job_groups:
-            # Same condition as when the slot was kept (the patch's marker is already recorded).
+            # Same condition as when the slot was kept (``_run_job``: capped, no job-level group).
             inherited = self._spare_slots.pop(0)
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act, inherited))
 
@@ -803,14 +779,7 @@ class CIRunWorkflow:
                 update["runs_on"] = labels
                 job.runs_on = labels
             if spec.timeout_minutes_expr:
-                minutes = evaluate_value(spec.timeout_minutes_expr, dict(context))
-                try:
-                    number = float(minutes)
-                except (TypeError, ValueError):
-                    number = math.nan
-                if not number > 0:
-                    raise ExpressionError(f"timeout-minutes evaluated to {minutes!r}, not a positive number")
-                update["timeout_minutes"] = min(number, MAX_JOB_MINUTES)
+                update["timeout_minutes"] = evaluate_minutes(spec.timeout_minutes_expr, context, MAX_JOB_MINUTES)
             if spec.continue_on_error_expr:
                 update["continue_on_error"] = truthy(evaluate_value(spec.continue_on_error_expr, dict(context)))
         if not update:
@@ -825,7 +794,7 @@ class CIRunWorkflow:
             CIJobDefinition.run_job,
             act,
             activity_id=f"{job_id}#{round_}",
-            task_queue=ci_queue(spec.runs_on, inp.push.queue_prefix),
+            task_queue=ci_queue(spec.runs_on, inp.push.queue_prefix, inp.push.isolation),
             start_to_close_timeout=timedelta(seconds=spec.timeout_minutes * 60 + CI_JOB_TIMEOUT_MARGIN_SECONDS),
             schedule_to_start_timeout=timedelta(seconds=CI_JOB_SCHEDULE_TO_START_SECONDS),
             heartbeat_timeout=timedelta(seconds=inp.push.heartbeat_timeout_seconds),
@@ -860,7 +829,7 @@ class CIRunWorkflow:
                 if outcome != GroupOutcome.GRANTED or key in self._preempted:
                     self._record_cancelled(job_id, round_, self._group_reason(group[0]))
                     return
-            if capped and inherited is not None and workflow.patched(PATCH_SILENT_HANDOFF):
+            if capped and inherited is not None:
                 # The semaphore counts the slot under the key it granted: who uses it is this
                 # run's business, so nothing is signalled. Its release (or next hand-over) names
                 # that key; the job records it for the queue explanation.
@@ -869,14 +838,6 @@ class CIRunWorkflow:
                 job_state = self._state.job(job_id)
                 if job_state is not None:
                     job_state.slot_key = slot
-            elif capped and inherited is not None and workflow.patched(PATCH_EAGER_HANDOFF):
-                # Held from now on: the semaphore hears of it before it hears of a release.
-                self._granted.add(key)
-                move = asyncio.create_task(self._send_transfer(job_id, inherited, key))
-                self._slot_moves[key] = move
-                self._releases.append(move)
-            elif capped and inherited is not None:
-                await self._inherit_slot(job_id, inherited, key)
             elif capped:
                 slot = await self._acquire_slot(job_id, key)
                 if slot != key:
@@ -885,14 +846,13 @@ class CIRunWorkflow:
                         job_state.slot_key = slot
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
-            if not spec.secrets and workflow.patched(PATCH_PREGRANTED_ATTEMPTS):
+            if not spec.secrets:
                 # No secrets to fetch, so no token: the attempt's number travels with the activity.
                 job = self._state.job(job_id)
                 assert job is not None
                 n = self._next_attempt(job)
                 self._reserved[job_id] = (round_, n)
-                notice = self._snapshot_interval() if self._paced_snapshots else None
-                act.grant = AttemptGrant(proceed=True, attempt=n, notice_seconds=notice)
+                act.grant = AttemptGrant(proceed=True, attempt=n, notice_seconds=self._snapshot_interval())
             self._start_activity(job_id, round_, spec, act)
             result = await self._handles[job_id]
             self._record_result(job_id, round_, result)
@@ -910,10 +870,10 @@ class CIRunWorkflow:
                 self._granted.discard(slot)
                 asked = key in self._requested
                 self._requested.discard(key)
-                if held and group is None and workflow.patched(PATCH_SLOT_HANDOFF):
+                if held and group is None:
                     # Held until this pass of the scheduler: a job it makes ready takes it over.
                     self._spare_slots.append(slot)
-                elif held or asked or not self._run_slot_queue:
+                elif held or asked:
                     self._releases.append(asyncio.create_task(self._release_slot(slot)))
             if group is not None:
                 self._leave_group(group[0], key)
@@ -950,27 +910,23 @@ class CIRunWorkflow:
         """A slot for the job round: its own key once granted, or a slot of the run handed over."""
         inp = self._inp
         assert inp.push.max_concurrent_jobs is not None
-        if self._run_slot_queue and self._slots_in_play() >= inp.push.max_concurrent_jobs:
+        if self._slots_in_play() >= inp.push.max_concurrent_jobs:
             gift = await self._wait_in_run_queue(job_id, inp.push.max_concurrent_jobs)
             if gift is not None:
                 self._granted.add(gift)
                 return gift
             if job_id in self._abort_wait:
                 return key
-        if self._run_slot_queue:
-            self._requested.add(key)
+        self._requested.add(key)
         req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
-        if workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
-            # Jobs started in one pass run their tasks one after the other before the flush
-            # task created by the first of them: it sends all their requests in one signal.
-            self._acquire_batch.append(req)
-            if self._acquire_flush is None:
-                self._acquire_flush = asyncio.create_task(self._flush_acquires())
-                self._releases.append(self._acquire_flush)
-            # Sent before waiting: a release of this key can never overtake its request.
-            await asyncio.shield(self._acquire_flush)
-        else:
-            await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
+        # Jobs started in one pass run their tasks one after the other before the flush task
+        # created by the first of them: it sends all their requests in one signal.
+        self._acquire_batch.append(req)
+        if self._acquire_flush is None:
+            self._acquire_flush = asyncio.create_task(self._flush_acquires())
+            self._releases.append(self._acquire_flush)
+        # Sent before waiting: a release of this key can never overtake its request.
+        await asyncio.shield(self._acquire_flush)
         # Acknowledged: a transfer to this key reaches the semaphore after the request did.
         self._awaiting_grant[key] = job_id
         try:
@@ -1003,31 +959,8 @@ class CIRunWorkflow:
             except WorkflowAlreadyStartedError:
                 await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
 
-    async def _inherit_slot(self, job_id: str, spare: str, key: str) -> None:
-        """Take over the slot ``spare`` holds: no grant to wait for, the count does not change."""
-        inp = self._inp
-        assert inp.push.max_concurrent_jobs is not None
-        move = SlotTransfer(
-            holder=workflow.info().workflow_id, from_key=spare, to_key=key, limit=inp.push.max_concurrent_jobs
-        )
-        try:
-            # Awaited: the semaphore has the new key before this round can release it.
-            await workflow.get_external_workflow_handle(semaphore_workflow_id(inp.push.tenant_id)).signal(
-                SIGNAL_TRANSFER, move
-            )
-        except FailureError:
-            # The semaphore is gone (it held our slot, so it was ended from outside): ask anew.
-            self._releases.append(asyncio.create_task(self._release_slot(spare)))
-            await self._acquire_slot(job_id, key)
-            return
-        except asyncio.CancelledError:
-            # Whether or not the transfer landed, releasing both keys leaves nothing held.
-            self._releases.append(asyncio.create_task(self._release_slot(spare)))
-            raise
-        self._granted.add(key)
-
     async def _send_transfer(self, job_id: str, spare: str, key: str) -> None:
-        """The eager hand-off's signal (the job already runs): after the one that made ``spare`` held."""
+        """The hand-off's signal (the job already runs): after the one that made ``spare`` held."""
         inp = self._inp
         assert inp.push.max_concurrent_jobs is not None
         earlier = self._slot_moves.pop(spare, None)
@@ -1068,7 +1001,7 @@ class CIRunWorkflow:
             for key, job_id in self._awaiting_grant.items()
             if key not in self._granted and job_id not in self._abort_wait
         ]
-        if self._spare_slots and waiting and workflow.patched(PATCH_SPARE_TO_WAITING):
+        if self._spare_slots and waiting:
             for key, job_id in waiting[: len(self._spare_slots)]:
                 spare = self._spare_slots.pop(0)
                 self._requested.discard(key)
@@ -1080,7 +1013,7 @@ class CIRunWorkflow:
                 move = asyncio.create_task(self._send_transfer(job_id, spare, key))
                 self._slot_moves[key] = move
                 self._releases.append(move)
-        if len(self._spare_slots) > 1 and workflow.patched(PATCH_BATCHED_SLOT_SIGNALS):
+        if len(self._spare_slots) > 1:
             keys, self._spare_slots = self._spare_slots, []
             self._releases.append(asyncio.create_task(self._release_slots(keys)))
         while self._spare_slots:
@@ -1103,12 +1036,6 @@ class CIRunWorkflow:
             )
         except FailureError:
             workflow.logger.warning("tenant semaphore gone; nothing to release for %s", key)
-
-    @workflow.signal(name=SIGNAL_GRANTED)
-    def slot_granted(self, grant: SlotGrant) -> None:
-        """The tenant semaphore granted a slot to a job round."""
-        self._granted.add(grant.key)
-        self._requested.discard(grant.key)
 
     @workflow.signal(name=SIGNAL_GRANTED_MANY)
     def slots_granted(self, grants: SlotGrants) -> None:
@@ -1323,6 +1250,7 @@ class CIRunWorkflow:
         assert inp.spec is not None and inp.spec.concurrency is not None
         context: dict[str, object] = {
             "github": push_github_context(inp.push, inp.run_id, self._state.workflow_name),
+            "vars": dict(inp.push.variables),
             "inputs": dict(inp.push.inputs),
         }
         try:
@@ -1503,6 +1431,7 @@ class CIRunWorkflow:
             "github": push_github_context(inp.push, inp.run_id, self._state.workflow_name),
             "env": dict(inp.spec.env) if inp.spec else {},
             "needs": {k: v.model_dump() for k, v in self._needs_context(job).items()},
+            "vars": dict(inp.push.variables),
             "inputs": dict(inp.push.inputs),
         }
 

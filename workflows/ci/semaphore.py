@@ -1,7 +1,7 @@
 """``CITenantSemaphoreWorkflow``: the durable per-tenant cap on running CI jobs.
 
 One workflow per tenant (id ``ci-tenant-sem:<tenant>``). A run signals ``acquire`` before it
-schedules a job's activity and waits for ``slot_granted``; it signals ``release`` when that job
+schedules a job's activity and waits for ``slots_granted``; it signals ``release`` when that job
 round ends, whatever the ending (success, failure, cancellation, a worker lost and the job
 retried or failed): the release is in the ``finally`` of the run's job task, so every path
 passes through it. Requests are granted first come, first served within the tenant; across
@@ -12,9 +12,7 @@ runs concurrently (one ``SignalExternalWorkflowExecution`` command each, all in 
 so dispatch is bounded by worker slots, not by one signal round trip per grant; a run's grants
 of one round travel in one ``slots_granted`` signal, and a run asks for the slots of one
 scheduling pass (``acquire_many``) and gives back those of one pass (``release_many``) in one
-signal each. Histories
-recorded before that change (one grant signalled per task) replay through the
-``PATCH_BATCH_GRANTS`` branch. The cap stays exact: a slot is counted as held from the moment
+signal each. The cap stays exact: a slot is counted as held from the moment
 it is granted (``holders``), and only a ``release`` (or a run found gone) frees it.
 
 A run whose job round ends while its next job round becomes ready (a chain) may ``transfer``
@@ -43,7 +41,6 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from workflows.ci.types.semaphore import (
         SemaphoreState,
-        SlotGrant,
         SlotGrants,
         SlotRelease,
         SlotReleases,
@@ -59,22 +56,19 @@ SIGNAL_TRANSFER = "transfer"
 SIGNAL_ACQUIRE_MANY = "acquire_many"
 SIGNAL_RELEASE_MANY = "release_many"
 SIGNAL_GRANTED_MANY = "slots_granted"
-SIGNAL_GRANTED = "slot_granted"
 # Continue as new past this many history events (each grant costs a few).
 MAX_HISTORY_EVENTS = 2000
 # An idle semaphore still continues as new now and then, so its history stays short.
 IDLE_ROLLOVER = timedelta(hours=6)
-# Runs started after this change signal all grants of a round together (older ones: one by one).
-PATCH_BATCH_GRANTS = "ci-semaphore-batch-grants"
-# Semaphores started after this change send one ``slots_granted`` per run and round, holding
-# every key granted to that run, instead of one ``slot_granted`` per key.
-PATCH_GRANTS_PER_RUN = "ci-semaphore-grants-per-run"
 
 
 def semaphore_workflow_id(tenant_id: str) -> str:
     return SEMAPHORE_PREFIX + tenant_id
 
 
+# Pinned (the orchestration worker's default) between rollovers: each continue-as-new starts
+# on the deployment's current build, and a new current build makes it roll over at its next
+# task (docs/versioning.md).
 @workflow.defn
 class CITenantSemaphoreWorkflow:
     """See the module docstring."""
@@ -148,29 +142,29 @@ class CITenantSemaphoreWorkflow:
 
     @workflow.run
     async def run(self, state: SemaphoreState) -> None:
-        batched = workflow.patched(PATCH_BATCH_GRANTS)
-        per_run = batched and workflow.patched(PATCH_GRANTS_PER_RUN)
+        started = True
         while True:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
             self._grant()
-            if per_run:
-                if self._notify:
-                    runs: dict[str, list[str]] = {}
-                    for req in self._notify:
-                        runs.setdefault(req.holder, []).append(req.key)
-                    self._notify = []
-                    await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
-            elif batched:
-                if self._notify:
-                    told, self._notify = self._notify, []
-                    await asyncio.gather(*(self._tell(req) for req in told))
-            else:
-                while self._notify:
-                    await self._tell(self._notify.pop(0))
+            if self._notify:
+                # One ``slots_granted`` per run of the round, all in this task.
+                runs: dict[str, list[str]] = {}
+                for req in self._notify:
+                    runs.setdefault(req.holder, []).append(req.key)
+                self._notify = []
+                await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
             info = workflow.info()
-            if info.get_current_history_length() > MAX_HISTORY_EVENTS or info.is_continue_as_new_suggested():
+            if (
+                info.get_current_history_length() > MAX_HISTORY_EVENTS
+                or info.is_continue_as_new_suggested()
+                # A new build is current: move onto it (holders and waiters carry over). Not in
+                # a run's first round: a run that did not land on that build (a server that
+                # ignores the upgrade) would otherwise roll over again at once, for ever.
+                or (not started and info.is_target_worker_deployment_version_changed())
+            ):
                 break
+            started = False
             if self._dirty:
                 continue
             try:
@@ -179,7 +173,9 @@ class CITenantSemaphoreWorkflow:
                 break
         await workflow.wait_condition(workflow.all_handlers_finished)
         # Waiters and holders carry over; the next run grants what is free.
-        workflow.continue_as_new(self._state)
+        workflow.continue_as_new(
+            self._state, initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+        )
 
     def _grant(self) -> None:
         st = self._state
@@ -188,14 +184,6 @@ class CITenantSemaphoreWorkflow:
             st.holders.append(req)
             st.granted_total += 1
             self._notify.append(req)
-
-    async def _tell(self, req: SlotRequest) -> None:
-        try:
-            await workflow.get_external_workflow_handle(req.holder).signal(SIGNAL_GRANTED, SlotGrant(key=req.key))
-        except FailureError:
-            # The run is gone (closed or terminated): its slot must not stay taken.
-            workflow.logger.warning("run %s is gone; freeing its slot %s", req.holder, req.key)
-            self.release(SlotRelease(holder=req.holder, key=req.key))
 
     async def _tell_run(self, holder: str, keys: list[str]) -> None:
         try:

@@ -16,6 +16,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.lifecycle.types import LifecycleInput, LifecycleResult
 
 
+# Pinned (the orchestration worker's default): one schedule tick, a few batches; the next
+# tick starts on the current build.
 @workflow.defn
 class VideoOrphanSweepWorkflow:
     """Delete what closed video jobs left in the store (attempts that never won, checkpoints)."""

@@ -28,8 +28,8 @@ Contract with the API (``api/``):
   outcome once the execution is closed, and still after Temporal forgets it.
 * Webhooks: once the row holds the outcome, ``deliver_video_event`` (orchestration queue,
   shielded from a late cancel) tells the owner's endpoints ``video.completed``/``failed``/
-  ``cancelled``, retrying with back-off; the execution closes when it is done. Executions
-  started before the ``video-webhooks`` patch replay without it (``docs/webhooks.md``).
+  ``cancelled``, retrying with back-off; the execution closes when it is done
+  (``docs/webhooks.md``).
 """
 
 from __future__ import annotations
@@ -74,12 +74,9 @@ with workflow.unsafe.imports_passed_through():
         job_object_prefix,
     )
 
-# Executions started before the read model existed replay without its commands.
-READ_MODEL_PATCH = "video-read-model"
-# Executions started before completion webhooks existed replay without the delivery.
-WEBHOOKS_PATCH = "video-webhooks"
 
-
+# Pinned (the orchestration worker's default): a job runs to its end on the build that
+# admitted it (minutes to hours).
 @workflow.defn
 class VideoJobWorkflow:
     """Runs the generation activity until the job completes, fails or is cancelled."""
@@ -89,8 +86,8 @@ class VideoJobWorkflow:
         # The job's facts are the input's own (one model, not a field-by-field copy).
         facts = {name: getattr(input, name) for name in VideoJobFacts.model_fields}
         self._state = VideoJobState(**facts, status=VideoStatus.QUEUED, created_at=input.created_at)
-        # The read model's writer (started only where the read-model patch is on); versions
-        # are the history length, which only grows within the one execution a job ever has.
+        # The read model's writer; versions are the history length, which only grows within the
+        # one execution a job ever has.
         self._snapshots = SnapshotWriter(
             self._write_snapshot, f"video {input.job_id}", lambda: workflow.info().get_current_history_length()
         )
@@ -141,8 +138,7 @@ class VideoJobWorkflow:
             ]
         )
         self._state.started_at = workflow.now()
-        if workflow.patched(READ_MODEL_PATCH):
-            self._snapshots.start()  # accepted: the first snapshot (queued, engine started)
+        self._snapshots.start()  # accepted: the first snapshot (queued, engine started)
         prefix = job_object_prefix(input.job_id)
         try:
             result = await workflow.execute_activity_method(
@@ -192,7 +188,9 @@ class VideoJobWorkflow:
             await self._announce(VideoEventType.FAILED)
             return self._state
         self._record(input, result)
-        await self._cleanup(input, keep=[result.video_key, result.thumbnail_key])
+        await self._cleanup(
+            input, keep=[k for k in (result.video_key, result.thumbnail_key, result.spritesheet_key) if k]
+        )
         self._set_status(VideoStatus.COMPLETED)
         await self._snapshots.flush()
         await self._announce(VideoEventType.COMPLETED)
@@ -215,8 +213,6 @@ class VideoJobWorkflow:
         Shielded from a late cancel like cleanup; a delivery that fails for good changes no
         outcome (its log says what happened).
         """
-        if not workflow.patched(WEBHOOKS_PATCH):
-            return
         delivery = asyncio.ensure_future(
             workflow.execute_activity_method(
                 VideoWebhookDefinition.deliver_video_event,

@@ -111,6 +111,8 @@ class GenerateResult(BaseModel):
 
     video_key: str
     thumbnail_key: str
+    # The JPEG grid of frames next to the video (None from workers that made none).
+    spritesheet_key: str | None = None
     attempt: int
     width: int
     height: int
@@ -186,6 +188,11 @@ class VideoErrorType(StrEnum):
     TIMED_OUT = "TimedOut"
     # Anything else the workflow could not classify.
     INTERNAL = "InternalError"
+
+
+# A finished job's spritesheet (a JPEG grid of frames) sits next to its video.mp4 under this
+# name (``GenerateResult.spritesheet_key``).
+SPRITESHEET_NAME = "spritesheet.jpg"
 
 
 def job_object_prefix(job_id: str) -> str:

@@ -61,6 +61,12 @@ class PushContext(BaseModel):
     # weight, and at most this many of the tenant's jobs run at once (None: uncapped).
     fairness_weight: float | None = None
     max_concurrent_jobs: int | None = None
+    # The sandbox backend the tenant's plan asks for (``leasehold plans isolation``): its jobs
+    # go to that backend's queue (``workflows.queues.ci_queue``).
+    isolation: str = "bubblewrap"
+    # The ``vars`` context (configuration variables, read when the push was accepted; bounded
+    # by ``leasehold.records.ci.variables``): every job of its runs sees the same values.
+    variables: dict[str, str] = Field(default_factory=dict)
     # False dispatches the jobs FIFO with everyone else's (no fairness key): a benchmark
     # baseline and an operator's escape hatch.
     fair_share: bool = True

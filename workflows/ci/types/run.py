@@ -159,6 +159,8 @@ class CIRunState(BaseModel):
     ref: str
     workflow_path: str
     workflow_name: str = ""
+    # The run's title from the file's ``run-name`` ("" without one).
+    display_title: str = ""
     status: RunStatus = RunStatus.QUEUED
     cancel_requested: bool = False
     error: str | None = None
@@ -173,6 +175,9 @@ class CIRunState(BaseModel):
     # False when the run builds code from a fork: its jobs get no secrets (``notice`` says so).
     secrets_allowed: bool = True
     notice: str | None = None
+    # The sandbox backend its jobs run in (the tenant's plan when the push came): the queue
+    # explanation asks whether that backend's workers serve a job's labels.
+    isolation: str = "bubblewrap"
     # The workflow-level ``concurrency`` group (evaluated), if the file has one.
     concurrency_group: str | None = None
 

@@ -51,12 +51,6 @@ class SlotGrants(BaseModel):
     keys: list[str]
 
 
-class SlotGrant(BaseModel):
-    """Signal ``slot_granted`` to the run: the job may start its activity."""
-
-    key: str
-
-
 class SemaphoreState(BaseModel):
     """Input (for continue-as-new) and query answer of the tenant semaphore."""
 

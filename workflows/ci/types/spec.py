@@ -97,6 +97,10 @@ class StepSpec(BaseModel):
     if_expr: str | None = None
     continue_on_error: bool = False
     timeout_minutes: float | None = None
+    # ``timeout-minutes``/``continue-on-error`` written as one ``${{ }}``: evaluated by the job
+    # when the step starts (then the plain fields above hold their defaults).
+    timeout_minutes_expr: str | None = None
+    continue_on_error_expr: str | None = None
     line: int | None = None
     # ``uses:`` (a built-in action, ``./path``, or ``owner/repo[/path]@ref``), with its ``with:``
     # inputs (unevaluated text).
@@ -210,6 +214,9 @@ class WorkflowSpec(BaseModel):
 
     path: str
     name: str
+    # ``run-name``: the title of each run, with ``${{ }}`` over github, inputs and vars
+    # (evaluated when the run starts; ``CIRunState.display_title``).
+    run_name: str | None = None
     on_push: PushFilter = Field(default_factory=PushFilter)
     # ``on.pull_request``: branches/branches-ignore match the base branch.
     on_pull_request: PushFilter = Field(default_factory=PushFilter)
