@@ -60,8 +60,12 @@ MAX_TIMEOUT_MINUTES = 5 * 24 * 60
 # Deepest YAML nesting read (GitHub's files are shallow; this keeps hostile ones from
 # exhausting the parser's stack).
 MAX_YAML_DEPTH = 64
+# Most nodes a document may hold once its aliases are expanded (a real workflow has a few
+# thousand; a "billion laughs" alias bomb has billions).
+MAX_YAML_EXPANDED_NODES = 100_000
 # Workflow commands GitHub disabled; a step that prints them would silently do nothing.
-DISABLED_COMMANDS = re.compile(r"::(set-env|set-output|add-path)\b")
+# (``::set-output`` and ``::save-state`` are deprecated but still work: ``workflow_commands``.)
+DISABLED_COMMANDS = re.compile(r"::(set-env|add-path)\b")
 # Shells GitHub names that the sandbox runs (``python`` runs python3); a custom shell is a
 # ``command [args] {0}`` template. GitHub's Windows shells cannot run here.
 SHELLS = ("bash", "sh", "python")
@@ -70,7 +74,9 @@ CUSTOM_SHELL_COMMAND = re.compile(r"^[A-Za-z0-9_./+-]+$")
 MAX_SHELL_LENGTH = 1024
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
-WORKFLOW_KEYS = {"name", "on", "env", "jobs", "defaults", "concurrency", "permissions"}
+WORKFLOW_KEYS = {"name", "run-name", "on", "env", "jobs", "defaults", "concurrency", "permissions"}
+# The longest run title kept (GitHub cuts run names too).
+MAX_RUN_NAME_CHARS = 1024
 JOB_KEYS = {
     "defaults",
     "strategy",
@@ -124,20 +130,24 @@ MAX_MATRIX_JOBS = 256
 
 
 # Which contexts each place may use (GitHub's context availability, reduced to the subset).
-WORKFLOW_ENV_CONTEXTS = {"github", "secrets", "inputs"}
-JOB_IF_CONTEXTS = {"github", "needs", "env", "inputs"}
-JOB_ENV_CONTEXTS = {"github", "needs", "env", "secrets", "inputs", "strategy", "matrix"}
-STEP_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "secrets", "inputs", "strategy", "matrix"}
-OUTPUT_CONTEXTS = {"github", "needs", "env", "steps", "job", "runner", "inputs", "strategy", "matrix"}
+WORKFLOW_ENV_CONTEXTS = {"github", "vars", "secrets", "inputs"}
+JOB_IF_CONTEXTS = {"github", "vars", "needs", "env", "inputs"}
+JOB_ENV_CONTEXTS = {"github", "vars", "needs", "env", "secrets", "inputs", "strategy", "matrix"}
+STEP_CONTEXTS = {"github", "vars", "needs", "env", "steps", "job", "runner", "secrets", "inputs", "strategy", "matrix"}
+# A step's timeout-minutes and continue-on-error (GitHub's list: no secrets).
+STEP_LIMIT_CONTEXTS = STEP_CONTEXTS - {"secrets"}
+OUTPUT_CONTEXTS = {"github", "vars", "needs", "env", "steps", "job", "runner", "inputs", "strategy", "matrix"}
 # Where a strategy and a workflow's concurrency may look (no env, no secrets).
-STRATEGY_CONTEXTS = {"github", "needs", "inputs"}
-WORKFLOW_CONCURRENCY_CONTEXTS = {"github", "inputs"}
-JOB_CONCURRENCY_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
+STRATEGY_CONTEXTS = {"github", "vars", "needs", "inputs"}
+WORKFLOW_CONCURRENCY_CONTEXTS = {"github", "vars", "inputs"}
+# ``run-name``: GitHub's list.
+RUN_NAME_CONTEXTS = {"github", "vars", "inputs"}
+JOB_CONCURRENCY_CONTEXTS = {"github", "vars", "needs", "inputs", "strategy", "matrix"}
 # A job's runs-on, timeout-minutes and continue-on-error, evaluated by the run when it starts.
-JOB_START_CONTEXTS = {"github", "needs", "inputs", "strategy", "matrix"}
+JOB_START_CONTEXTS = {"github", "vars", "needs", "inputs", "strategy", "matrix"}
 # defaults.run.working-directory: a job's defaults may use what its env may (minus secrets).
-WORKFLOW_DEFAULTS_CONTEXTS = {"github", "inputs"}
-JOB_DEFAULTS_CONTEXTS = {"github", "needs", "env", "inputs", "strategy", "matrix"}
+WORKFLOW_DEFAULTS_CONTEXTS = {"github", "vars", "inputs"}
+JOB_DEFAULTS_CONTEXTS = {"github", "vars", "needs", "env", "inputs", "strategy", "matrix"}
 
 
 class WorkflowSpecError(ValueError):
@@ -161,18 +171,19 @@ class _List(list):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans, line numbers and duplicate-key errors; refuses anchors,
-    aliases and deep nesting, and turns every constructor failure into a YAML error."""
+    """SafeLoader with YAML 1.2 booleans, line numbers and duplicate-key errors; reads anchors
+    and aliases as GitHub does (since 2025-09-18; no merge keys), bounded so that an alias bomb
+    or a recursive alias fails, refuses deep nesting, and turns every constructor failure into
+    a YAML error."""
 
     _depth = 0
 
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expanded(node)
+        return super().construct_document(node)
+
     def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        # GitHub refuses anchors and aliases; refusing them here also rules out alias bombs.
         event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None, None, "YAML anchors and aliases are not supported (GitHub refuses them)", event.start_mark
-            )
         depth = self._depth
         if depth >= MAX_YAML_DEPTH:
             message = f"nesting deeper than {MAX_YAML_DEPTH} levels"
@@ -196,6 +207,45 @@ class _Loader(yaml.SafeLoader):
             ) from exc
 
 
+def _check_expanded(root: yaml.Node) -> None:
+    """Refuse a document whose aliases, expanded, would exceed ``MAX_YAML_EXPANDED_NODES`` nodes
+    or ``MAX_YAML_DEPTH`` levels, or refer to themselves. Each node is measured once (aliases
+    share their anchor's node), so the check costs what the text does, not what it expands to."""
+    sizes: dict[int, tuple[int, int]] = {}
+    busy: set[int] = set()
+
+    def measure(node: yaml.Node) -> tuple[int, int]:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            raise yaml.composer.ComposerError(None, None, "an alias refers to a node that contains it", node.start_mark)
+        busy.add(key)
+        size, depth = 1, 1
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        for child in children:
+            child_size, child_depth = measure(child)
+            size += child_size
+            depth = max(depth, child_depth + 1)
+            if size > MAX_YAML_EXPANDED_NODES or depth > MAX_YAML_DEPTH:
+                what = (
+                    f"more than {MAX_YAML_EXPANDED_NODES} nodes"
+                    if size > MAX_YAML_EXPANDED_NODES
+                    else (f"nesting deeper than {MAX_YAML_DEPTH} levels")
+                )
+                raise yaml.composer.ComposerError(None, None, f"aliases expand to {what}", node.start_mark)
+        busy.discard(key)
+        sizes[key] = (size, depth)
+        return size, depth
+
+    # Deep but legal documents stay far below the interpreter's recursion limit (MAX_YAML_DEPTH).
+    measure(root)
+
+
 # YAML 1.1 reads on/off/yes/no as booleans; GitHub (YAML 1.2) does not.
 _Loader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
@@ -210,7 +260,11 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
     result = _Map()
     result.line = node.start_mark.line + 1
     result.key_lines = {}
-    loader.flatten_mapping(node)
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise yaml.constructor.ConstructorError(
+                None, None, "YAML merge keys ('<<') are not supported (GitHub does not read them)", key_node.start_mark
+            )
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, (str, int, float, bool)) or key is None:
@@ -630,7 +684,7 @@ def _run_script(ctx: _Ctx, value: Any, line: int | None, key: str) -> str:
         raise ctx.fail(line, key, "must not be empty")
     disabled = DISABLED_COMMANDS.search(run)
     if disabled:
-        replacement = {"set-env": "$GITHUB_ENV", "set-output": "$GITHUB_OUTPUT", "add-path": "$GITHUB_PATH"}
+        replacement = {"set-env": "$GITHUB_ENV", "add-path": "$GITHUB_PATH"}
         raise ctx.fail(
             line,
             key,
@@ -674,13 +728,8 @@ def _step(
         working_directory=wd,
         shell=shell,
         if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", STEP_CONTEXTS, needs) if "if" in raw else None,
-        continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
-        if "continue-on-error" in raw
-        else False,
-        timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
-        if "timeout-minutes" in raw
-        else None,
         line=raw.line,
+        **_step_limits(ctx, raw, where, needs),
     )
 
 
@@ -728,14 +777,27 @@ def _uses_step(ctx: _Ctx, where: str, index: int, raw: _Map, needs: list[str]) -
         with_inputs=inputs,
         env=_env(ctx, raw.get("env"), ln("env"), f"{where}.env", STEP_CONTEXTS, needs),
         if_expr=_if(ctx, raw["if"], ln("if"), f"{where}.if", STEP_CONTEXTS, needs) if "if" in raw else None,
-        continue_on_error=_bool(ctx, raw["continue-on-error"], ln("continue-on-error"), f"{where}.continue-on-error")
-        if "continue-on-error" in raw
-        else False,
-        timeout_minutes=_positive_number(ctx, raw["timeout-minutes"], ln("timeout-minutes"), f"{where}.timeout-minutes")
-        if "timeout-minutes" in raw
-        else None,
         line=raw.line,
+        **_step_limits(ctx, raw, where, needs),
     )
+
+
+def _step_limits(ctx: _Ctx, raw: _Map, where: str, needs: list[str]) -> dict[str, Any]:
+    """A step's ``timeout-minutes`` and ``continue-on-error``: values, or each one ``${{ }}``
+    (``${{ matrix.experimental }}``) that the job evaluates when the step starts."""
+    limits: dict[str, Any] = {}
+    for key, field in (("timeout-minutes", "timeout_minutes"), ("continue-on-error", "continue_on_error")):
+        if key not in raw:
+            continue
+        value, line = raw[key], raw.key_lines.get(key, raw.line)
+        expr = _start_expression(ctx, value, line, f"{where}.{key}", needs, STEP_LIMIT_CONTEXTS)
+        if expr is not None:
+            limits[f"{field}_expr"] = expr
+        elif field == "timeout_minutes":
+            limits[field] = _positive_number(ctx, value, line, f"{where}.{key}")
+        else:
+            limits[field] = _bool(ctx, value, line, f"{where}.{key}")
+    return limits
 
 
 def _step_id(ctx: _Ctx, raw: _Map, where: str, line: int | None) -> str:
@@ -787,7 +849,8 @@ def _shell(ctx: _Ctx, value: Any, line: int | None, key: str) -> str:
             key,
             f"unsupported shell {text!r} (supported: bash, sh, python, or a custom 'command [options] {{0}}')",
         )
-    return " ".join(words)
+    # Kept as written: quoted arguments are split when the step runs (``job.split_arguments``).
+    return text
 
 
 class _RunDefaults:
@@ -884,14 +947,18 @@ def _entries(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str]
     return [_plain(ctx, e, line, key) for e in value]
 
 
-def _strategy(ctx: _Ctx, raw: Any, line: int | None, where: str, needs: list[str]) -> StrategySpec:
+def _strategy(ctx: _Ctx, raw: Any, line: int | None, where: str, needs: list[str]) -> StrategySpec | None:
+    """The job's strategy; ``None`` for one without a matrix (``fail-fast``/``max-parallel``
+    alone, which GitHub accepts and which mean nothing for a single job: they are checked all
+    the same)."""
     if not isinstance(raw, _Map):
         raise ctx.fail(line, where, "must be a mapping (matrix, fail-fast, max-parallel)")
     _check_keys(ctx, raw, {"matrix", "fail-fast", "max-parallel"}, f"{where}.")
-    if "matrix" not in raw:
-        raise ctx.fail(line, where, "a strategy needs a 'matrix'")
-    matrix, mline, mkey = raw["matrix"], raw.key_lines.get("matrix"), f"{where}.matrix"
     spec = StrategySpec(line=line)
+    if "matrix" not in raw:
+        _strategy_options(ctx, raw, spec, where, needs)
+        return None
+    matrix, mline, mkey = raw["matrix"], raw.key_lines.get("matrix"), f"{where}.matrix"
     if isinstance(matrix, str):
         spec.matrix_expression = _whole_expression(ctx, matrix, mline, mkey, needs, "a mapping")
     elif isinstance(matrix, _Map):
@@ -913,6 +980,12 @@ def _strategy(ctx: _Ctx, raw: Any, line: int | None, where: str, needs: list[str
             raise ctx.fail(mline, mkey, "a matrix needs at least one axis or 'include'")
     else:
         raise ctx.fail(mline, mkey, "must be a mapping of axes or a single ${{ }} expression")
+    _strategy_options(ctx, raw, spec, where, needs)
+    _expand_static(ctx, spec, mline, mkey)
+    return spec
+
+
+def _strategy_options(ctx: _Ctx, raw: _Map, spec: StrategySpec, where: str, needs: list[str]) -> None:
     if "fail-fast" in raw:
         value, fline = raw["fail-fast"], raw.key_lines.get("fail-fast")
         spec.fail_fast = (
@@ -930,8 +1003,6 @@ def _strategy(ctx: _Ctx, raw: Any, line: int | None, where: str, needs: list[str
             spec.max_parallel = _whole_expression(
                 ctx, value, pline, f"{where}.max-parallel", needs, "a positive integer"
             )
-    _expand_static(ctx, spec, mline, mkey)
-    return spec
 
 
 def _expand_static(ctx: _Ctx, spec: StrategySpec, line: int | None, key: str) -> None:
@@ -1003,20 +1074,19 @@ def _permissions(ctx: _Ctx, raw: Any, line: int | None, where: str) -> str | dic
     return kept
 
 
-def _start_expression(ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str]) -> str | None:
+def _start_expression(
+    ctx: _Ctx, value: Any, line: int | None, key: str, needs: list[str], contexts: set[str] = JOB_START_CONTEXTS
+) -> str | None:
     """``timeout-minutes``/``continue-on-error`` written as one ``${{ }}`` (``${{ matrix.x }}``):
-    checked now, evaluated by the run when the job starts. ``None`` for any other value."""
+    checked now over ``contexts``, evaluated when the job (or, for a step's, the step) starts.
+    ``None`` for any other value."""
     if not isinstance(value, str) or "${{" not in value:
         return None
-    _whole_start_expression(ctx, value, line, key, needs)
-    return value.strip()
-
-
-def _whole_start_expression(ctx: _Ctx, text: str, line: int | None, key: str, needs: list[str]) -> None:
-    found = find_interpolations(text.strip())
-    if len(found) != 1 or found[0][0] != 0 or found[0][1] != len(text.strip()):
+    found = find_interpolations(value.strip())
+    if len(found) != 1 or found[0][0] != 0 or found[0][1] != len(value.strip()):
         raise ctx.fail(line, key, "must be a value or a single ${{ }} expression")
-    _check_text(ctx, text, line, key, JOB_START_CONTEXTS, needs)
+    _check_text(ctx, value, line, key, contexts, needs)
+    return value.strip()
 
 
 def _job(ctx: _Ctx, job_id: str, raw: Any, line: int | None, defaults: _RunDefaults) -> JobSpec:
@@ -1234,11 +1304,17 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
     ]
     _check_graph(ctx, jobs, lines)
     name = _scalar_text(ctx, doc["name"], doc.key_lines.get("name"), "name") if "name" in doc else path
+    run_name = None
+    if "run-name" in doc:
+        rline = doc.key_lines.get("run-name")
+        run_name = _scalar_text(ctx, doc["run-name"], rline, "run-name")[:MAX_RUN_NAME_CHARS]
+        _check_text(ctx, run_name, rline, "run-name", RUN_NAME_CONTEXTS, None)
     for job in jobs:
         job.secrets = job_secret_names(env, job)
     return WorkflowSpec(
         path=path,
         name=name,
+        run_name=run_name or None,
         on_push=on_push,
         on_pull_request=on_pull_request,
         on_dispatch=on_dispatch,

@@ -1,5 +1,5 @@
 """GitHub's workflow commands in a job's output: ``::error``, ``::warning``, ``::notice``,
-``::group``/``::endgroup``, ``::debug``, ``::save-state`` and ``::stop-commands``.
+``::group``/``::endgroup``, ``::debug``, ``::save-state``, ``::set-output`` and ``::stop-commands``.
 
 The log's ``StreamMasker`` hands every complete output line that starts with ``::`` here, raw
 and in order, and asks whether commands are on for it; ``::add-mask::`` itself stays with the
@@ -14,8 +14,11 @@ into an annotation in clear. They travel in the run state, so they are
 bounded: per level per step, per attempt, and in length.
 
 Groups, ``::debug::`` and unknown commands stay in the log as they are (a reader folds groups).
-The disabled ``::set-output``/``::set-env``/``::add-path`` are refused by the parser when a
-``run:`` holds them literally; printed any other way they do nothing, as on GitHub.
+``::set-output`` and ``::save-state`` work as GitHub still lets them (old releases of
+``@actions/core`` print them), each with GitHub's deprecation warning as an annotation, once per
+step; a ``$GITHUB_OUTPUT`` value of the same name wins. The disabled ``::set-env``/``::add-path``
+are refused by the parser when a ``run:`` holds them literally; printed any other way they do
+nothing, as on GitHub.
 """
 
 from __future__ import annotations
@@ -35,6 +38,15 @@ MAX_STATE_VALUES = 64
 MAX_STATE_VALUE = 4096
 
 _LEVELS = {level.value: level for level in AnnotationLevel}
+# At most this many ``::set-output`` values per step (as ``::save-state``), each at most 1 MiB
+# (``$GITHUB_OUTPUT``'s own bound is the file's).
+MAX_OUTPUT_VALUE = 1 << 20
+# GitHub's words, as its runner prints them.
+DEPRECATED = (
+    "The `{0}` command is deprecated and will be disabled soon. Please upgrade to using Environment Files. "
+    "For more information see: "
+    "https://github.blog/changelog/2022-10-11-github-actions-deprecating-save-state-and-set-output-commands/"
+)
 
 
 def unescape_data(text: str) -> str:
@@ -85,6 +97,9 @@ class WorkflowCommands:
         self._total = 0
         # ``::save-state`` values by step (for that step's post step; never leave the worker).
         self.state: dict[int, dict[str, str]] = {}
+        # ``::set-output`` values by step.
+        self.outputs: dict[int, dict[str, str]] = {}
+        self._warned: set[tuple[int, str]] = set()
 
     @property
     def stopped(self) -> bool:
@@ -122,8 +137,24 @@ class WorkflowCommands:
         elif name == "endgroup":
             self._group_depth = max(0, self._group_depth - 1)
         elif name == "save-state":
+            self._deprecated(name)
             self.save_state(self.step, props.get("name", ""), message)
+        elif name == "set-output":
+            self._deprecated(name)
+            values = self.outputs.setdefault(self.step, {})
+            key = props.get("name", "")
+            if key and (key in values or len(values) < MAX_STATE_VALUES):
+                values[key] = message[:MAX_OUTPUT_VALUE]
         return True
+
+    def _deprecated(self, command: str) -> None:
+        if (self.step, command) not in self._warned:
+            self._warned.add((self.step, command))
+            self._annotate(AnnotationLevel.WARNING, {}, DEPRECATED.format(command))
+
+    def step_outputs(self, index: int) -> dict[str, str]:
+        """The step's ``::set-output`` values."""
+        return dict(self.outputs.get(index, {}))
 
     def _annotate(self, level: AnnotationLevel, props: dict[str, str], message: str) -> None:
         step = self.annotations.setdefault(self.step, [])

@@ -8,7 +8,7 @@ this one, never the reverse.
 
 from types import ModuleType
 
-from leasehold.records.ci import environments, heads, plans, repos, run_numbers, runs, secrets
+from leasehold.records.ci import environments, heads, plans, repos, run_numbers, runs, secrets, variables
 from leasehold.records.video import capacity, deletions, jobs, webhooks
 
 # Named so the imports are used: importing a module declares its tables on Base.
@@ -20,6 +20,7 @@ TABLE_MODULES: tuple[ModuleType, ...] = (
     run_numbers,
     runs,
     secrets,
+    variables,
     capacity,
     deletions,
     jobs,

@@ -78,12 +78,6 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
             "uses",
         ),
         (
-            wf("  a:\n    runs-on: linux\n    strategy:\n      fail-fast: true\n    steps:\n      - run: x\n"),
-            5,
-            "jobs.a.strategy",
-            "needs a 'matrix'",
-        ),
-        (
             wf("  a:\n    runs-on: linux\n    services:\n      db: {image: x}\n    steps:\n      - run: x\n"),
             5,
             "jobs.a.services",

@@ -2,7 +2,8 @@
 with it (accept, with the value it reads; or refuse, with the line and key we must name).
 
 Written from GitHub's documented behaviour (workflow syntax, expressions, contexts, limits):
-ids are case-insensitive and ``__`` is reserved; anchors are refused; an empty ``if:`` is
+ids are case-insensitive and ``__`` is reserved; anchors and aliases are read (GitHub accepts
+them since 2025-09-18), merge keys are not, and an alias bomb fails; an empty ``if:`` is
 ``success()``; text around ``${{ }}`` in ``if:`` is a string template; ``}}`` inside a string
 literal does not close an expression; expressions hold at most 21,000 characters; numbers and
 booleans print as GitHub prints them; a huge ``timeout-minutes`` is accepted.
@@ -66,9 +67,102 @@ CASES = [
     Case("!!bool tag", wf(job().replace("runs-on: linux", "runs-on: !!bool test")), line=4, message="bool value"),
     Case("!!int tag", wf(job().replace("runs-on: linux", "runs-on: !!int x")), line=4, message="int value"),
     Case("!!float tag", wf(job().replace("runs-on: linux", "runs-on: !!float y")), line=4, message="float value"),
-    # Anchors and aliases are refused, as on GitHub.
-    Case("anchor", wf(job(), top="env: &shared\n  A: 1\n"), line=2, message="anchors"),
-    Case("alias", "on: push\nenv:\n  A: &x 1\n  B: *x\njobs:\n" + job(), line=3, message="anchors"),
+    # Anchors and aliases are read as GitHub reads them (since 2025-09-18); merge keys are not.
+    Case("anchor", wf(job(), top="env: &shared\n  A: 1\n"), lambda s: s.env, {"A": "1"}),
+    Case("alias", "on: push\nenv:\n  A: &x 1\n  B: *x\njobs:\n" + job(), lambda s: s.env, {"A": "1", "B": "1"}),
+    Case(
+        "aliased steps",
+        "on: push\njobs:\n  a:\n    runs-on: linux\n    steps: &s\n      - run: echo one\n"
+        "  b:\n    runs-on: linux\n    steps: *s\n",
+        lambda s: [st.run for st in s.jobs[1].steps],
+        ["echo one"],
+    ),
+    Case(
+        "merge key",
+        "on: push\nenv: &e\n  A: 1\njobs:\n  a:\n    runs-on: linux\n    env:\n      <<: *e\n"
+        "    steps:\n      - run: echo hi\n",
+        line=8,
+        message="merge keys",
+    ),
+    Case(
+        "alias bomb",
+        "on: push\nenv:\n  A: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"  {chr(66 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6))
+        + "jobs:\n"
+        + job(),
+        line=7,
+        message="aliases expand to more than 100000 nodes",
+    ),
+    Case("recursive alias", "on: push\nenv: &r\n  A: *r\njobs:\n" + job(), line=2, message="contains it"),
+    # A strategy without a matrix (fail-fast or max-parallel alone): one job, as on GitHub.
+    Case(
+        "strategy without matrix",
+        wf(job("    strategy:\n      fail-fast: false\n      max-parallel: 3\n")),
+        lambda s: (len(s.jobs), s.jobs[0].strategy),
+        (1, None),
+    ),
+    Case(
+        "strategy without matrix, bad max-parallel",
+        wf(job("    strategy:\n      max-parallel: 0\n")),
+        line=6,
+        key="jobs.a.strategy.max-parallel",
+        message="positive",
+    ),
+    # A step's timeout-minutes and continue-on-error may be one ${{ }} (evaluated when it starts).
+    Case(
+        "step timeout expression",
+        wf(job(steps="      - run: a\n        timeout-minutes: ${{ matrix.t || 5 }}\n")),
+        lambda s: (s.jobs[0].steps[0].timeout_minutes, s.jobs[0].steps[0].timeout_minutes_expr),
+        (None, "${{ matrix.t || 5 }}"),
+    ),
+    Case(
+        "step continue-on-error expression",
+        wf(job(steps="      - uses: actions/checkout@v4\n        continue-on-error: ${{ runner.os == 'Linux' }}\n")),
+        lambda s: s.jobs[0].steps[0].continue_on_error_expr,
+        "${{ runner.os == 'Linux' }}",
+    ),
+    Case(
+        "step limit with secrets",
+        wf(job(steps="      - run: a\n        continue-on-error: ${{ secrets.X != '' }}\n")),
+        line=7,
+        key="jobs.a.steps[0].continue-on-error",
+        message="secrets",
+    ),
+    Case(
+        "step limit with text around",
+        wf(job(steps="      - run: a\n        timeout-minutes: 1${{ 0 }}\n")),
+        line=7,
+        key="jobs.a.steps[0].timeout-minutes",
+        message="single ${{ }} expression",
+    ),
+    # run-name: the run's title, over github, inputs and vars.
+    Case(
+        "run-name",
+        wf(job(), top="run-name: Deploy ${{ inputs.env }} by @${{ github.actor }}\n"),
+        lambda s: s.run_name,
+        "Deploy ${{ inputs.env }} by @${{ github.actor }}",
+    ),
+    Case(
+        "run-name with secrets",
+        wf(job(), top="run-name: ${{ secrets.TOKEN }}\n"),
+        line=2,
+        key="run-name",
+        message="secrets",
+    ),
+    # Object filters in expressions.
+    Case(
+        "labels.*.name",
+        wf(job("    if: contains(github.event.pull_request.labels.*.name, 'ci')\n")),
+        lambda s: s.jobs[0].if_expr,
+        "contains(github.event.pull_request.labels.*.name, 'ci')",
+    ),
+    Case(
+        "filter without a base",
+        wf(job("    if: contains(*.name, 'ci')\n")),
+        line=5,
+        key="jobs.a.if",
+        message="'*'",
+    ),
     # Environment variable names: any name without '=' (GitHub takes 'root-env').
     Case("env name with -", wf(job(), top="env:\n  root-env: x\n"), lambda s: s.env, {"root-env": "x"}),
     Case("env name with =", wf(job(), top="env:\n  'a=b': x\n"), line=3, key="env.a=b", message="'='"),
@@ -170,13 +264,13 @@ CASES = [
         key="jobs.a.steps[0].id",
         message="reserved",
     ),
-    # Disabled workflow commands are refused at push time, not silently ignored.
+    # Disabled workflow commands are refused at push time, not silently ignored; the deprecated
+    # ``::set-output`` still works on GitHub (with a warning), so it is accepted.
     Case(
         "::set-output",
         wf(job(steps="      - run: echo '::set-output name=a::b'\n")),
-        line=6,
-        key="jobs.a.steps[0].run",
-        message="$GITHUB_OUTPUT",
+        lambda s: s.jobs[0].steps[0].run,
+        "echo '::set-output name=a::b'",
     ),
     Case(
         "::set-env",
@@ -241,3 +335,31 @@ FUNCTIONS = [
 @pytest.mark.parametrize(("text", "expected"), FUNCTIONS)
 def test_functions_and_literals(text: str, expected: str) -> None:
     assert interpolate(text, {}) == expected
+
+
+EVENT = {
+    "event": {
+        "pull_request": {"labels": [{"name": "bug"}, {"name": "Skip-CI"}, {"color": "red"}]},
+        "commits": [{"files": ["a", "b"]}, {"files": ["c"]}],
+    }
+}
+NEEDS = {"lint": {"result": "success"}, "test": {"result": "failure", "outputs": {"x": "1"}}}
+FILTERS = [
+    # Object filters: every element (or value), then each one's property where it has one.
+    ("${{ toJSON(github.event.pull_request.labels.*.name) }}", '[\n  "bug",\n  "Skip-CI"\n]'),
+    ("${{ contains(github.event.pull_request.labels.*.name, 'skip-ci') }}", "true"),
+    ("${{ join(needs.*.result, ',') }}", "success,failure"),
+    ("${{ join(needs[*].result) }}", "success,failure"),
+    ("${{ contains(needs.*.result, 'cancelled') }}", "false"),
+    # A filter of a filter flattens one level.
+    ("${{ join(github.event.commits.*.files.*, '') }}", "abc"),
+    ("${{ join(github.event.commits.*.files[0], '') }}", "ac"),
+    # A filter of something that is neither array nor object is empty.
+    ("${{ toJSON(github.event.missing.*.name) }}", "[]"),
+    ("${{ toJSON(needs.*.outputs.x) }}", '[\n  "1"\n]'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FILTERS)
+def test_object_filters(text: str, expected: str) -> None:
+    assert interpolate(text, {"github": EVENT, "needs": NEEDS}) == expected

@@ -273,3 +273,19 @@ def test_any_split_of_the_stream_reads_the_same_commands() -> None:
         out, commands = feed([body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)], (SECRET,))
         assert commands.step_annotations(0) == expected
         assert out == whole_out
+
+
+def test_set_output_is_honoured_with_githubs_deprecation_warning_once_per_step() -> None:
+    commands = WorkflowCommands(lambda text: text.replace("s3cret", "***"))
+    commands.begin_step(0)
+    for line in (b"::set-output name=a::one", b"::set-output name=b::s3cret", b"::set-output name=a::two"):
+        assert commands.line(line)
+    commands.begin_step(1)
+    commands.line(b"::save-state name=x::kept")
+    assert commands.step_outputs(0) == {"a": "two", "b": "***"}
+    assert commands.step_outputs(1) == {}
+    assert commands.state[1] == {"x": "kept"}
+    first = commands.step_annotations(0)
+    assert [a.level for a in first] == [AnnotationLevel.WARNING]
+    assert first[0].message.startswith("The `set-output` command is deprecated and will be disabled soon.")
+    assert "`save-state`" in commands.step_annotations(1)[0].message

@@ -71,7 +71,8 @@ def expect_absent(url: str) -> Probe:
         response = b.get(url)
         assert response.status_code == 200, response.text
         text = response.text
-        assert v.pushed.repo_id not in text and v.pushed.run_id not in text and "A_TOKEN" not in text
+        assert v.pushed.repo_id not in text and v.pushed.run_id not in text
+        assert "A_TOKEN" not in text and "A_VAR" not in text
 
     return probe
 
@@ -96,6 +97,12 @@ def secret_put_stays_in_b(b: httpx.Client, v: Victim) -> None:
     assert b.put("/v1/secrets/A_TOKEN", json={"value": "tenant-b-own-value"}).status_code == 201
     assert b.delete("/v1/secrets/A_TOKEN").status_code == 204
     assert b.delete("/v1/secrets/A_TOKEN").status_code == 404  # A's still exists; B has none
+
+
+def variable_put_stays_in_b(b: httpx.Client, v: Victim) -> None:
+    assert b.put("/v1/variables/A_VAR", json={"value": "tenant-b-own-value"}).status_code == 201
+    assert b.delete("/v1/variables/A_VAR").status_code == 204
+    assert b.delete("/v1/variables/A_VAR").status_code == 404  # A's still exists; B has none
 
 
 SHA = "0" * 39 + "1"
@@ -140,6 +147,16 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("DELETE", "/v1/repos/{repo_id}/secrets/{name}"): expect_404(
         "DELETE", lambda v: f"/v1/repos/{v.pushed.repo_id}/secrets/A_TOKEN"
     ),
+    ("PUT", "/v1/variables/{name}"): variable_put_stays_in_b,
+    ("GET", "/v1/variables"): expect_absent("/v1/variables"),
+    ("DELETE", "/v1/variables/{name}"): expect_404("DELETE", lambda v: "/v1/variables/A_VAR"),
+    ("PUT", "/v1/repos/{repo_id}/variables/{name}"): expect_404(
+        "PUT", lambda v: f"/v1/repos/{v.pushed.repo_id}/variables/A_VAR", {"value": "overwrite-attempt"}
+    ),
+    ("GET", "/v1/repos/{repo_id}/variables"): expect_404("GET", lambda v: f"/v1/repos/{v.pushed.repo_id}/variables"),
+    ("DELETE", "/v1/repos/{repo_id}/variables/{name}"): expect_404(
+        "DELETE", lambda v: f"/v1/repos/{v.pushed.repo_id}/variables/A_VAR"
+    ),
     ("PUT", "/v1/repos/{repo_id}/environments/{name}"): expect_404(
         "PUT", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments/production", {"required_approval": False}
     ),
@@ -167,6 +184,8 @@ def victim(tenancy: CIStack) -> Victim:
     def secrets(client: httpx.Client, repo_id: str) -> None:
         assert client.put("/v1/secrets/A_TOKEN", json={"value": A_VALUE}).status_code == 201
         assert client.put(f"/v1/repos/{repo_id}/secrets/A_TOKEN", json={"value": A_VALUE}).status_code == 201
+        assert client.put("/v1/variables/A_VAR", json={"value": "a-tenant-wide"}).status_code == 201
+        assert client.put(f"/v1/repos/{repo_id}/variables/A_VAR", json={"value": "a-repo"}).status_code == 201
 
     pushed = push_workflow(tenancy, FAILING, before_push=secrets)
     run = wait_run(pushed.client, pushed.run_id)
@@ -186,6 +205,9 @@ def test_tenant_b_cannot_reach_tenant_a(tenancy: CIStack, victim: Victim, endpoi
     assert run["status"] == "failure" and job(run, "build")["attempt"] == 1
     assert [s["name"] for s in a.get("/v1/secrets").json()["data"]] == ["A_TOKEN"]
     assert [s["name"] for s in a.get(f"/v1/repos/{victim.pushed.repo_id}/secrets").json()["data"]] == ["A_TOKEN"]
+    assert [(x["name"], x["value"]) for x in a.get("/v1/variables").json()["data"]] == [("A_VAR", "a-tenant-wide")]
+    repo_vars = a.get(f"/v1/repos/{victim.pushed.repo_id}/variables").json()["data"]
+    assert [(x["name"], x["value"]) for x in repo_vars] == [("A_VAR", "a-repo")]
     assert "victim output" in log_text(a, victim.pushed.run_id, "build")
 
 

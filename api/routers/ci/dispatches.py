@@ -34,6 +34,7 @@ from leasehold.client.ci.push_input import dispatch_input
 from leasehold.client.ci.start import DispatchConflict, start_dispatch
 from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import get_repo
+from leasehold.records.ci.variables import variables_for
 from workflows.ci.ids import push_workflow_id
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.types.push import DISPATCH_REJECTED, CIPushState
@@ -81,7 +82,8 @@ async def dispatch_workflow(
     request = json.dumps({"workflow": body.workflow, "ref": body.ref, "inputs": inputs}, sort_keys=True)
     digest = hashlib.sha256(request.encode()).hexdigest()
     plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
-    inp = dispatch_input(settings, repo, body.workflow, body.ref, inputs, key, principal.user_id, plan)
+    variables = await asyncio.to_thread(variables_for, db, repo.tenant_id, repo.id)
+    inp = dispatch_input(settings, repo, body.workflow, body.ref, inputs, key, principal.user_id, plan, variables)
     try:
         pid = await asyncio.wait_for(start_dispatch(client, inp, digest), timeout=START_TIMEOUT_SECONDS)
     except DispatchConflict:

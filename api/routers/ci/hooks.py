@@ -35,6 +35,7 @@ from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import RepoRecord, WebhookCandidate, get_repo, webhook_candidates
 from leasehold.records.ci.runs import get_push as get_push_record
 from leasehold.records.ci.runs import write_push
+from leasehold.records.ci.variables import variables_for
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci.ids import push_workflow_id
@@ -127,7 +128,8 @@ async def record_push(
     The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it,
     and so does the webhook payload (``event``), which jobs see as ``github.event``."""
     plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
-    inp = push_input(settings, repo, sha, ref, delivery, pull_request, plan, event)
+    variables = await asyncio.to_thread(variables_for, db, repo.tenant_id, repo.id)
+    inp = push_input(settings, repo, sha, ref, delivery, pull_request, plan, event, variables=variables)
     try:
         pid = await asyncio.wait_for(start_push(client, inp), timeout=START_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError) as exc:

@@ -260,6 +260,8 @@ class RunOut(BaseModel):
     ref: str
     workflow_path: str
     workflow_name: str = ""
+    # The title ``run-name`` gave the run ("" without one).
+    display_title: str = ""
     status: str
     cancel_requested: bool = False
     # Why the run failed as a whole (e.g. the workflow file was rejected: file, line, key).

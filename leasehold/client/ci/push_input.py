@@ -12,6 +12,7 @@ from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings
 from workflows.ci.event import bounded_event, event_actor
 from workflows.ci.types.push import CIPushInput, PullRequestInfo, PushContext
+from workflows.queues import DEFAULT_CI_ISOLATION
 
 SHA = re.compile(r"^(?:[0-9a-fA-F]{40}|[0-9a-fA-F]{64})$")
 
@@ -26,10 +27,12 @@ def push_input(
     plan: TenantPlan | None = None,
     event: dict[str, Any] | None = None,
     before: str | None = None,
+    variables: dict[str, str] | None = None,
 ) -> CIPushInput:
     """The push of ``sha`` to ``ref`` with the deployment's queues and CI timeouts and the
     tenant's plan as of now; ``event`` is the webhook payload (its sender is ``github.actor``,
-    its ``before`` what ``paths`` filters diff against unless ``before`` is given)."""
+    its ``before`` what ``paths`` filters diff against unless ``before`` is given); ``variables``
+    is the ``vars`` context its runs see (``leasehold.records.ci.variables.variables_for``)."""
     if before is None and event is not None:
         before = event.get("before") if isinstance(event.get("before"), str) else None
     return CIPushInput(
@@ -48,6 +51,8 @@ def push_input(
             pull_request=pull_request,
             fairness_weight=plan.fairness_weight if plan else None,
             max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
+            isolation=plan.isolation if plan else DEFAULT_CI_ISOLATION,
+            variables=dict(variables or {}),
             default_branch=repo.default_branch,
             actor=event_actor(event) if event is not None else "",
             event_payload=bounded_event(event) if event is not None else None,
@@ -67,10 +72,11 @@ def dispatch_input(
     key: str,
     actor: str,
     plan: TenantPlan | None = None,
+    variables: dict[str, str] | None = None,
 ) -> CIPushInput:
     """A ``workflow_dispatch`` of ``workflow`` at ``ref`` (resolved, with ``inputs`` checked,
     when the push is listed), named by ``key``, by ``actor`` (``github.actor``)."""
-    inp = push_input(settings, repo, "", ref, None, plan=plan)
+    inp = push_input(settings, repo, "", ref, None, plan=plan, variables=variables)
     push = inp.push.model_copy(
         update={"event": "workflow_dispatch", "dispatch_workflow": workflow, "dispatch_key": key, "inputs": inputs}
     )
