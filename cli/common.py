@@ -1,13 +1,19 @@
-"""What every ``leasehold`` subcommand shares: the one-line error and the settings it reads."""
+"""What every ``leasehold`` subcommand shares: the one-line error, the settings it reads, and
+the data dir an admin command opens."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from leasehold.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import sessionmaker
 
 
 class UsageError(Exception):
@@ -28,3 +34,82 @@ def command_settings(args: argparse.Namespace, **overrides: Any) -> Settings:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise UsageError(f"invalid setting {field} (LEASEHOLD_{field.upper()}): {first['msg']}") from None
+
+
+# Admin commands: the deployment's own records --------------------------------------------------
+
+
+def add_data_dir_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir`` and ``--init``, on every admin command that opens the database."""
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="data directory (default: $LEASEHOLD_DATA_DIR or ./.leasehold)"
+    )
+    parser.add_argument(
+        "--init",
+        action="store_true",
+        help="create the database if no stack has (default: refuse a data dir no stack initialised)",
+    )
+
+
+def database_exists(settings: Settings) -> bool:
+    """Whether the deployment's database is there: the SQLite file exists (in the data dir by
+    default); a server database (``LEASEHOLD_DATABASE_URL``) was named on purpose, so it counts."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.resolved_database_url)
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return True
+    return Path(database).is_file()
+
+
+def _initialised(data_dir: Path) -> bool:
+    return (data_dir / "leasehold.db").is_file()
+
+
+def data_dirs_in_use(besides: Path) -> list[str]:
+    """Initialised data dirs other than ``besides``, each saying how it was found: a running
+    ``leasehold up``'s, ``$LEASEHOLD_DATA_DIR``, the default ``./.leasehold``."""
+    from cli.stack_lock import running_stacks
+
+    found: dict[Path, str] = {}
+    for pid, data_dir in running_stacks():
+        found.setdefault(data_dir, f"{data_dir} (leasehold up, pid {pid})")
+    for named, how in ((os.environ.get("LEASEHOLD_DATA_DIR"), "LEASEHOLD_DATA_DIR"), (".leasehold", "./.leasehold")):
+        if named and _initialised(path := Path(named).expanduser().resolve()):
+            found.setdefault(path, f"{path} ({how})")
+    return [how for data_dir, how in found.items() if data_dir != besides]
+
+
+def admin_settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """`command_settings` for an admin command, refusing a database no stack has initialised.
+
+    Opening the database creates it, so a mistyped ``--data-dir`` (or none, in another working
+    directory) would silently start a second, empty deployment beside the one the stack uses:
+    a repository registered there is one the stack never sees. ``--init`` is how a new one
+    is started on purpose.
+    """
+    settings = command_settings(args, **overrides)
+    if getattr(args, "init", False) or database_exists(settings):
+        return settings
+    if settings.database_url:
+        where = f"database {settings.database_url}"
+    else:
+        where = f"data dir {settings.data_dir}"
+    others = data_dirs_in_use(settings.data_dir)
+    in_use = f"; in use: {', '.join(others)}" if others else ""
+    raise UsageError(
+        f"{where} has no leasehold database (no stack has initialised it){in_use}: name the stack's "
+        "with --data-dir or LEASEHOLD_DATA_DIR, or create one here with --init"
+    )
+
+
+def open_database(settings: Settings) -> sessionmaker:
+    """The deployment's database (migrated to the newest revision), the data dir made first."""
+    from leasehold.database import init_database
+
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"data dir {settings.data_dir} is not writable: {exc.strerror or exc}") from None
+    return init_database(settings.resolved_database_url)

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from cli.common import UsageError, command_settings
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
 
 
 def _db(args: argparse.Namespace) -> Any:
-    from leasehold.database import init_database
     from leasehold.records.ci.repos import get_repo
 
-    settings = command_settings(args)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = init_database(settings.resolved_database_url)
+    db = open_database(admin_settings(args))
     if get_repo(db, args.tenant, args.repo) is None:
         raise UsageError(f"tenant {args.tenant!r} has no repository {args.repo!r}")
     return db
@@ -45,7 +41,7 @@ def cmd_environments_list(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Add the ``environments`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    add_data_dir_arguments(common)
     common.add_argument("--tenant", required=True)
     common.add_argument("--repo", required=True, help="repository id (repo_...)")
     envs = sub.add_parser("environments", help="CI deployment environments that require approval")

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli import ci, environments, plan, plans, readmodel, repos, runs, secrets, video
-from cli.common import UsageError, command_settings
+from cli import ci, environments, plan, plans, readmodel, repos, runs, secrets, variables, video
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, command_settings, open_database
 from leasehold.settings import Settings
 
 
@@ -37,10 +37,12 @@ def _secure_data_dir(settings: Settings) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     from cli.up import run_stack
 
-    settings = command_settings(args)
+    # The flag wins, else LEASEHOLD_API_PORT (the settings'), so the port the README documents
+    # is the one the stack binds and the one it tells its children.
+    settings = command_settings(args, api_port=args.api_port)
     return run_stack(
         settings,
-        api_port=args.api_port,
+        api_port=settings.api_port,
         temporal_port=args.temporal_port,
         ui_port=args.ui_port,
         headless=args.no_ui,
@@ -85,13 +87,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from leasehold.database import init_database
     from leasehold.records.api_keys import create_key
 
-    settings = command_settings(args)
+    settings = admin_settings(args)
     _secure_data_dir(settings)
     try:
-        key = create_key(init_database(settings.resolved_database_url), args.tenant, args.user, args.tier)
+        key = create_key(open_database(settings), args.tenant, args.user, args.tier)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     print(key)
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", parents=[common], help="run the whole stack on this machine (no Docker)")
-    up.add_argument("--api-port", type=int, default=8000)
+    up.add_argument("--api-port", type=int, default=None, help="default: $LEASEHOLD_API_PORT or 8000")
     up.add_argument("--temporal-port", type=int, default=7233)
     up.add_argument("--ui-port", type=int, default=8233)
     up.add_argument("--no-ui", action="store_true", help="do not start the Temporal Web UI")
@@ -136,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     keys = sub.add_parser("keys", help="API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", parents=[common], help="create a key (printed once)")
+    create = keys_sub.add_parser("create", help="create a key (printed once)")
+    add_data_dir_arguments(create)
     create.add_argument("--tenant", required=True)
     create.add_argument("--user", required=True)
     # Checked by create_key, not argparse, so a bad tier is one line, not a usage dump.
@@ -145,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The CI admin commands, the people's commands (video, runs: through the API) and the
     # capacity planner, each module adding its own subcommands; listed here, in help order.
-    for module in (ci, environments, plans, repos, secrets, readmodel, video, runs, plan):
+    for module in (ci, environments, plans, repos, secrets, variables, readmodel, video, runs, plan):
         module.add_commands(sub)
     return parser
 

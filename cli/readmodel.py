@@ -21,10 +21,9 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.common import UsageError, command_settings
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import sessionmaker
@@ -185,13 +184,11 @@ async def rebuild_open_executions(client: Client, factory: sessionmaker, queue: 
 
 
 def cmd_readmodel_rebuild(args: argparse.Namespace) -> int:
-    from leasehold.database import init_database
     from leasehold.temporal import connect
     from workflows.queues import orchestration_queue
 
-    settings = command_settings(args)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    factory = init_database(settings.resolved_database_url)
+    settings = admin_settings(args)
+    factory = open_database(settings)
 
     async def run() -> RebuildReport:
         try:
@@ -208,7 +205,7 @@ def cmd_readmodel_rebuild(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Add the ``readmodel`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    add_data_dir_arguments(common)
     readmodel = sub.add_parser("readmodel", help="the SQL read model of jobs, runs and pushes")
     readmodel_sub = readmodel.add_subparsers(dest="readmodel_command", required=True)
     rebuild = readmodel_sub.add_parser(

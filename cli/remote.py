@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -278,16 +278,26 @@ def note(text: str) -> None:
     print(printable(text), file=sys.stderr, flush=True)
 
 
-def table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    """A rich table on a terminal; tab-separated lines with a header otherwise."""
+def table(title: str | None, columns: list[str], rows: list[list[str]], whole: Collection[str] = ()) -> None:
+    """A rich table on a terminal; tab-separated lines with a header otherwise.
+
+    Columns named in ``whole`` (ids a person copies) are never cut: on a narrow terminal the
+    other columns wrap instead, every character still shown.
+    """
     if human():
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
         shown = Table(title=title, show_lines=False)
-        for column in columns:
-            shown.add_column(column)
+        for i, column in enumerate(columns):
+            if column in whole:
+                widest = max([len(column), *(len(printable(row[i])) for row in rows)])
+                shown.add_column(column, no_wrap=True, min_width=widest)
+            elif whole:
+                shown.add_column(column, overflow="fold")
+            else:
+                shown.add_column(column)
         for row in rows:
             # Text from the API is shown as it is, never as rich markup.
             shown.add_row(*(Text(printable(cell)) for cell in row))

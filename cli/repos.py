@@ -5,18 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from cli.common import UsageError, command_settings
-
-
-def _factory(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from leasehold.database import init_database
-
-    settings = command_settings(args)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return init_database(settings.resolved_database_url)
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
 
 
 def cmd_repos_add(args: argparse.Namespace) -> int:
@@ -25,11 +16,11 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
     from leasehold.records.ci.repos import RepoError, add_repo
     from leasehold.records.ci.secrets import Keyring, KeyringError
 
-    settings = command_settings(args)
+    settings = admin_settings(args)
     try:
         validate_name("tenant", args.tenant)
         record = add_repo(
-            _factory(args),
+            open_database(settings),
             args.tenant,
             args.name,
             args.clone_url,
@@ -53,7 +44,7 @@ def cmd_repos_add(args: argparse.Namespace) -> int:
 def cmd_repos_list(args: argparse.Namespace) -> int:
     from leasehold.records.ci.repos import list_repos
 
-    for record in list_repos(_factory(args), args.tenant):
+    for record in list_repos(open_database(admin_settings(args)), args.tenant):
         print(
             json.dumps(
                 {
@@ -70,7 +61,7 @@ def cmd_repos_list(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Add the ``repos`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    add_data_dir_arguments(common)
     repos = sub.add_parser("repos", help="CI repositories")
     repos_sub = repos.add_subparsers(dest="repos_command", required=True)
 

@@ -67,11 +67,12 @@ def _path_id(text: str) -> str:
     return text
 
 
-def _when(value: Any) -> str:
+def _when(value: Any, minutes: bool = False) -> str:
     if not value:
         return "-"
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
+        shape = "%Y-%m-%d %H:%M" if minutes else "%Y-%m-%d %H:%M:%S"
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).strftime(shape)
     except ValueError:
         return str(value)
 
@@ -88,13 +89,31 @@ def _duration(start: Any, end: Any) -> str:
 # list, get, cancel, retry ----------------------------------------------------------------------
 
 
+def _short_ref(ref: Any) -> str:
+    # A branch as people name it ("main"); tags and pull-request refs stay whole.
+    return str(ref).removeprefix("refs/heads/") if ref else "-"
+
+
+def _repositories(api: Api) -> dict[str, str]:
+    """The caller's repositories, id -> full name (one request: the list names each run's)."""
+    return {str(r.get("id")): str(r.get("name")) for r in api.call("GET", "/v1/repos").get("data", [])}
+
+
 @command
 def cmd_list(args: argparse.Namespace) -> int:
     api = api_from(args)
+    by_name = "/" in (args.repo or "")
+    names = _repositories(api) if by_name or not args.json else {}
     params: dict[str, Any] = {"limit": args.limit}
     for name in ("repo", "status", "after"):
         if getattr(args, name):
             params[name] = getattr(args, name)
+    if by_name:
+        # A full name ("acme/widgets"): the API filters by id.
+        ids = [rid for rid, full in names.items() if full == args.repo]
+        if not ids:
+            raise CliFailure(f"no repository named {args.repo} for this key", Exit.NOT_FOUND)
+        params["repo"] = ids[0]
     page = api.call("GET", "/v1/runs", params=params)
     if args.json:
         print_json(page)
@@ -103,16 +122,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         [
             str(r.get("id")),
             str(r.get("status")),
-            str(r.get("repo_id")),
-            str(r.get("workflow_path")),
-            str(r.get("ref")),
-            str(r.get("commit_sha") or "")[:12],
-            _when(r.get("created_at")),
+            names.get(str(r.get("repo_id")), str(r.get("repo_id"))),
+            str(r.get("workflow_path")).removeprefix(".github/workflows/"),
+            _short_ref(r.get("ref")),
+            str(r.get("commit_sha") or "")[:7],
+            _when(r.get("created_at"), minutes=True),
             _duration(r.get("created_at"), r.get("closed_at")) if r.get("closed_at") else "-",
         ]
         for r in page.get("data", [])
     ]
-    table("runs", ["id", "status", "repo", "workflow", "ref", "commit", "created", "took"], rows)
+    columns = ["id", "status", "repo", "workflow", "ref", "commit", "created", "took"]
+    # The run id is what a person copies into `runs get`/`runs logs`: never cut it.
+    table("runs", columns, rows, whole=("id", "status", "commit", "created", "took"))
     if page.get("has_more"):
         note(f"more: leasehold runs list --after {page.get('next_cursor')}")
     return int(Exit.OK)
@@ -347,7 +368,7 @@ def add_commands(sub: Any) -> None:
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
 
     ls = runs_sub.add_parser("list", help="your runs, newest first")
-    ls.add_argument("--repo", default=None, help="only this repository's runs (its id)")
+    ls.add_argument("--repo", default=None, help="only this repository's runs (its id or full name)")
     ls.add_argument("--status", default=None, help="queued, in_progress, success, failure or cancelled")
     ls.add_argument("--limit", type=int, default=20, help="at most this many (1-100)")
     ls.add_argument("--after", default=None, help="the previous page's next_cursor")

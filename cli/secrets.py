@@ -9,19 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from cli.common import UsageError, command_settings
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
 
 
 def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from leasehold.database import init_database
     from leasehold.records.ci.secrets import Keyring
 
-    settings = command_settings(args)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return init_database(settings.resolved_database_url), Keyring.from_settings(settings)
+    settings = admin_settings(args)
+    return open_database(settings), Keyring.from_settings(settings)
 
 
 def _check_scope(factory: Any, args: argparse.Namespace) -> None:
@@ -93,7 +90,7 @@ def cmd_secrets_rotate(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Add the ``secrets`` subcommands to the top-level parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, default=None, help="data directory")
+    add_data_dir_arguments(common)
     scoped = argparse.ArgumentParser(add_help=False, parents=[common])
     scoped.add_argument("--tenant", required=True)
     scoped.add_argument("--repo", default=None, help="a repository id: the secret is only that repository's")

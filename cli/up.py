@@ -10,7 +10,6 @@ dies, so none is left behind. A crashed child is restarted with back-off.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import logging
 import os
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from cli.common import UsageError
+from cli.stack_lock import lock_data_dir
 from leasehold.data_dir import PRIVATE_UMASK, secure_data_dir
 from leasehold.devserver import (
     MissingBinary,
@@ -153,23 +153,6 @@ def _check_data_dir(data_dir: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
-
-
-def _lock_data_dir(data_dir: Path) -> int:
-    """Hold an exclusive lock on the data dir while the stack runs (the kernel drops it when we die).
-
-    Two stacks on one data dir would share one SQLite file for Temporal and corrupt it.
-    """
-    fd = os.open(data_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise UsageError(f"data dir {data_dir} is in use by another leasehold up (pid {holder})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def _check_ports(ports: dict[str, int]) -> None:
@@ -322,7 +305,7 @@ def _stop_all(temporal: Child, apps: list[Child]) -> None:
 def run_stack(settings: Settings, api_port: int, temporal_port: int, ui_port: int, headless: bool = False) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s: %(message)s")
     _check_data_dir(settings.data_dir)
-    _lock_data_dir(settings.data_dir)  # held until this process exits
+    lock_data_dir(settings.data_dir)  # held until this process exits
     ports = {"api port": api_port, "temporal port": temporal_port}
     if not headless:
         ports["ui port"] = ui_port

@@ -62,11 +62,11 @@ class Person:
             timeout=timeout,
         )
 
-    def run_in_terminal(self, *args: str, timeout: float = CLI_TIMEOUT) -> tuple[int, str]:
-        """``leasehold ARGS`` with stdout and stderr on a pseudo-terminal (160 columns), as a
-        person at a terminal runs it; (exit code, everything it wrote there)."""
+    def run_in_terminal(self, *args: str, timeout: float = CLI_TIMEOUT, columns: int = 160) -> tuple[int, str]:
+        """``leasehold ARGS`` with stdout and stderr on a pseudo-terminal (``columns`` wide), as
+        a person at a terminal runs it; (exit code, everything it wrote there)."""
         master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
         # The terminal's size is the window's (a runner may export COLUMNS/LINES: xdist does).
         hidden = ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")
         env = {k: v for k, v in self.env(TERM="xterm-256color").items() if k not in hidden}

@@ -127,17 +127,19 @@ def ports() -> tuple[int, int, int]:
     return free_port(), free_port(), free_port()
 
 
-def start_stack(data_dir: Path, ports: tuple[int, int, int], run: str) -> Stack:
+def start_stack(data_dir: Path, ports: tuple[int | None, int, int], run: str, **env: str) -> Stack:
+    """``leasehold up`` on these ports (an API port of None: no ``--api-port``, the settings'
+    from ``env``), once it printed its banner."""
     api_port, temporal_port, ui_port = ports
     out, err = data_dir.parent / f"up-{run}.out", data_dir.parent / f"up-{run}.err"
+    flags = ["--temporal-port", str(temporal_port), "--ui-port", str(ui_port)]
+    if api_port is not None:
+        flags = ["--api-port", str(api_port), *flags]
     with out.open("wb") as o, err.open("wb") as e:
         proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir)),
-                *("--api-port", str(api_port), "--temporal-port", str(temporal_port), "--ui-port", str(ui_port)),
-            ],
+            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir), *flags],
             cwd=REPO_ROOT,
-            env=_env(),
+            env=_env(**env),
             stdin=subprocess.DEVNULL,
             stdout=o,
             stderr=e,
@@ -154,7 +156,7 @@ def start_stack(data_dir: Path, ports: tuple[int, int, int], run: str) -> Stack:
     ui = re.search(r"Temporal Web UI:\s+(http://\S+)", text)
     assert api and ui, text
     stack.api, stack.ui = api.group(1), ui.group(1)
-    assert stack.api == f"http://127.0.0.1:{api_port}"
+    assert stack.api == f"http://127.0.0.1:{api_port or env.get('LEASEHOLD_API_PORT', 8000)}"
     assert stack.ui == f"http://127.0.0.1:{ui_port}"
     assert f"{stack.api}/docs" in text
     return stack
