@@ -21,8 +21,8 @@ from api.console.render import static_files as console_static_files
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.principal_cache import PrincipalCache
-from api.routers import files, health
-from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets
+from api.routers import files, health, replicate
+from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets, variables
 from api.routers.video import capacity, models, videos, webhooks
 from api.video.capacity import start_capacity, stop_capacity
 from api.video.live import LiveProgress
@@ -108,7 +108,7 @@ def create_app(settings: Settings) -> FastAPI:
         description="Video generation on preemptible GPUs and multi-tenant CI, on Temporal.",
         lifespan=lifespan,
     )
-    install_error_handlers(app)
+    install_error_handlers(app, settings.api_database_retry_after_seconds)
     install_openapi(app)
     app.state.auth_throttle = FailedAuthThrottle(settings.api_auth_failures_per_minute)
     app.state.principals = PrincipalCache(settings.api_principal_cache_seconds)
@@ -127,11 +127,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(logs.router)
     app.include_router(secrets.router)
+    app.include_router(variables.router)
     # The secrets broker CI workers trade attempt tokens at (internal).
     app.include_router(job_secrets.router)
     app.include_router(environments.router)
     app.include_router(capacity.router)
     app.include_router(models.router)
+    # Replicate's predictions API over the same jobs (api.replicate).
+    app.include_router(replicate.router)
     # The web console: pages on the same origin and keys, its scripts and styles as static files.
     app.include_router(console_pages.router)
     app.mount(CONSOLE_STATIC_PATH, console_static_files(), name="console-static")

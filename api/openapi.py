@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api.errors import ErrorResponse
+from api.errors import OPENAI_SURFACE, ErrorResponse
 
 REF = "#/components/schemas/"
 BODY_METHODS = ("post", "put", "patch")
@@ -49,7 +49,8 @@ def error_statuses(method: str, path: str, operation: dict[str, Any]) -> set[int
     """The error statuses ``method path`` can answer."""
     statuses = set(ROUTE_ERRORS.get((method, path), ()))
     if operation.get("parameters") or "requestBody" in operation or "422" in operation.get("responses", {}):
-        statuses |= {400, 422}
+        # The OpenAI-compatible routes answer every invalid request 400, as OpenAI does.
+        statuses |= {400} if path.startswith(OPENAI_SURFACE) else {400, 422}
     if operation.get("security"):
         statuses |= {401, 429, 503}
     if "{" in path:
@@ -70,7 +71,11 @@ def document_errors(schema: dict[str, Any]) -> None:
             if method not in METHODS:
                 continue
             responses = operation.setdefault("responses", {})
-            for status in sorted(error_statuses(method, path, operation)):
+            statuses = error_statuses(method, path, operation)
+            if 422 not in statuses:
+                # FastAPI's own 422, on a route that answers validation failures 400.
+                responses.pop("422", None)
+            for status in sorted(statuses):
                 responses[str(status)] = {
                     "description": DESCRIPTIONS[status],
                     "content": {"application/json": {"schema": {"$ref": REF + "ErrorResponse"}}},

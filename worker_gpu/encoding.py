@@ -10,7 +10,9 @@ past the visible width; and the container is written ``bitexact``, without a cre
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import cast
 
@@ -20,9 +22,15 @@ from av.video.codeccontext import VideoCodecContext
 from av.video.stream import VideoStream
 
 from activities.video.generation import EncodedVideo
+from workflows.video.types import SPRITESHEET_NAME
 
 VIDEO_CODEC = "libx264"
 THUMBNAIL_CODEC = "libwebp"
+SPRITESHEET_CODEC = "mjpeg"
+# A spritesheet holds at most this many frames, evenly spaced, in a near-square grid, each at
+# most this wide.
+SPRITESHEET_TILES = 16
+SPRITESHEET_TILE_WIDTH = 256
 
 
 class H264Encoder:
@@ -57,6 +65,8 @@ class H264Encoder:
 
         thumbnail_path = directory / "thumbnail.webp"
         thumbnail_path.write_bytes(encode_thumbnail(frames[count // 2]))
+        spritesheet_path = directory / SPRITESHEET_NAME
+        spritesheet_path.write_bytes(encode_spritesheet(frames))
         return EncodedVideo(
             video_path=video_path,
             video_content_type="video/mp4",
@@ -64,6 +74,7 @@ class H264Encoder:
             thumbnail_content_type="image/webp",
             thumbnail_extension="webp",
             frames=count,
+            spritesheet_path=spritesheet_path,
         )
 
 
@@ -88,6 +99,43 @@ def encode_thumbnail(frame: np.ndarray) -> bytes:
     codec.options = {"quality": "85"}
     image = _zero_padding(
         av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24").reformat(format="yuv420p")
+    )
+    packets = codec.encode(image) + codec.encode(None)
+    return b"".join(bytes(p) for p in packets)
+
+
+def spritesheet_grid(frames: np.ndarray, tiles: int = SPRITESHEET_TILES) -> np.ndarray:
+    """Up to ``tiles`` frames evenly spaced across the video, each scaled to at most
+    ``SPRITESHEET_TILE_WIDTH`` wide (nearest pixel: cheap and deterministic), in rows of a
+    near-square grid; the sides are even (what a 4:2:0 JPEG needs)."""
+    count, height, width, _ = frames.shape
+    shown = min(tiles, count)
+    picked = [round(i * (count - 1) / max(1, shown - 1)) for i in range(shown)]
+    tile_w = min(SPRITESHEET_TILE_WIDTH, width)
+    tile_h = max(1, round(height * tile_w / width))
+    columns = math.ceil(math.sqrt(shown))
+    rows = math.ceil(shown / columns)
+    ys = (np.arange(tile_h) * height // tile_h).astype(np.intp)
+    xs = (np.arange(tile_w) * width // tile_w).astype(np.intp)
+    grid = np.zeros((rows * tile_h + (rows * tile_h) % 2, columns * tile_w + (columns * tile_w) % 2, 3), np.uint8)
+    for n, index in enumerate(picked):
+        r, c = divmod(n, columns)
+        grid[r * tile_h : (r + 1) * tile_h, c * tile_w : (c + 1) * tile_w] = frames[index][ys][:, xs]
+    return grid
+
+
+def encode_spritesheet(frames: np.ndarray) -> bytes:
+    """The ``spritesheet`` content variant: ``spritesheet_grid`` as one JPEG."""
+    grid = spritesheet_grid(frames)
+    height, width, _ = grid.shape
+    codec = cast(VideoCodecContext, av.CodecContext.create(SPRITESHEET_CODEC, "w"))
+    codec.width = width
+    codec.height = height
+    codec.pix_fmt = "yuvj420p"
+    codec.time_base = Fraction(1, 1)
+    codec.options = {"qscale": "3"}
+    image = _zero_padding(
+        av.VideoFrame.from_ndarray(np.ascontiguousarray(grid), format="rgb24").reformat(format="yuvj420p")
     )
     packets = codec.encode(image) + codec.encode(None)
     return b"".join(bytes(p) for p in packets)

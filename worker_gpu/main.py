@@ -19,11 +19,13 @@ from activities.video.generation import VideoGenerationActivities
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.worker_process import run_worker
+from leasehold.worker_versioning import deployment_config
 from worker_gpu.gpu_memory import DeviceReport, report_device
 from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.metrics import MODEL_INFO, PrometheusObserver
 from worker_gpu.models import LOADERS, load_model
 from workflows.queues import GPU_GRACEFUL_SHUTDOWN, GPU_MAX_HEARTBEAT_THROTTLE, video_queue
+from workflows.version import BUILD_ID
 from workflows.video.catalogue import CatalogueError, load_catalogue
 from workflows.video.models import VideoModelSpec, get_model, use_catalogue
 
@@ -116,6 +118,9 @@ def build_worker(
         max_concurrent_activities=1,
         max_heartbeat_throttle_interval=GPU_MAX_HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=GPU_GRACEFUL_SHUTDOWN,
+        # Activities only: the version is reported, routing stays unversioned, so a job pinned
+        # to an older build still gets any GPU of its model (docs/versioning.md).
+        deployment_config=deployment_config(settings, BUILD_ID, routed=False),
     )
 
 

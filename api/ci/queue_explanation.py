@@ -52,7 +52,7 @@ from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow
 from workflows.ci.types.concurrency import GroupRequest, GroupState
 from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobState, JobStatus, RunStatus
 from workflows.ci.types.semaphore import SemaphoreState
-from workflows.queues import ci_queue
+from workflows.queues import DEFAULT_CI_ISOLATION, ci_queue
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +160,10 @@ class QueueExplainer:
         except (RPCError, WorkflowQueryFailedError, TimeoutError) as exc:
             return self._failed(exc, f"concurrency group {wid}")
 
-    async def served(self, labels: tuple[str, ...]) -> bool | Unavailable:
-        """Whether a CI worker polled the queue of this label set within the engine's poller TTL."""
-        queue = ci_queue(labels, self.prefix)
+    async def served(self, labels: tuple[str, ...], isolation: str = DEFAULT_CI_ISOLATION) -> bool | Unavailable:
+        """Whether a CI worker (of the sandbox backend ``isolation``) polled the queue of this
+        label set within the engine's poller TTL."""
+        queue = ci_queue(labels, self.prefix, isolation)
         return await self.cache.get(f"queue:{queue}", lambda: self._read_served(queue))
 
     async def _read_served(self, queue: str) -> bool | Unavailable:
@@ -231,7 +232,7 @@ class QueueExplainer:
         for labels in wanted:
 
             async def read_served(labels: tuple[str, ...] = labels) -> None:
-                facts.served[labels] = await self.served(labels)
+                facts.served[labels] = await self.served(labels, state.isolation)
 
             reads.append(read_served())
 

@@ -21,7 +21,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.types import Scope
 
 from api.console.session import SignInRequired, csrf_token, session_key
-from api.errors import ApiError
+from api.errors import ApiError, database_unavailable
+from leasehold.db_retry import is_connection_error
 from leasehold.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ def error_page(request: Request, status: int, code: str, message: str, param: st
 
 class ConsoleRoute(APIRoute):
     """Answers a console route's failures as pages: sign-in redirects, the API's errors with
-    their status, anything unexpected as a plain 500 page (logged here, never shown)."""
+    their status, an unreachable database as a 503 page with ``Retry-After``, anything
+    unexpected as a plain 500 page (logged here, never shown)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -106,7 +108,15 @@ class ConsoleRoute(APIRoute):
                 first = exc.errors()[0] if exc.errors() else {"loc": ("query",), "msg": "invalid request"}
                 param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
                 return error_page(request, 400, "invalid_request", str(first.get("msg", "invalid")), param)
-            except Exception:
+            except Exception as exc:
+                if is_connection_error(exc):
+                    # An outage, not a bug: the API's 503 with Retry-After, as a page.
+                    log.warning("console: %s %s: database unavailable", request.method, request.url.path)
+                    settings: Settings = request.app.state.settings
+                    unavailable = database_unavailable(settings.api_database_retry_after_seconds)
+                    response = error_page(request, unavailable.status, unavailable.code, unavailable.message)
+                    response.headers.update(unavailable.headers or {})
+                    return response
                 log.exception("console: unhandled error on %s %s", request.method, request.url.path)
                 return error_page(request, 500, "internal_error", "internal server error")
 

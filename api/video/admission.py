@@ -101,7 +101,7 @@ def route(tracker: CapacityTracker, settings: Settings, request: VideoRequest) -
         shortest = job_memory_bytes(spec.frame_count(spec.min_seconds), request.width, request.height, per_pixel)
         param = "seconds" if shortest <= largest.memory_bytes else "size"
         raise ApiError(
-            422,
+            400,
             "video_too_large",
             f"a {request.seconds}s {request.width}x{request.height} video of {spec.name} needs about "
             f"{need / GIB:.1f} GiB of GPU memory; the largest GPU class here ({largest.name}) has "

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 from fastapi import Request
 from sqlalchemy.orm import sessionmaker
@@ -31,6 +32,7 @@ from api.errors import ApiError, from_temporal, invalid, is_not_found, not_found
 from api.schemas.video import VideoCreateRequest
 from api.video.capacity import CapacityTracker
 from api.video.live import LiveProgress
+from api.video.spritesheet import spritesheet_of
 from api.video.submit import SubmitGate, VideoSubmission
 from api.video.views import JobView, row_view
 from leasehold.records.api_keys import Principal
@@ -137,6 +139,13 @@ class VideoJobs:
         self.capacity = capacity
         # The process's cache of describes of running jobs (live progress).
         self.live = live
+
+    @classmethod
+    def of_app(cls, state: Any, principal: Principal) -> VideoJobs:
+        """The caller's jobs over the process's parts in ``app.state`` (both API surfaces)."""
+        return cls(
+            state.temporal, state.settings, state.store, state.db, principal, state.video_capacity, state.video_live
+        )
 
     # Submit -----------------------------------------------------------------------------
 
@@ -276,7 +285,8 @@ class VideoJobs:
     # Content and events -----------------------------------------------------------------
 
     async def content_key(self, job_id: str, variant: str) -> str:
-        """The store key of a completed job's video or thumbnail (from its row's result)."""
+        """The store key of a completed job's video, thumbnail or spritesheet (from its row's
+        result; 404 for a spritesheet of a job made before they were kept)."""
         view = await self.get(job_id)
         if view.status is VideoStatus.EXPIRED:
             raise ApiError(
@@ -289,6 +299,8 @@ class VideoJobs:
             raise ApiError(
                 409, "video_not_ready", f"the video is {view.status.value}; content exists once it is completed"
             )
+        if variant == "spritesheet":
+            return spritesheet_of(result.spritesheet_key)
         return result.video_key if variant == "video" else result.thumbnail_key
 
     async def preview_key(self, job_id: str) -> str:

@@ -52,6 +52,7 @@ from api.video.admission import Admission, admit, check_queued_cap, queued_limit
 from api.video.capacity import CapacityTracker
 from api.video.memo import MEMO_KEY, JobMemo
 from api.video.views import JobView, row_view
+from leasehold.db_retry import is_connection_error
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import VideoDeletion
 from leasehold.records.video.jobs import VideoJobRecord
@@ -246,7 +247,15 @@ class VideoSubmission:
                 # Acknowledged all the same: the row is committed and the outbox starts it.
                 log.warning("start of %s deferred to the outbox: %s", job_id, exc.status)
             else:
-                await asyncio.to_thread(mark_started, self.db, [job_id])
+                try:
+                    await asyncio.to_thread(mark_started, self.db, [job_id])
+                except Exception as exc:
+                    if not is_connection_error(exc):
+                        raise
+                    # The job was accepted and started: answer it. Its row still says "not
+                    # started", so the outbox starts it again later, which finds the workflow
+                    # running (same id) and marks it; a 503 here would invite a second submit.
+                    log.warning("marking %s started deferred to the outbox: %s", job_id, type(exc).__name__)
             view.estimate = self.capacity.estimate(view)
             return view
 
@@ -367,8 +376,12 @@ class OutboxStarter:
         while True:
             try:
                 await self.start_due()
-            except Exception:
-                log.exception("outbox pass failed")
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    log.exception("outbox pass failed")
+                else:
+                    # An outage, not a bug: one line per pass until the database is back.
+                    log.warning("outbox pass skipped, database unavailable: %s", type(exc).__name__)
             await asyncio.sleep(self.settings.video_outbox_interval_seconds)
 
     def _due(self) -> tuple[list[VideoJobInput], list[str]]:

@@ -94,6 +94,10 @@ class Estimate:
     queue: VideoQueue | None = None
 
 
+# How far the expected completion must move for the event stream to send a new snapshot.
+ETA_EVENT_SECONDS = 5.0
+
+
 @dataclass(frozen=True)
 class PendingGeneration:
     """What the pending generation activity of a described execution says."""
@@ -178,8 +182,17 @@ class JobView:
         return self.estimate.eta_seconds if self.estimate is not None and not self.terminal else None
 
     def event_id(self) -> str:
-        """Identifies this snapshot in the SSE stream: a new id exactly when something shown changed."""
-        return f"{self.attempt}.{self.status.value}.{self.progress}"
+        """Identifies this snapshot in the SSE stream: a new id exactly when something shown changed,
+        a queued job's place and its expected completion (to ``ETA_EVENT_SECONDS``) included, so a
+        watcher sees its position and ETA move without polling."""
+        base = f"{self.attempt}.{self.status.value}.{self.progress}"
+        estimate = self.estimate
+        if estimate is None or self.terminal:
+            return base
+        place = estimate.queue.position if estimate.queue is not None and self.status is VideoStatus.QUEUED else 0
+        done = estimate.estimated_completion_at
+        bucket = "-" if done is None else str(int(done // ETA_EVENT_SECONDS))
+        return f"{base}.q{place}.e{bucket}"
 
     def to_video(self) -> Video:
         error = None

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.video_api.conftest import MODEL, SECONDS, SIZE, Caller, VideoStack, create
+from tests.video_api.conftest import MODEL, SECONDS, SIZE, Caller, VideoStack, create, sse_events, wait_for
 
 
 def _error(response: httpx.Response) -> dict[str, Any]:
@@ -39,17 +39,17 @@ def test_requests_without_a_valid_key_are_401(video_stack: VideoStack) -> None:
     [
         ({"model": "sora-9000"}, 400, "model"),
         ({"size": "1920x1080"}, 400, "size"),
-        ({"size": "big"}, 422, "size"),
+        ({"size": "big"}, 400, "size"),
         ({"seconds": "13"}, 400, "seconds"),
         ({"seconds": "0"}, 400, "seconds"),
-        ({"seconds": "four"}, 422, "seconds"),
-        ({"seconds": 2.5}, 422, "seconds"),
-        ({"prompt": ""}, 422, "prompt"),
-        ({"prompt": "   "}, 422, "prompt"),
-        ({"prompt": "x" * 4001}, 422, "prompt"),
-        ({"prompt": None}, 422, "prompt"),
-        ({"seed": -1}, 422, "seed"),
-        ({"steps": 0}, 422, "steps"),
+        ({"seconds": "four"}, 400, "seconds"),
+        ({"seconds": 2.5}, 400, "seconds"),
+        ({"prompt": ""}, 400, "prompt"),
+        ({"prompt": "   "}, 400, "prompt"),
+        ({"prompt": "x" * 4001}, 400, "prompt"),
+        ({"prompt": None}, 400, "prompt"),
+        ({"seed": -1}, 400, "seed"),
+        ({"steps": 0}, 400, "steps"),
         ({"steps": 100_000}, 400, "steps"),
     ],
 )
@@ -74,7 +74,7 @@ def test_malformed_bodies_are_rejected_without_a_trace(video_stack: VideoStack) 
     assert not_object.status_code == 400
     assert _error(not_object)["param"] == "body"
     missing = caller.http.post("/v1/videos", json={"model": MODEL})
-    assert missing.status_code == 422
+    assert missing.status_code == 400
     assert _error(missing)["param"] == "prompt"
     # Multipart, as the SDK sends it, is validated the same way; a file upload is refused.
     form = caller.http.post("/v1/videos", data={"prompt": "a cat", "seconds": "99"})
@@ -86,7 +86,7 @@ def test_malformed_bodies_are_rejected_without_a_trace(video_stack: VideoStack) 
     assert upload.status_code == 400
     assert _error(upload)["param"] == "input_reference"
     bad_limit = caller.http.get("/v1/videos", params={"limit": 0})
-    assert bad_limit.status_code == 422
+    assert bad_limit.status_code == 400
     assert _error(bad_limit)["param"] == "limit"
 
 
@@ -301,3 +301,46 @@ def test_delete_of_a_queued_job_forgets_it(video_stack: VideoStack) -> None:
     replay = caller.http.post("/v1/videos", json=body, headers=key)
     assert replay.status_code == 409
     assert _error(replay)["param"] == "Idempotency-Key"
+
+
+def test_the_sdks_video_operations_not_served_answer_400_naming_the_operation(video_stack: VideoStack) -> None:
+    sdk = video_stack.caller().sdk
+    calls = {
+        "videos.create_character": lambda: sdk.videos.create_character(
+            name="hero", video=("v.mp4", b"\0", "video/mp4")
+        ),
+        "videos.get_character": lambda: sdk.videos.get_character("char_123"),
+        "videos.edit": lambda: sdk.videos.edit(prompt="brighter", video=("v.mp4", b"\0", "video/mp4")),
+        "videos.extend": lambda: sdk.videos.extend(prompt="and then", seconds="4", video=("v.mp4", b"\0", "video/mp4")),
+        "videos.remix": lambda: sdk.videos.remix("video_x", prompt="at night"),
+    }
+    for operation, call in calls.items():
+        with pytest.raises(openai.BadRequestError) as refused:
+            call()
+        assert refused.value.code == "unsupported_endpoint", (operation, refused.value.body)
+        assert operation in refused.value.message, refused.value.message
+    # Without a key it is still a 401, not a statement about the endpoint.
+    assert video_stack.anonymous().post("/v1/videos/edits", json={}).status_code == 401
+
+
+def test_a_queued_jobs_event_stream_says_when_its_place_in_the_queue_moves(video_stack: VideoStack) -> None:
+    caller = video_stack.caller()
+    ahead = create(caller, prompt="first in line")["id"]
+    behind = create(caller, prompt="second in line")["id"]
+    try:
+        # The queue is measured in periodic snapshots: wait until one has both jobs.
+        shown = wait_for(caller, behind, lambda v: (v.get("queue") or {}).get("position", 0) >= 2, timeout=30)
+        first_place = shown["queue"]["position"]
+        places: list[int] = []
+        with caller.http.stream("GET", f"/v1/videos/{behind}/events", timeout=30) as response:
+            for event in sse_events(response):
+                places.append(event["data"]["queue"]["position"])
+                if len(places) == 1:
+                    # The job ahead goes: the stream must say so, without the client polling.
+                    caller.http.post(f"/v1/videos/{ahead}/cancel").raise_for_status()
+                elif places[-1] < first_place:
+                    break
+        assert places[0] == first_place and places[-1] == first_place - 1, places
+    finally:
+        for video_id in (ahead, behind):
+            caller.http.post(f"/v1/videos/{video_id}/cancel")

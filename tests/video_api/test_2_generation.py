@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import av
 import httpx
 import openai
+import PIL.Image
 import pytest
 
 from tests.video_api.conftest import (
@@ -72,6 +74,16 @@ def test_openai_sdk_create_and_poll_then_download(gpu_stack: VideoStack, tmp_pat
 
     thumbnail = caller.sdk.videos.download_content(video.id, variant="thumbnail").read()
     assert thumbnail[:4] == b"RIFF" and thumbnail[8:12] == b"WEBP"
+
+    # The spritesheet (OpenAI's third variant): a JPEG grid of frames, the same bytes each time.
+    sheet = caller.sdk.videos.download_content(video.id, variant="spritesheet").read()
+    assert sheet[:3] == b"\xff\xd8\xff", sheet[:8]
+    grid = PIL.Image.open(io.BytesIO(sheet))
+    tiles = min(16, frames)
+    columns, tile_w = math.ceil(math.sqrt(tiles)), min(256, width)
+    grid_w, grid_h = columns * tile_w, math.ceil(tiles / columns) * round(height * tile_w / width)
+    assert grid.size == (grid_w + grid_w % 2, grid_h + grid_h % 2), grid.size
+    assert caller.sdk.videos.download_content(video.id, variant="spritesheet").read() == sheet
 
     # The same job through plain HTTP, and one the listing knows as completed.
     assert caller.http.get(f"/v1/videos/{video.id}").json()["status"] == "completed"
@@ -155,9 +167,12 @@ def test_content_of_an_unfinished_job_is_a_conflict(gpu_stack: VideoStack) -> No
         response = caller.http.get(f"/v1/videos/{video_id}/content")
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "video_not_ready"
-        bad_variant = caller.http.get(f"/v1/videos/{video_id}/content", params={"variant": "spritesheet"})
-        assert bad_variant.status_code == 422
+        bad_variant = caller.http.get(f"/v1/videos/{video_id}/content", params={"variant": "gif"})
+        assert bad_variant.status_code == 400
         assert bad_variant.json()["error"]["param"] == "variant"
+        early = caller.http.get(f"/v1/videos/{video_id}/content", params={"variant": "spritesheet"})
+        assert early.status_code == 409, early.text
+        assert early.json()["error"]["code"] == "video_not_ready"
     finally:
         # Delete of a running job cancels it first, then forgets it.
         assert caller.http.delete(f"/v1/videos/{video_id}").status_code == 200

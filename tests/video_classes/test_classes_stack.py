@@ -1,5 +1,5 @@
 """GPU classes through the real API and worker processes: routing by memory, per-class
-capacity, the fallback to a larger class when a class has no live worker, and the 422 for a
+capacity, the fallback to a larger class when a class has no live worker, and the 400 for a
 job no class holds. Two CPU workers declare different memory (``--memory-gib``)."""
 
 from __future__ import annotations
@@ -94,15 +94,15 @@ def test_capacity_per_class_and_jobs_routed_by_memory(class_stack: ClassStack) -
     assert after["small"]["queued"] == after["large"]["queued"] == 0
 
 
-def test_a_job_no_class_holds_is_422_naming_the_field(class_stack: ClassStack) -> None:
+def test_a_job_no_class_holds_is_400_naming_the_field(class_stack: ClassStack) -> None:
     caller = class_stack.caller()
     too_long = caller.http.post("/v1/videos", json=body(LONG_JOB))
-    assert too_long.status_code == 422, too_long.text
+    assert too_long.status_code == 400, too_long.text
     error = too_long.json()["error"]
     assert error["code"] == "video_too_large" and error["param"] == "seconds"
     assert "large" in error["message"] and "Traceback" not in too_long.text
     too_wide = caller.http.post("/v1/videos", json=body(WIDE_JOB))
-    assert too_wide.status_code == 422, too_wide.text
+    assert too_wide.status_code == 400, too_wide.text
     assert too_wide.json()["error"]["param"] == "size"
     assert too_wide.json()["error"]["required_gib"] > LARGE_GIB
     # Nothing was created for either.

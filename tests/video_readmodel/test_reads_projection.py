@@ -25,9 +25,10 @@ from leasehold.database import init_database
 from leasehold.records.versioned import LIFECYCLE_VERSION, write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from tests.conftest import sqlite_url
+from workflows.version import BUILD_ID
 from workflows.video.types import ProjectVideoJobInput, VideoJobState, VideoStatus
 
-HISTORIES = Path(__file__).parents[1] / "video_core" / "histories"
+HISTORIES = Path(__file__).parents[1] / "video_core" / "histories" / BUILD_ID
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -70,7 +71,7 @@ def apply(db: sessionmaker, snapshots: list[ProjectVideoJobInput]) -> list[bool]
     return [activities.project_video_job(snapshot).applied for snapshot in snapshots]
 
 
-@pytest.mark.parametrize("name", ["completed_read_model", "failed_read_model", "cancelled_read_model"])
+@pytest.mark.parametrize("name", ["completed", "failed", "cancelled"])
 def test_any_order_and_duplicates_give_the_newest_snapshot(db: sessionmaker, name: str) -> None:
     snapshots = recorded_snapshots(name)
     assert len(snapshots) >= 2
@@ -108,7 +109,7 @@ def _as_job(snapshot: ProjectVideoJobInput, job_id: str) -> ProjectVideoJobInput
 
 
 def test_the_workflow_never_overwrites_the_api_row_backwards_nor_the_lifecycle(db: sessionmaker) -> None:
-    snapshots = recorded_snapshots("completed_read_model")
+    snapshots = recorded_snapshots("completed")
     final = snapshots[-1]
     job_id = final.state.job_id
     accepted = snapshots[0].state

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from api.body_limits import BodyTooLarge
 from api.content_types import content_type_for
 from api.deps import PrincipalDep, SettingsDep, StoreDep
-from api.errors import ApiError
+from api.errors import DATABASE_UNAVAILABLE_MESSAGE, SERVICE_UNAVAILABLE, ApiError
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video.jobs import VideoJobs
 from api.video.live import LiveProgress
 from api.video.views import JobView, poll_after_ms
+from leasehold.db_retry import is_connection_error
 from leasehold.storage import LocalObjectStore, ObjectNotFound
 
 log = logging.getLogger(__name__)
@@ -42,10 +45,7 @@ async def get_jobs(request: Request, principal: PrincipalDep) -> VideoJobs:
     """The caller's jobs. One dependency that reads the process's parts from ``app.state``
     (as ``api.deps``' getters do): FastAPI solves every dependency of a route on every
     request, and a status read is the API's hottest request, so it solves two, not eight."""
-    state = request.app.state
-    return VideoJobs(
-        state.temporal, state.settings, state.store, state.db, principal, state.video_capacity, state.video_live
-    )
+    return VideoJobs.of_app(request.app.state, principal)
 
 
 JobsDep = Annotated[VideoJobs, Depends(get_jobs)]
@@ -90,6 +90,36 @@ async def _create_fields(request: Request) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ApiError(400, "invalid_request", "the request body must be a JSON object", "body")
     return parsed
+
+
+# Video operations of OpenAI's API (and its SDK) that leasehold does not serve: a clear 400 naming
+# the operation, where a 404 or 405 would look like a wrong base URL.
+UNSUPPORTED_OPERATIONS = (
+    ("POST", "/characters", "videos.create_character"),
+    ("GET", "/characters/{character_id}", "videos.get_character"),
+    ("POST", "/edits", "videos.edit"),
+    ("POST", "/extensions", "videos.extend"),
+    ("POST", "/{video_id}/remix", "videos.remix"),
+)
+
+
+def _unsupported(operation: str) -> Callable[..., Awaitable[Response]]:
+    async def answer(_principal: PrincipalDep) -> Response:
+        raise ApiError(
+            400,
+            "unsupported_endpoint",
+            f"{operation} is not supported by this server (it serves videos.create, retrieve, list, "
+            "delete, download_content and cancel)",
+        )
+
+    answer.__name__ = f"unsupported_{operation.replace('.', '_')}"
+    return answer
+
+
+for _method, _path, _operation in UNSUPPORTED_OPERATIONS:
+    router.add_api_route(
+        _path, _unsupported(_operation), methods=[_method], include_in_schema=False, response_model=None
+    )
 
 
 @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
@@ -161,7 +191,7 @@ async def download_content(
     jobs: JobsDep,
     store: StoreDep,
     settings: SettingsDep,
-    variant: Annotated[Literal["video", "thumbnail", "preview"], Query()] = "video",
+    variant: Annotated[Literal["video", "thumbnail", "spritesheet", "preview"], Query()] = "video",
 ) -> Response:
     """The MP4 (or thumbnail): streamed from a local store, a redirect to a signed URL otherwise;
     410 once the video expired. ``preview``: the newest preview of a running job (404 before the
@@ -169,6 +199,9 @@ async def download_content(
     if variant == "preview":
         key = await jobs.preview_key(video_id)
         filename = f"{video_id}-preview.{key.rsplit('.', 1)[-1]}"
+    elif variant == "spritesheet":
+        key = await jobs.content_key(video_id, "spritesheet")
+        filename = f"{video_id}-spritesheet.jpg"
     else:
         key = await jobs.content_key(video_id, variant)
         filename = f"{video_id}{'.mp4' if variant == 'video' else '.' + key.rsplit('.', 1)[-1]}"
@@ -229,6 +262,13 @@ async def video_events(
         except ApiError as exc:
             # The job vanished (deleted) or Temporal went away mid-stream: say so and end.
             yield f"event: error\ndata: {json.dumps({'code': exc.code, 'message': exc.message})}\n\n"
+        except (DBAPIError, PoolTimeoutError) as exc:
+            if not is_connection_error(exc):
+                raise
+            # The database went away mid-stream: the headers are sent, so no 503; the client
+            # reconnects (``retry:``) with Last-Event-ID and resumes.
+            gone = {"code": SERVICE_UNAVAILABLE, "message": DATABASE_UNAVAILABLE_MESSAGE}
+            yield f"event: error\ndata: {json.dumps(gone)}\n\n"
 
     return StreamingResponse(
         stream(),

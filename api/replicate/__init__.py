@@ -1,0 +1,1 @@
+"""Replicate's predictions API over leasehold's video jobs (``api.routers.replicate``)."""
