@@ -6,15 +6,14 @@ when one answers on 127.0.0.1:5432: the projection activity's whole write (the r
 run of 64 jobs with two attempts each, the largest a workflow file may declare, one attempt
 changing per write as in a transition. Beside it, in
 the same run, the baseline: the run row alone through ``write_versioned``, which is what any
-versioned snapshot costs. Then what the writes cost the engine: events per run in the recorded
-replay histories, before the read model and with it (same scenarios, real runs).
+versioned snapshot costs.
 
 And what the writes cost orchestration: jobs per second through ``CIRunWorkflow`` on a dev
 server, runs of 64 independent jobs served by a job activity that does what the real one does
 to the workflow (the ``attempt_started`` fencing Update, then a result) and nothing else, so
 the figure is the engine's and the workflow's. Two rounds in the same run: *read model* (the
-workflow as it is) and *baseline* (the same workflow with the ``ci-read-model`` patch reported
-absent, which is exactly the workflow before the read model: no snapshot is written).
+workflow as it is) and *baseline* (the same workflow with its snapshot writer never started:
+no snapshot is written, which is the workflow without the read model).
 Numbers, never assertions.
 """
 
@@ -22,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 import uuid
@@ -34,7 +32,6 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import sessionmaker
 from temporalio import activity
-from temporalio import workflow as temporal_workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -45,7 +42,7 @@ from leasehold.records.ci.runs import CIRunRecord, write_run
 from leasehold.records.versioned import write_versioned
 from leasehold.testing.temporal import start_local_environment
 from workflows.ci.ids import attempt_log_prefix, run_workflow_id
-from workflows.ci.run import PATCH_READ_MODEL, CIRunWorkflow
+from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
     UPDATE_ATTEMPT_STARTED,
@@ -59,9 +56,9 @@ from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState, JobAttemptState, JobState, JobStatus, RunStatus
 from workflows.ci.types.spec import JobSpec, StepSpec, WorkflowSpec
 from workflows.queues import ci_queue, orchestration_queue
+from workflows.snapshots import SnapshotWriter
 
 JOBS = 64
-HISTORIES = Path(__file__).resolve().parent.parent / "tests" / "ci_core" / "histories"
 POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432/test"
 
 
@@ -149,17 +146,6 @@ def postgres_factory() -> tuple[sessionmaker, Callable[[], None]] | None:
     return init_database(f"{POSTGRES}?options=-csearch_path%3D{schema}"), drop
 
 
-def history_events() -> Table:
-    table = Table("CI history events per execution: before the read model / with it", ["scenario", "before", "with"])
-    for path in sorted(HISTORIES.glob("*_read_model.json")):
-        before = HISTORIES / path.name.replace("_read_model", "")
-        if before.exists():
-            count = [len(json.loads(p.read_text())["events"]) for p in (before, path)]
-            table.rows.append([path.stem.replace("_read_model", ""), str(count[0]), str(count[1])])
-    table.notes.append("recorded from real runs (tests/ci_core/record_histories.py), the same scenarios each time")
-    return table
-
-
 class FencedNoopJob:
     """The job activity's conversation with the run workflow, without the job: ask for an
     attempt (the fencing Update), answer success."""
@@ -206,14 +192,10 @@ async def engine_round(client: Client, db: sessionmaker, total_jobs: int, read_m
     """(jobs per second, history events per run) of ``total_jobs`` jobs in runs of ``JOBS``."""
     prefix = f"bench-{uuid.uuid4().hex[:6]}-"
     projection = CIProjectionActivities(db)
-    real_patched = temporal_workflow.patched
-
-    def patched(patch_id: str) -> bool:
-        # The baseline: the read model's patch is "absent", as in a history from before it.
-        return False if patch_id == PATCH_READ_MODEL else real_patched(patch_id)
-
+    real_start = SnapshotWriter.start
     if not read_model:
-        temporal_workflow.patched = patched  # type: ignore[assignment]
+        # The baseline: the writer never starts, so ``changed()`` and ``flush()`` write nothing.
+        SnapshotWriter.start = lambda self: None  # type: ignore[method-assign]
     try:
         async with (
             Worker(
@@ -245,7 +227,7 @@ async def engine_round(client: Client, db: sessionmaker, total_jobs: int, read_m
             assert all(s.status == RunStatus.SUCCESS for s in states), [s.status for s in states]
             lengths = [(await h.describe()).history_length or 0 for h in handles]
     finally:
-        temporal_workflow.patched = real_patched  # type: ignore[assignment]
+        SnapshotWriter.start = real_start  # type: ignore[method-assign]
     return len(inputs) * JOBS / elapsed, sum(lengths) / len(lengths)
 
 
@@ -303,7 +285,6 @@ def main(argv: list[str] | None = None) -> None:
                 cleanup()
     table.notes.append("sequential writes of increasing versions, each its own transaction, as the activity makes them")
     print(table.text() + "\n")
-    print(history_events().text() + "\n")
     if args.engine_jobs:
         with tempfile.TemporaryDirectory(prefix="ci-projection-engine-") as tmp:
             db = init_database(f"sqlite:///{Path(tmp) / 'leasehold.db'}")
