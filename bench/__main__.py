@@ -18,7 +18,7 @@ from pathlib import Path
 from bench import ci, goodput, lost_work, scheduling, submit_latency
 from bench.report import Table, machine
 from leasehold.temporal import connect
-from leasehold.testing.stack import start_embedded, stop_embedded
+from testing.stack import start_embedded, stop_embedded
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

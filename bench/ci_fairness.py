@@ -43,7 +43,7 @@ from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
-from leasehold.testing.temporal import start_local_environment
+from testing.temporal import start_local_environment
 from worker_ci.sandbox import UnsafeProcessSandbox, limits_from
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow

@@ -40,7 +40,7 @@ from bench.report import Table, ms, percentile
 from leasehold.database import init_database
 from leasehold.records.ci.runs import CIRunRecord, write_run
 from leasehold.records.versioned import write_versioned
-from leasehold.testing.temporal import start_local_environment
+from testing.temporal import start_local_environment
 from workflows.ci.ids import attempt_log_prefix, run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.job import (

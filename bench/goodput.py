@@ -61,8 +61,8 @@ from bench.report import Table, mean, percentile
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from leasehold.temporal import connect
-from leasehold.testing.checker import History
-from leasehold.testing.stack import (
+from testing.checker import History
+from testing.stack import (
     SECONDS,
     SIZE,
     VIDEO_HEARTBEAT_TIMEOUT,

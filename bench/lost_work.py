@@ -16,8 +16,8 @@ import time
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from bench.report import Table, mean, percentile
-from leasehold.testing.checker import History
-from leasehold.testing.stack import EmbeddedStack, VideoClient, lost_work_of_kill, read_gpu_logs, running_generation
+from testing.checker import History
+from testing.stack import EmbeddedStack, VideoClient, lost_work_of_kill, read_gpu_logs, running_generation
 from workflows.video.job import VideoJobWorkflow
 
 GPU = "worker gpu"

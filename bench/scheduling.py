@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.report import Table, ms, percentile
-from leasehold.testing.stack import MODEL, SECONDS, SIZE
+from testing.stack import MODEL, SECONDS, SIZE
 
 
 async def run(api_url: str, api_key: str, client: Client, jobs: int) -> Table:

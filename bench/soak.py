@@ -32,7 +32,7 @@ import httpx
 
 from bench.report import Table, machine
 from leasehold.settings import Settings
-from leasehold.testing.stack import SIZE, EmbeddedStack, children_of, cmdline, start_embedded, stop_embedded
+from testing.stack import SIZE, EmbeddedStack, children_of, cmdline, start_embedded, stop_embedded
 
 RESULTS = Path(__file__).resolve().parent / "SOAK_RESULTS.md"
 # The stack's processes, by what their command lines contain.

@@ -12,7 +12,7 @@ import httpx
 from temporalio.client import Client
 
 from bench.report import Table, ms, percentile
-from leasehold.testing.stack import MODEL, SECONDS, SIZE
+from testing.stack import MODEL, SECONDS, SIZE
 
 # A workflow type and queue no worker serves: the floor measures the start call alone.
 FLOOR_WORKFLOW = "BenchFloor"

@@ -56,7 +56,7 @@ from leasehold.database import init_database
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
 from workflows import search_attributes
 
 log = logging.getLogger("bench.video_admission")

@@ -42,7 +42,7 @@ from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
 from leasehold.records.api_keys import create_key
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
+from testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
 from workflows import search_attributes
 from workflows.video.ids import workflow_id
 from workflows.video.types import VideoJobState, VideoRequest, VideoStatus

@@ -1,7 +1,7 @@
 """The small relational state beside Temporal, through SQLAlchemy.
 
 SQLite in the data dir by default; Postgres in compose and production. Every model is declared
-on ``Base``; the schema itself is made by the Alembic migrations in ``leasehold.migrations``,
+on ``leasehold.records.base.Base``; the schema itself is made by the Alembic migrations in ``leasehold.migrations``,
 which every process runs on start-up (``init_database``), so a database changes shape only
 through a recorded revision.
 """
@@ -9,38 +9,15 @@ through a recorded revision.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import DateTime, Engine, String, create_engine, event, make_url, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.orm import sessionmaker
 
 from leasehold.data_dir import make_private
 
 # libpq's connect timeout for server databases, unless the URL sets its own.
 CONNECT_TIMEOUT_SECONDS = 5
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class Base(DeclarativeBase):
-    """Declarative base of every leasehold table."""
-
-
-class ApiKey(Base):
-    """An API key, stored as a SHA-256 hash (keys are 256-bit random, so no slow KDF is needed)."""
-
-    __tablename__ = "api_keys"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    tenant_id: Mapped[str] = mapped_column(String(64), index=True)
-    user_id: Mapped[str] = mapped_column(String(64))
-    tier: Mapped[str] = mapped_column(String(16))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 def _private_sqlite_file(url: str) -> None:
@@ -96,7 +73,7 @@ def init_database(url: str) -> sessionmaker:
     Safe to call from several processes at once (they queue on a lock) and on a database made
     by the old ``create_all`` (it is adopted at the baseline, then upgraded).
     """
-    # The table modules declare themselves on Base, which they import from here, so they are
+    # The table modules declare themselves on ``leasehold.records.base.Base``; they are
     # imported when the database is opened rather than when this module loads; the migrations
     # import alembic, which processes that never open a database need not load.
     import leasehold.records.tables  # noqa: F401

@@ -16,10 +16,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
-from leasehold.testing.harness import start_worker, stop_all_started, stop_together, unique_prefix
-from leasehold.testing.postgres import PrivatePostgres, postgres_bin_dir
-from leasehold.testing.process_stack import HEALTHY_WITHIN
-from leasehold.testing.temporal import start_local_environment
+from testing.harness import start_worker, stop_all_started, stop_together, unique_prefix
+from testing.postgres import PrivatePostgres, postgres_bin_dir
+from testing.process_stack import HEALTHY_WITHIN
+from testing.temporal import start_local_environment
 from tests.ci_api.conftest import CIStack, running_ci_stack
 from tests.video_webhooks.stack import Stack
 from tests.video_webhooks.stack import running_stack as running_previews_webhooks_stack

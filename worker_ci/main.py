@@ -25,7 +25,7 @@ from activities.ci.listing import CIListingActivities, environment_rules
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
 from activities.ci.secrets import ApiSecretSource
-from leasehold.client.ci.start import ensure_reconcile_schedule
+from clients.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.health_server import serve_health

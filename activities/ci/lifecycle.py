@@ -33,8 +33,8 @@ from temporalio import activity
 
 from activities.ci.log_compaction import build_compacted, compacted_key, read_chunks
 from activities.lifecycle_definitions import CILifecycleDefinition
-from leasehold.database import utcnow
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
+from leasehold.records.base import utcnow
 from leasehold.records.ci.plans import retention_overrides
 from leasehold.records.ci.runs import CIAnnotationRecord, CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.storage import ObjectStore

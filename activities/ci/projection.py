@@ -17,8 +17,8 @@ from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 
 from activities.ci.definitions import CIProjectionDefinition
-from leasehold.database import utcnow
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
+from leasehold.records.base import utcnow
 from leasehold.records.ci.runs import write_push, write_run
 from workflows.ci.types.projection import ACTIVITY_PROJECT_PUSH, ACTIVITY_PROJECT_RUN, CIPushSnapshot, CIRunSnapshot
 from workflows.ci.types.run import CIRunState

@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError
 from activities.ci.definitions import CIReconcileDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.spec import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
-from leasehold.client.ci.push_input import push_input
-from leasehold.client.ci.start import start_push
+from clients.ci.push_input import push_input
+from clients.ci.start import start_push
 from leasehold.db_retry import in_activity
 from leasehold.records.ci.heads import known_heads, record_head
 from leasehold.records.ci.plans import get_plan

@@ -27,8 +27,8 @@ from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 
 from activities.lifecycle_definitions import VideoLifecycleDefinition
-from leasehold.database import utcnow
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
+from leasehold.records.base import utcnow
 from leasehold.records.versioned import LIFECYCLE_VERSION, write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.storage import ObjectStore

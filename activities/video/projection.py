@@ -16,8 +16,8 @@ from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 
 from activities.video.definitions import PROJECT_VIDEO_JOB, VideoProjectionDefinition
-from leasehold.database import utcnow
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
+from leasehold.records.base import utcnow
 from leasehold.records.versioned import write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from workflows.video.types import TERMINAL_STATUSES, ProjectionResult, ProjectVideoJobInput, VideoJobState, VideoStatus

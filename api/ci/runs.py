@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from api.errors import ApiError, from_temporal, invalid, not_found
-from leasehold.client.ci.start import run_state
+from clients.ci.start import run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.runs import RunCursor, get_run
 from workflows.ci.ids import attempt_log_prefix

@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 
 import leasehold.records.tables  # noqa: F401  (declares every table on Base, for autogenerate)
-from leasehold.database import Base
+from leasehold.records.base import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -6,17 +6,32 @@ import hashlib
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import DateTime, String, select
+from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import ApiKey
+from leasehold.records.base import Base, utcnow
 
 Tier = Literal["paid", "free"]
 TIERS: tuple[Tier, ...] = ("paid", "free")
 KEY_PREFIX = "lh_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class ApiKey(Base):
+    """An API key, stored as a SHA-256 hash (keys are 256-bit random, so no slow KDF is needed)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), index=True)
+    user_id: Mapped[str] = mapped_column(String(64))
+    tier: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 @dataclass(frozen=True)

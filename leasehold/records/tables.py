@@ -1,4 +1,4 @@
-"""Every module that declares tables on ``leasehold.database.Base``, listed once.
+"""Every module that declares tables on ``leasehold.records.base.Base``, listed once.
 
 ``init_database`` and the migrations' environment import this module, so a new table module is
 added here, and its tables get a revision in ``leasehold/migrations/versions`` (a test compares
@@ -8,11 +8,13 @@ this one, never the reverse.
 
 from types import ModuleType
 
+from leasehold.records import api_keys
 from leasehold.records.ci import environments, heads, plans, repos, run_numbers, runs, secrets, variables
 from leasehold.records.video import capacity, deletions, jobs, webhooks
 
 # Named so the imports are used: importing a module declares its tables on Base.
 TABLE_MODULES: tuple[ModuleType, ...] = (
+    api_keys,
     environments,
     heads,
     plans,

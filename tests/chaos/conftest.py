@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leasehold.testing.stack import EmbeddedStack, start_embedded, stop_embedded
+from testing.stack import EmbeddedStack, start_embedded, stop_embedded
 
 log = logging.getLogger("chaos")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leasehold.testing.checker import History, Observation, Verdict, check
+from testing.checker import History, Observation, Verdict, check
 
 
 def done(

@@ -32,9 +32,9 @@ import pytest
 from leasehold.database import init_database
 from leasehold.records.api_keys import create_key
 from leasehold.temporal import connect
-from leasehold.testing.checker import History, Observation, check
-from leasehold.testing.postgres import PrivatePostgres
-from leasehold.testing.stack import (
+from testing.checker import History, Observation, check
+from testing.postgres import PrivatePostgres
+from testing.stack import (
     MODEL,
     SIZE,
     EmbeddedStack,

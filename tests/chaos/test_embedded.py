@@ -20,9 +20,9 @@ import pytest
 from temporalio.client import Client
 
 from leasehold.temporal import connect
-from leasehold.testing.checker import History, Observation, check
-from leasehold.testing.harness import ManagedProcess, start_worker
-from leasehold.testing.stack import (
+from testing.checker import History, Observation, check
+from testing.harness import ManagedProcess, start_worker
+from testing.stack import (
     CHECKPOINT_INTERVAL,
     LOST_WORK_SLACK_SECONDS,
     EmbeddedStack,

@@ -24,13 +24,13 @@ import pytest
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.storage import open_store
-from leasehold.testing.checker import History, Observation, check
-from leasehold.testing.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
-from leasehold.testing.stack import CHECKPOINT_INTERVAL, pending_generation, seeded
+from testing.checker import History, Observation, check
+from testing.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
+from testing.stack import CHECKPOINT_INTERVAL, pending_generation, seeded
 from tests.faults import TcpProxy
 from tests.s3_server import moto_s3
 from tests.video_core.jobs import probe_mp4, request, start_job

@@ -10,7 +10,7 @@ import pytest
 
 from leasehold.database import init_database
 from leasehold.records.api_keys import create_key
-from leasehold.testing.harness import process_env
+from testing.harness import process_env
 from tests.ci_api.conftest import CIStack
 
 

@@ -11,7 +11,7 @@ import sys
 
 import httpx
 
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import done_push, job, log_text, wait_for, wait_run
 

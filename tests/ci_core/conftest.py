@@ -16,11 +16,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
-from leasehold.testing.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
+from testing.harness import ManagedProcess, register_repo_row, start_worker, unique_prefix
 from workflows.ci.ids import parse_log_key
 from workflows.ci.types.push import CIPushInput, CIPushState, PushStatus
 from workflows.ci.types.run import RUN_TERMINAL_STATUSES, CIRunState

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.environments import set_environment
-from leasehold.testing.temporal import start_local_environment
+from testing.temporal import start_local_environment
 from tests.ci_core import test_concurrency, test_control, test_matrix_runs
 from tests.ci_core.conftest import CIStack, Repo, engine_stack
 from tests.ci_tenancy import test_approvals

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from leasehold.storage import open_store
-from leasehold.testing.harness import register_repo_row, start_worker
+from testing.harness import register_repo_row, start_worker
 from tests.ci_core.conftest import CIStack, Repo, ci_settings, git
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow, group_workflow_id
 from workflows.ci.ids import run_workflow_id

@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from leasehold.client.ci import start as ci_start
-from leasehold.testing.harness import start_worker
+from clients.ci import start as ci_start
+from testing.harness import start_worker
 from tests.ci_core.conftest import CIStack
 from workflows.ci.types.job import AttemptStatus
 from workflows.ci.types.run import CIRunState, JobStatus, RunStatus

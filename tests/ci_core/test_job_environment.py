@@ -22,7 +22,7 @@ import pytest
 
 from activities.ci.job import MAX_STEP_SUMMARY_BYTES, shell_argv
 from activities.ci.spec import WorkflowSpecError, parse_workflow
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from workflows.ci.event import (
     MAX_EVENT_BYTES,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from tests.ci_core.conftest import CIStack, engine_stack
 from workflows.ci.types.run import CIRunState, JobState, JobStatus, RunStatus
 

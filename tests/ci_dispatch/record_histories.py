@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from leasehold.testing.temporal import start_local_environment
+from testing.temporal import start_local_environment
 from tests.ci_core.conftest import engine_stack
 from tests.ci_core.record_histories import TENANT, WORKFLOW_PATH, push, run_handle, until
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from leasehold.client.ci import start as ci_start
-from leasehold.testing.harness import register_repo_row, start_worker
+from clients.ci import start as ci_start
+from testing.harness import register_repo_row, start_worker
 from tests.ci_core.conftest import CIStack, Repo, git
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id

@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from api.schemas.ci.runs import RunOut
-from leasehold.client.ci.start import run_handle
+from clients.ci.start import run_handle
 from leasehold.database import init_database
 from leasehold.records.ci.runs import get_run as get_run_record
 from tests.ci_api.conftest import CIStack, running_ci_stack

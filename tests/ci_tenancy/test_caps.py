@@ -11,7 +11,7 @@ import time
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci.start import run_state
+from clients.ci.start import run_state
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_plan
 from tests.ci_api.conftest import CIStack

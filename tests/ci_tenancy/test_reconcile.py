@@ -13,7 +13,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from api.ci.signatures import signature_of
-from leasehold.client.ci.start import reconcile_schedule_id
+from clients.ci.start import reconcile_schedule_id
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import WORKFLOW_PATH, done_push, wait_for, wait_run
 from workflows.ci.reconcile import CIReconcileWorkflow

@@ -21,7 +21,7 @@ import pytest
 
 from leasehold.database import init_database
 from leasehold.records.api_keys import create_key
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from tests.ci_api.conftest import CIStack
 
 MODEL = "procedural-v1"

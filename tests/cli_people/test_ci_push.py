@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import WORKFLOW_PATH, log_text, wait_run
 from tests.cli_people.conftest import Person, assert_one_line_error, person, run_all

@@ -25,7 +25,7 @@ from leasehold.database import init_database
 from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
-from leasehold.testing.postgres import PrivatePostgres
+from testing.postgres import PrivatePostgres
 
 MODEL = "procedural-v1"
 BODY = {"prompt": "a red kite over the sea", "model": MODEL, "seconds": "1", "size": "180x320", "steps": 4}

@@ -14,12 +14,12 @@ import pytest
 from sqlalchemy import update
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.database import ApiKey, init_database
+from leasehold.database import init_database
 from leasehold.devserver import free_port
-from leasehold.records.api_keys import create_key, lookup
+from leasehold.records.api_keys import ApiKey, create_key, lookup
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
-from leasehold.testing.harness import REPO_ROOT, ManagedProcess, process_env, start_api, start_worker, unique_prefix
+from testing.harness import REPO_ROOT, ManagedProcess, process_env, start_api, start_worker, unique_prefix
 
 # Any authenticated route serves to check auth; listing the caller's repositories has no side effects.
 AUTHED = "/v1/repos"

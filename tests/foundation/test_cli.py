@@ -13,7 +13,7 @@ import pytest
 from leasehold.database import init_database
 from leasehold.records.api_keys import lookup
 from leasehold.settings import Settings
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 
 
 def leasehold(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:

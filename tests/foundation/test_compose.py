@@ -23,7 +23,7 @@ import yaml
 from cli.main import build_parser, cmd_api, cmd_worker
 from leasehold.devserver import DYNAMIC_CONFIG, TRANSFER_POLL_RPS, find_temporal_binary, free_port
 from leasehold.settings import Settings
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from tests.conftest import in_ci
 from workflows import search_attributes
 

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import sessionmaker
 
-from leasehold.database import ApiKey, init_database, ping
-from leasehold.records.api_keys import Principal, create_key, lookup
+from leasehold.database import init_database, ping
+from leasehold.records.api_keys import ApiKey, Principal, create_key, lookup
 from tests.conftest import sqlite_url
 
 

@@ -36,7 +36,7 @@ from leasehold.records.ci.plans import set_network
 from leasehold.records.ci.repos import add_repo
 from leasehold.records.ci.secrets import Keyring
 from leasehold.storage import LocalObjectStore
-from leasehold.testing.postgres import PrivatePostgres
+from testing.postgres import PrivatePostgres
 from tests.conftest import sqlite_url
 from tests.lifecycle.conftest import add_video_job
 from workflows.ci.ids import run_id, run_workflow_id

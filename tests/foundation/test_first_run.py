@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from leasehold.devserver import free_port
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from tests.foundation.test_up import Stack, process_tree, start_stack, wait_gone
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 
 PACKAGES = (
     "workflows",
@@ -25,6 +25,8 @@ PACKAGES = (
     "cli",
     "orchestrator",
     "leasehold",
+    "clients",
+    "testing",
     "planning",
     "bench",
     "tests",
@@ -52,10 +54,22 @@ WORKFLOW_THIRD_PARTY = frozenset({"pydantic", "temporalio"})
 WORKFLOW_FORBIDDEN = frozenset({"yaml", "torch", "av", "boto3", "numpy", "subprocess"})
 # Processes: nothing but the CLI (which starts them) and tests import these.
 COMPOSITION_ROOTS = frozenset({"api.app", "api.main", "worker_gpu.main", "worker_ci.main", "orchestrator.main"})
-# Shared infrastructure may import none of these; leasehold.client (code that starts
-# workflows) and leasehold.testing (tooling for tests and benchmarks) are not infrastructure.
-ABOVE_INFRASTRUCTURE = ("workflows", "activities", "api", "worker_gpu", "worker_ci", "cli", "orchestrator", "tests")
-NOT_INFRASTRUCTURE = ("leasehold.client", "leasehold.testing")
+# Shared infrastructure (leasehold) may import none of these: clients/ (code that starts
+# workflows) and testing/ (tooling for tests and benchmarks) sit above it.
+ABOVE_INFRASTRUCTURE = (
+    "workflows",
+    "activities",
+    "api",
+    "worker_gpu",
+    "worker_ci",
+    "cli",
+    "orchestrator",
+    "clients",
+    "testing",
+    "tests",
+)
+# The test stacks are not in the wheel: only tests, benchmarks and testing/ itself load them.
+MAY_IMPORT_TESTING = ("testing", "tests", "bench")
 
 # Violations known when this test was written, each being fixed in its own change; remove an
 # entry when its import goes. (importer, imported module)
@@ -266,12 +280,11 @@ def layer_violations(files: dict[str, Path], imports: list[Import]) -> list[tupl
             elif top in ("api", "worker_gpu", "worker_ci", "cli", "orchestrator"):
                 found.append((imp, f"activities do not import {top}"))
 
-        if (
-            _within(importer, "leasehold")
-            and not any(_within(importer, p) for p in NOT_INFRASTRUCTURE)
-            and top in ABOVE_INFRASTRUCTURE
-        ):
+        if _within(importer, "leasehold") and top in ABOVE_INFRASTRUCTURE:
             found.append((imp, f"shared infrastructure (leasehold) does not import {top}"))
+
+        if top == "testing" and project and not any(_within(importer, p) for p in MAY_IMPORT_TESTING):
+            found.append((imp, "product code does not import testing/ (it is not in the wheel)"))
 
         is_root = module in COMPOSITION_ROOTS or _within(module, "cli")
         importer_may = _within(importer, "cli") or _within(importer, "tests") or importer in COMPOSITION_ROOTS
@@ -372,7 +385,9 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
         "tests/__init__.py": "",
         "tests/d.py": "import bench\n",
         "api/__init__.py": "",
-        "api/app.py": "",
+        "api/app.py": "from testing import stack\n",
+        "testing/__init__.py": "",
+        "testing/stack.py": "",
         **{f"{p}/__init__.py": "" for p in ("worker_gpu", "worker_ci", "cli", "orchestrator")},
     }
     for name, text in sources.items():
@@ -392,4 +407,5 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
         ("leasehold.c", "api.app", "shared"),
         ("leasehold.c", "api.app", "nothing"),
         ("bench", "tests.d", "only"),
+        ("api.app", "testing.stack", "product"),
     }

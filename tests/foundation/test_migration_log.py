@@ -12,7 +12,7 @@ from pathlib import Path
 from alembic.script import ScriptDirectory
 
 from leasehold.migrations.runner import alembic_config
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 
 # A process as `leasehold up` starts one: every record at INFO and above on stderr, then the
 # database opened (alembic imported for the first time there).

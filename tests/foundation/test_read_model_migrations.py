@@ -19,10 +19,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, select, text
 
 import leasehold.records.tables  # noqa: F401  (every table on Base)
-from leasehold.database import ApiKey, Base, init_database, make_engine
+from leasehold.database import init_database, make_engine
 from leasehold.migrations.runner import BASELINE, alembic_config
-from leasehold.records.api_keys import create_key, lookup
-from leasehold.testing.harness import REPO_ROOT
+from leasehold.records.api_keys import ApiKey, create_key, lookup
+from leasehold.records.base import Base
+from testing.harness import REPO_ROOT
 from tests.conftest import sqlite_url
 
 READ_MODEL = {"video_jobs", "ci_pushes", "ci_runs", "ci_jobs", "ci_attempts"}

@@ -19,12 +19,12 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.runs import CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
-from leasehold.testing.harness import REPO_ROOT, process_env
+from testing.harness import REPO_ROOT, process_env
 from tests.ci_core.conftest import engine_stack
 from tests.conftest import sqlite_url
 from tests.video_core.jobs import request, start_job, start_orchestration

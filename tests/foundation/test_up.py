@@ -26,7 +26,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from leasehold.devserver import free_port, port_is_free
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from activities.ci.lifecycle import CILifecycleActivities
 from activities.video.lifecycle import VideoLifecycleActivities
 from leasehold.database import init_database
 from leasehold.storage import LocalObjectStore
-from leasehold.testing.temporal import start_local_environment
+from testing.temporal import start_local_environment
 from tests.conftest import sqlite_url
 from tests.lifecycle.conftest import add_ci_run, add_video_job, video_result
 from workflows.ci.ids import log_chunk_key

@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.video.lifecycle import VideoLifecycleActivities
 from leasehold.storage import INTERRUPTED_WRITE_AGE_SECONDS, LocalObjectStore, S3ObjectStore
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from tests.lifecycle.conftest import add_video_job
 from workflows.lifecycle.types import BatchResult, LifecycleBatch, LifecycleInput
 from workflows.video.types import job_object_prefix

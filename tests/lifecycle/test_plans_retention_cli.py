@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 
 
 def leasehold(*args: str) -> subprocess.CompletedProcess[str]:

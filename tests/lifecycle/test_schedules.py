@@ -14,7 +14,6 @@ from leasehold.database import init_database
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from leasehold.storage import open_store
-from leasehold.testing.harness import start_worker
 from orchestrator.lifecycle_schedules import (
     CI_LOG_COMPACTION,
     CI_RETENTION,
@@ -23,6 +22,7 @@ from orchestrator.lifecycle_schedules import (
     ensure_lifecycle_schedules,
     schedule_id,
 )
+from testing.harness import start_worker
 from tests.lifecycle.conftest import add_ci_run, add_video_job, attempt_row, video_result
 from workflows.ci.ids import log_chunk_key
 from workflows.queues import orchestration_queue

@@ -28,7 +28,7 @@ from leasehold.database import init_database
 from leasehold.devserver import dev_server_command, find_temporal_binary, free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
-from leasehold.testing.harness import ManagedProcess, start_api, unique_prefix
+from testing.harness import ManagedProcess, start_api, unique_prefix
 from tests.ci_api.conftest import CIStack, running_ci_stack
 from workflows import search_attributes as sa
 

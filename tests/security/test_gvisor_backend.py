@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
-from leasehold.client.ci.push_input import push_input
-from leasehold.database import init_database, utcnow
+from clients.ci.push_input import push_input
+from leasehold.database import init_database
+from leasehold.records.base import utcnow
 from leasehold.records.ci.plans import ISOLATION_BACKENDS, get_plan, isolation_backend, set_isolation, set_plan
 from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings

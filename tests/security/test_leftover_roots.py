@@ -20,7 +20,7 @@ import pytest
 
 from activities.ci.jobroot import sweep_leftover_roots
 from leasehold.settings import Settings
-from leasehold.testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT
 from worker_ci.sandbox import limits_from, make_sandbox
 
 UID_BASE = 1_720_000

@@ -22,11 +22,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from leasehold.client.ci import start as ci_start
+from clients.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_isolation, set_network
 from leasehold.settings import Settings
-from leasehold.testing.harness import register_repo_row
+from testing.harness import register_repo_row
 from tests.ci_core.conftest import CIStack, engine_stack
 from workflows.ci.types.run import RunStatus
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from leasehold.testing.harness import ManagedProcess
-from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
+from testing.harness import ManagedProcess
+from testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 
 MODEL = "procedural-v1"
 SIZE = "180x320"

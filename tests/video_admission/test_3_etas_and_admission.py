@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from leasehold.devserver import free_port
-from leasehold.testing.harness import start_api
+from testing.harness import start_api
 from tests.video_admission.conftest import (
     FREE_CAP,
     SLOW_STEPS,

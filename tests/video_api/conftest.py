@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from leasehold.testing.harness import ManagedProcess
-from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
+from testing.harness import ManagedProcess
+from testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 
 MODEL = "procedural-v1"
 # Small and short so generation takes seconds on two CPU cores.

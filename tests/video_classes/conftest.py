@@ -20,8 +20,8 @@ import pytest
 from temporalio.client import Client
 
 from leasehold.gpu_classes import GIB
-from leasehold.testing.harness import ManagedProcess
-from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
+from testing.harness import ManagedProcess
+from testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 from workflows.video.ids import workflow_id
 from workflows.video.models import get_model
 

@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore, open_store
-from leasehold.testing.harness import ManagedProcess, start_worker
+from testing.harness import ManagedProcess, start_worker
 from workflows.queues import orchestration_queue, video_queue
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.types import GenerateProgress, VideoJobInput, VideoJobState, VideoRequest, job_object_prefix

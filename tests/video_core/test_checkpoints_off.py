@@ -19,7 +19,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.video.generation import VideoGenerationActivities
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
-from leasehold.testing.harness import ManagedProcess
+from testing.harness import ManagedProcess
 from tests.video_core.jobs import (
     job_keys,
     pending_progress,

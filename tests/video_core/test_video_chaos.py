@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 from leasehold.devserver import dev_server_command, find_temporal_binary, free_port
 from leasehold.settings import Settings
 from leasehold.temporal import connect
-from leasehold.testing.harness import ManagedProcess, process_env
+from testing.harness import ManagedProcess, process_env
 from tests.video_core.jobs import (
     busy_worker,
     job_keys,

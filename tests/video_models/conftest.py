@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from leasehold.testing.harness import ManagedProcess
-from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
+from testing.harness import ManagedProcess
+from testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 from workflows.video.catalogue import load_catalogue
 from workflows.video.models import DEFAULT_CATALOGUE, VideoModelSpec, use_catalogue
 

@@ -12,7 +12,7 @@ import pytest
 from api.app import create_app
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
-from leasehold.testing.harness import process_env
+from testing.harness import process_env
 from tests.video_models.conftest import Catalogue
 from workflows.video.catalogue import CatalogueError
 from workflows.video.models import get_model

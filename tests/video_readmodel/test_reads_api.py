@@ -47,7 +47,7 @@ from leasehold.records.versioned import LIFECYCLE_VERSION, write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from leasehold.storage import open_store
-from leasehold.testing.harness import ManagedProcess, start_worker
+from testing.harness import ManagedProcess, start_worker
 from tests.conftest import sqlite_url
 from workflows.video.ids import workflow_id
 from workflows.video.types import VideoJobState, VideoStatus

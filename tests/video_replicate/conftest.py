@@ -13,7 +13,7 @@ import httpx
 import pytest
 import replicate
 
-from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
+from testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 from tests.video_webhooks.stack import Receiver
 
 MODEL = "procedural-v1"

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from leasehold.testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
+from testing.process_stack import ORCHESTRATION, ProcessStack, gpu_worker
 
 MODEL = "procedural-v1"
 SIZE = "180x320"

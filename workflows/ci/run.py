@@ -1,6 +1,6 @@
 """``CIRunWorkflow``: one CI run (repository + commit + workflow file) as a DAG of job activities.
 
-How the API drives CI (the contract; ``leasehold/client/ci/start.py`` wraps each call):
+How the API drives CI (the contract; ``clients/ci/start.py`` wraps each call):
 
 * **Push** (webhook or ``POST /v1/hooks/push``): the API builds a ``CIPushInput`` around a
   ``PushContext`` (tenant, repo id and full name, clone URL, commit sha, full ref,

@@ -30,8 +30,8 @@ from activities.ci.dispatch_inputs import DISPATCH_REF, WORKFLOW_FILE, DispatchI
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
 from api.errors import ApiError, from_temporal, invalid, not_found
 from api.schemas.ci.dispatches import DispatchIn, DispatchOut
-from leasehold.client.ci.push_input import dispatch_input
-from leasehold.client.ci.start import DispatchConflict, start_dispatch
+from clients.ci.push_input import dispatch_input
+from clients.ci.start import DispatchConflict, start_dispatch
 from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.variables import variables_for

@@ -29,8 +29,8 @@ from api.ci.signatures import signature_of
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError, from_temporal, is_not_found, not_found
 from api.schemas.ci.runs import PushAccepted, PushOut, PushRequest, WebhookAnswer
-from leasehold.client.ci.push_input import push_input
-from leasehold.client.ci.start import push_state, start_push
+from clients.ci.push_input import push_input
+from clients.ci.start import push_state, start_push
 from leasehold.records.ci.plans import get_plan
 from leasehold.records.ci.repos import RepoRecord, WebhookCandidate, get_repo, webhook_candidates
 from leasehold.records.ci.runs import get_push as get_push_record

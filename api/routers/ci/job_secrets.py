@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from activities.ci.secrets import JOB_SECRETS_PATH
 from api.deps import ClientDep, DbDep, KeyringDep, note_failed_auth, refuse_if_throttled
 from api.errors import ApiError
-from leasehold.client.ci.start import run_state
+from clients.ci.start import run_state
 from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.secrets import fetch_secrets
 from workflows.ci.types.job import AttemptStatus

@@ -42,7 +42,7 @@ from api.schemas.ci.runs import (
     RunOut,
     RunSummary,
 )
-from leasehold.client.ci.start import cancel_run, decide_job, retry_job, run_state
+from clients.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.runs import RunCursor, annotations_of_attempt

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")

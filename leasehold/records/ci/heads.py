@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, String, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 
 
 class CIKnownHead(Base):

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, DateTime, Float, Integer, String, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 from leasehold.settings import Settings
 
 MAX_WEIGHT = 1000.0

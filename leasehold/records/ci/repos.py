@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.clone_urls import ClonePolicy, CloneUrlRefused, parse
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 from leasehold.records.ci.secrets import Keyring, KeyringError
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from sqlalchemy import DateTime, Integer, String, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 
 # How often an assignment that lost a race (same counter or same run) is tried again.
 ASSIGN_ATTEMPTS = 5

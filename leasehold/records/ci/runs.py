@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 from leasehold.records.versioned import dialect_insert, write_versioned
 
 

@@ -29,7 +29,7 @@ from sqlalchemy import DateTime, LargeBinary, String, UniqueConstraint, delete, 
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.data_dir import read_or_create_secret
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 from leasehold.settings import Settings
 
 # A value shorter than this is refused: masking "abc" in logs would reveal more than it hides.

@@ -18,7 +18,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, String, Text, UniqueConstraint, delete, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 
 # GitHub's limits: a variable is at most 48 KB, a repository has at most 500 (1,000 for an
 # organisation), and a run sees at most 256 KB of them in all.

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, String, func, or_, select, update
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 from leasehold.records.versioned import dialect_insert
 from leasehold.records.video.jobs import VideoJobRecord
 

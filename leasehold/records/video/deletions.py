@@ -14,7 +14,7 @@ from sqlalchemy import DateTime, Index, String, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 
 
 class VideoDeletion(Base):

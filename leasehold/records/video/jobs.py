@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 
 
 class VideoJobRecord(Base):

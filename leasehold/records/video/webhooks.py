@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Index, LargeBinary, String, Text, UniqueConstraint, delete, func, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.database import Base, utcnow
+from leasehold.records.base import Base, utcnow
 from leasehold.records.ci.secrets import Keyring
 from leasehold.records.versioned import dialect_insert
 

@@ -76,7 +76,7 @@ class PushContext(BaseModel):
     # when unknown (a reconciled push), then the repository owner stands in.
     actor: str = ""
     # The webhook payload as ``github.event`` and ``$GITHUB_EVENT_PATH`` show it, bounded by
-    # ``leasehold.client.ci.event`` (None: the job builds a minimal one from the fields above).
+    # ``clients.ci.event`` (None: the job builds a minimal one from the fields above).
     event_payload: dict[str, Any] | None = None
     # ``workflow_dispatch`` inputs (``inputs`` context), by name.
     inputs: dict[str, str | bool | float] = Field(default_factory=dict)

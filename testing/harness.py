@@ -21,8 +21,8 @@ import httpx
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
 
-# This file is leasehold/testing/harness.py in a source checkout (tests run from one).
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# This file is testing/harness.py in a source checkout (tests run from one).
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass

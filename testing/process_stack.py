@@ -21,7 +21,7 @@ from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
-from leasehold.testing.harness import ManagedProcess, start_api, start_worker, stop_together, unique_prefix
+from testing.harness import ManagedProcess, start_api, start_worker, stop_together, unique_prefix
 
 # A GPU worker loads its model before it answers, on two cores shared with the rest of the
 # suite: a process that is not healthy by then failed to start.

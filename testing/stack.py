@@ -30,8 +30,8 @@ from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
-from leasehold.testing.checker import History, Observation
-from leasehold.testing.harness import REPO_ROOT
+from testing.checker import History, Observation
+from testing.harness import REPO_ROOT
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.types import GenerateProgress, job_object_prefix
 
