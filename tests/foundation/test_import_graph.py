@@ -27,6 +27,8 @@ PACKAGES = (
     "leasehold",
     "clients",
     "testing",
+    "actions_language",
+    "video_policy",
     "planning",
     "bench",
     "tests",
@@ -68,6 +70,21 @@ ABOVE_INFRASTRUCTURE = (
     "testing",
     "tests",
 )
+# The Actions language knows nothing of Temporal or of who runs it; the video policy returns
+# decisions and knows nothing of HTTP (the API maps them) or of the planner that reads them.
+PURE_PACKAGES = {
+    "actions_language": (
+        "temporalio",
+        "activities",
+        "api",
+        "worker_gpu",
+        "worker_ci",
+        "cli",
+        "orchestrator",
+        "clients",
+    ),
+    "video_policy": ("api", "fastapi", "starlette", "planning", "worker_gpu", "worker_ci", "cli", "orchestrator"),
+}
 # The test stacks are not in the wheel: only tests, benchmarks and testing/ itself load them.
 MAY_IMPORT_TESTING = ("testing", "tests", "bench")
 
@@ -282,6 +299,10 @@ def layer_violations(files: dict[str, Path], imports: list[Import]) -> list[tupl
 
         if _within(importer, "leasehold") and top in ABOVE_INFRASTRUCTURE:
             found.append((imp, f"shared infrastructure (leasehold) does not import {top}"))
+
+        for package, forbidden in PURE_PACKAGES.items():
+            if _within(importer, package) and top in forbidden:
+                found.append((imp, f"{package} does not import {top}"))
 
         if top == "testing" and project and not any(_within(importer, p) for p in MAY_IMPORT_TESTING):
             found.append((imp, "product code does not import testing/ (it is not in the wheel)"))
