@@ -2,16 +2,16 @@
 
 What is simulated, and where its rule comes from (imported, not restated):
 
-* **Admission**: every submit goes through ``api.video.admission.admit`` (the free tier's
-  wait threshold, the tier weight split among the tier's waiting users, the 503 when no worker
-  serves) and ``check_queued_cap`` (the per-user cap, 429), in that order as
+* **Admission**: every submit goes through ``video_policy.admission.admit`` (the free tier's
+  wait threshold, the tier weight split among the tier's waiting users, the refusal (503) when
+  no worker serves) and ``check_queued_cap`` (the per-user cap, 429), in that order as
   ``api.video.submit`` calls them, with ``Settings`` for every number. ``admit`` reads its
-  capacity from ``SimulatedCapacity``, which answers the same four questions the
-  ``CapacityTracker`` answers, from the simulated state.
-* **The ETA** a submit is told and the free tier's expected wait are ``api.video.eta.plan`` /
+  capacity from ``SimulatedCapacity``, which answers the same questions the
+  ``CapacityTracker`` answers (``video_policy.admission.CapacityView``), from the simulated state.
+* **The ETA** a submit is told and the free tier's expected wait are ``video_policy.queue_plan.plan`` /
   ``place`` over a ``ModelSnapshot`` of the simulated queue, taken every refresh as the
   capacity leader does (``PLACE_EXACT_BELOW`` decides between an exact re-plan and a placement).
-* **Dispatch order** is Temporal's fairness as ``api.video.eta`` models it: a task that finds a
+* **Dispatch order** is Temporal's fairness as ``video_policy.queue_plan`` models it: a task that finds a
   worker polling is matched at once; one that waits gets ``next_pass`` of its key and waiting
   tasks go out in pass order (ties by arrival).
 * **Preemption and retry**: a warned worker checkpoints at the notice and fails its attempt at
@@ -37,25 +37,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
-from api.errors import ApiError
-from api.video.admission import admit, check_queued_cap, queued_limit
-from api.video.capacity import PLACE_EXACT_BELOW, CapacityTracker
-from api.video.eta import (
-    ArrivalLog,
-    FairnessShadow,
-    JobCosts,
-    ModelSnapshot,
-    QueuedJob,
-    QueuePlan,
-    RunningJob,
-    next_pass,
-    place,
-    plan,
-)
-from api.video.eta import JobShape as EtaShape
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
 from planning.scenario import Pool, Scenario, ScheduledPreemption
+from video_policy.admission import Admission, TooManyQueued, admit, check_queued_cap, queued_limit
+from video_policy.eta import ArrivalLog, JobCosts, ModelSnapshot, QueuedJob, RunningJob
+from video_policy.eta import JobShape as EtaShape
+from video_policy.queue_plan import PLACE_EXACT_BELOW, FairnessShadow, QueuePlan, next_pass, place, plan
 from workflows.queues import VIDEO_GENERATE_RETRY
 from workflows.video.models import PROCEDURAL_V1
 
@@ -562,12 +550,15 @@ class Simulation:
         work = self._draw_work(shape_index)
         queue, penalty, home = self._route(shape_index, tier)
         principal = Principal(tenant_id="sim", user_id=user, tier=tier, key_id="sim")  # type: ignore[arg-type]
-        try:
-            admission = admit(cast(CapacityTracker, self.capacity), self.settings, principal, queue.name)
+        admission = admit(self.capacity, self.settings, principal, queue.name)
+        decision = (
             check_queued_cap(self.user_waiting.get(user, 0), queued_limit(self.settings, tier))
-        except ApiError as refusal:
+            if isinstance(admission, Admission)
+            else admission
+        )
+        if not isinstance(admission, Admission) or decision is not None:
             if measured:
-                if refusal.status == 429:
+                if isinstance(decision, TooManyQueued):
                     figures.refused_429 += 1
                 else:
                     figures.refused_503 += 1

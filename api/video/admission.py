@@ -1,154 +1,81 @@
-"""Admission of video jobs: tiers, the per-user cap, capacity refusals, and dispatch fairness.
-
-Tiers share each model's workers through Temporal task-queue fairness, not priority:
-priority is strict, so a sustained paid backlog would starve free jobs forever. Each job's
-generation task carries
-
-* ``fairness_key = "<tier>/<tenant>/<user>"``: one key per user, so within a tier one user's
-  burst interleaves with other users' jobs instead of queueing them behind it;
-* ``fairness_weight = tier weight / users of that tier with jobs waiting`` (counting this one):
-  the keys of a tier together weigh the tier's weight, so while both tiers have a backlog
-  paid and free get dispatches in the configured ratio (4:1 by default), however many users
-  each tier has. Weights are fixed when a task is enqueued; while the number of waiting users
-  of a tier changes, that tier's share drifts until the tasks enqueued under the old count
-  are dispatched (at most the per-user cap per user).
-
-The per-user cap counts the user's jobs that wait for a worker (not those generating): their
-``video_jobs`` rows in ``queued``, counted in the transaction that inserts the new job's row,
-under a per-user lock every API replica takes (``api.video.submit``). So it holds exactly,
-however many replicas a user's concurrent submits reach.
-
-With GPU classes (``leasehold.gpu_classes``) a job is first routed (``route``): to the smallest
-class whose memory holds its estimate, or the next larger one that has live workers while that
-one has none; a job larger than every class is refused (422). Fairness, the no-worker refusal
-and the free tier's wait are then decided on the chosen class's queue.
-"""
+"""Video admission as HTTP: each refusal ``video_policy.admission`` decides becomes its
+``ApiError`` (status, code, message, Retry-After); an admitted job's dispatch is returned."""
 
 from __future__ import annotations
 
-import hashlib
-import math
-from dataclasses import dataclass
-
 from api.errors import ApiError
-from api.video.capacity import CapacityTracker, pool_key
-from leasehold.gpu_classes import GIB, classes_fitting, job_memory_bytes
+from leasehold.gpu_classes import GIB
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
-from workflows.video.models import get_model
+from video_policy import admission as policy
+from video_policy.admission import Admission, CapacityView, ModelUnavailable, ServingView, TooLarge, TooManyQueued
+from video_policy.pools import pool_key
 from workflows.video.types import VideoRequest
-
-# Temporal limits fairness keys to 64 bytes.
-MAX_FAIRNESS_KEY = 64
-# Retry-After bounds for capacity refusals.
-MIN_RETRY_AFTER_SECONDS = 15
-MAX_RETRY_AFTER_SECONDS = 3600
-# With no worker serving a model, ask callers to come back after this long.
-NO_WORKER_RETRY_AFTER_SECONDS = 60
-
-
-@dataclass(frozen=True)
-class Admission:
-    """How an admitted job is dispatched."""
-
-    fairness_key: str
-    fairness_weight: float
-
-
-def fairness_key(principal: Principal) -> str:
-    """One key per user and tier; hashed when the readable form is too long for Temporal."""
-    readable = f"{principal.tier}/{principal.tenant_id}/{principal.user_id}"
-    if len(readable.encode()) <= MAX_FAIRNESS_KEY:
-        return readable
-    digest = hashlib.sha256(f"{principal.tenant_id}\n{principal.user_id}".encode()).hexdigest()[:32]
-    return f"{principal.tier}/{digest}"
-
-
-def queued_limit(settings: Settings, tier: str) -> int:
-    return settings.video_paid_max_queued if tier == "paid" else settings.video_free_max_queued
 
 
 def check_queued_cap(queued: int, limit: int) -> None:
     """Refuse a new job of a user with ``queued`` jobs waiting already (429)."""
-    if queued >= limit:
-        raise ApiError(
-            429,
-            "too_many_queued",
-            f"you have {queued} videos waiting for a GPU (the limit is {limit}); submit more once some have started",
-            extra={"queued": queued, "limit": limit},
-        )
+    refusal = policy.check_queued_cap(queued, limit)
+    if refusal is not None:
+        raise too_many_queued_error(refusal)
 
 
-def route(tracker: CapacityTracker, settings: Settings, request: VideoRequest) -> str | None:
-    """The GPU class whose queue generates ``request`` (``None`` without classes); 422 when the
-    job needs more memory than every class has.
+def too_many_queued_error(refusal: TooManyQueued) -> ApiError:
+    queued, limit = refusal.queued, refusal.limit
+    return ApiError(
+        429,
+        "too_many_queued",
+        f"you have {queued} videos waiting for a GPU (the limit is {limit}); submit more once some have started",
+        extra={"queued": queued, "limit": limit},
+    )
 
-    The smallest class that holds the job's estimate, unless it has no live worker (the
-    capacity tracker's last refresh: pollers seen recently, or workers generating with live
-    heartbeats); then the next larger one that has. With none live anywhere, the smallest that
-    fits: the job waits there for a worker.
-    """
-    classes = settings.gpu_classes
-    spec = get_model(request.model)
-    if not classes or spec is None:
-        return None
-    per_pixel = spec.memory_bytes_per_frame_pixel
-    need = job_memory_bytes(spec.frame_count(request.seconds), request.width, request.height, per_pixel)
-    fitting = classes_fitting(classes, need)
-    if not fitting:
-        largest = classes[-1]
-        # Name what the caller can change: the length when a shorter video would fit.
-        shortest = job_memory_bytes(spec.frame_count(spec.min_seconds), request.width, request.height, per_pixel)
-        param = "seconds" if shortest <= largest.memory_bytes else "size"
-        raise ApiError(
-            400,
-            "video_too_large",
-            f"a {request.seconds}s {request.width}x{request.height} video of {spec.name} needs about "
-            f"{need / GIB:.1f} GiB of GPU memory; the largest GPU class here ({largest.name}) has "
-            f"{largest.memory_gib:g} GiB. Ask for a smaller {param}.",
-            param,
-            extra={"required_gib": round(need / GIB, 3), "largest_class_gib": largest.memory_gib},
-        )
-    for gpu_class in fitting:
-        if tracker.workers_serving(spec.name, gpu_class.name) > 0:
-            return gpu_class.name
-    return fitting[0].name
+
+def route(tracker: ServingView, settings: Settings, request: VideoRequest) -> str | None:
+    """The GPU class whose queue generates ``request`` (``None`` without classes); 400 when the
+    job needs more memory than every class has."""
+    decision = policy.route(tracker, settings, request)
+    if isinstance(decision, TooLarge):
+        raise too_large_error(decision)
+    return decision
+
+
+def too_large_error(refusal: TooLarge) -> ApiError:
+    need, largest = refusal.need_bytes, refusal.largest
+    return ApiError(
+        400,
+        "video_too_large",
+        f"a {refusal.seconds}s {refusal.width}x{refusal.height} video of {refusal.model} needs about "
+        f"{need / GIB:.1f} GiB of GPU memory; the largest GPU class here ({largest.name}) has "
+        f"{largest.memory_gib:g} GiB. Ask for a smaller {refusal.param}.",
+        refusal.param,
+        extra={"required_gib": round(need / GIB, 3), "largest_class_gib": largest.memory_gib},
+    )
 
 
 def admit(
-    tracker: CapacityTracker, settings: Settings, principal: Principal, model: str, gpu_class: str | None = None
+    tracker: CapacityView, settings: Settings, principal: Principal, model: str, gpu_class: str | None = None
 ) -> Admission:
     """Decide on a new job of ``principal`` for ``model`` on ``gpu_class`` (``route``) from the
-    measured capacity; raise ``ApiError`` to refuse it. The per-user cap is checked apart, under
-    the user's lock (``check_queued_cap``)."""
-    pool = tracker.pools[pool_key(model, gpu_class)]
-    label, model = pool.label, pool.key
-    users = tracker.active_users(model, principal.tier)
-    users.add((principal.tenant_id, principal.user_id))
-    weight = tracker.tier_weight(principal.tier) / len(users)
-    snapshot = tracker.snapshots[model]
-    if snapshot.workers_serving == 0 and (principal.tier != "paid" or not settings.video_paid_admit_without_workers):
+    measured capacity; raise ``ApiError`` to refuse it (503). The per-user cap is checked apart,
+    under the user's lock (``check_queued_cap``)."""
+    decision = policy.admit(tracker, settings, principal, pool_key(model, gpu_class))
+    if isinstance(decision, Admission):
+        return decision
+    if isinstance(decision, ModelUnavailable):
         raise ApiError(
             503,
             "model_unavailable",
-            f"no worker is serving {label} right now; retry later or choose another model",
-            headers={"Retry-After": str(NO_WORKER_RETRY_AFTER_SECONDS)},
-            extra={"retry_after": NO_WORKER_RETRY_AFTER_SECONDS},
+            f"no worker is serving {decision.label} right now; retry later or choose another model",
+            headers={"Retry-After": str(decision.retry_after)},
+            extra={"retry_after": decision.retry_after},
         )
-    if principal.tier == "free":
-        wait = tracker.expected_wait(model, principal.tier, weight)
-        threshold = settings.video_free_max_wait_seconds
-        if wait is not None and wait > threshold:
-            # The free queue drains at least as fast as it grows while refusals last, so the
-            # excess over the threshold is a fair guess of when a submit would pass.
-            retry_after = int(min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS, math.ceil(wait - threshold))))
-            raise ApiError(
-                503,
-                "capacity",
-                f"GPU capacity for {label} is short: a free video would wait about {wait / 60:.0f} minutes "
-                f"(the free tier's limit is {threshold / 60:.0f}); paid videos are still accepted. "
-                f"Retry in about {retry_after} seconds.",
-                headers={"Retry-After": str(retry_after)},
-                extra={"retry_after": retry_after},
-            )
-    return Admission(fairness_key=fairness_key(principal), fairness_weight=weight)
+    wait, threshold, retry_after = decision.wait, decision.threshold, decision.retry_after
+    raise ApiError(
+        503,
+        "capacity",
+        f"GPU capacity for {decision.label} is short: a free video would wait about {wait / 60:.0f} minutes "
+        f"(the free tier's limit is {threshold / 60:.0f}); paid videos are still accepted. "
+        f"Retry in about {retry_after} seconds.",
+        headers={"Retry-After": str(retry_after)},
+        extra={"retry_after": retry_after},
+    )

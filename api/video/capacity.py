@@ -61,30 +61,28 @@ from activities.video.definitions import PROJECT_VIDEO_JOB
 from activities.video.generation import GENERATE_VIDEO
 from activities.video.projection import close_lost_job
 from api.schemas.video import CapacityFigures, VideoQueue
-from api.video.eta import (
-    PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
-    ArrivalLog,
-    ArrivalStream,
-    FairnessShadow,
-    JobCosts,
-    JobShape,
-    ModelSnapshot,
-    QueuedJob,
-    QueuePlan,
-    RunningJob,
-    default_shape,
-    place,
-    plan,
-    shape_of,
-    snapshot_from_json,
-    snapshot_to_json,
-)
 from api.video.memo import WORKFLOW_TYPE, JobMemo
 from api.video.open_jobs import JobFacts, OpenJob, open_jobs
 from api.video.views import Estimate, JobView, pending_generation
 from leasehold.gpu_classes import GpuClass
 from leasehold.records.video.capacity import completed_since, publish, published, try_lead
 from leasehold.settings import Settings
+from video_policy.eta import (
+    PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL,
+    ArrivalLog,
+    ArrivalStream,
+    JobCosts,
+    JobShape,
+    ModelSnapshot,
+    QueuedJob,
+    RunningJob,
+    default_shape,
+    shape_of,
+    snapshot_from_json,
+    snapshot_to_json,
+)
+from video_policy.pools import Pool, pool_key
+from video_policy.queue_plan import PLACE_EXACT_BELOW, FairnessShadow, QueuePlan, place, plan
 from workflows.queues import orchestration_queue, video_queue
 from workflows.video.ids import workflow_id
 from workflows.video.models import VideoModelSpec, get_model
@@ -99,9 +97,6 @@ POLLER_FRESH_SECONDS = 75.0
 # it, a generating job is planned at the step last seen: a fleet that large has samples enough).
 DESCRIBE_CONCURRENCY = 8
 MAX_DESCRIBED_RUNNING = 256
-# Below this many waiting jobs a submit between two snapshots is placed by an exact re-plan
-# (about a millisecond); above, by updating the snapshot's plan (``api.video.eta.place``).
-PLACE_EXACT_BELOW = 200
 # Waiting jobs described per refresh because the plan put them next (see ``_next_up``).
 MAX_DESCRIBED_NEXT = 64
 # Executions closed without their workflow's last snapshot, and the row's error code for each.
@@ -142,34 +137,6 @@ WORKERS_NEEDED = Gauge(
     "leasehold_video_workers_needed", "Workers that Little's law says meet the target queue wait", _LABELS
 )
 EXPECTED_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue wait of a new job", ["model", "tier"])
-
-
-def pool_key(model: str, gpu_class: str | None) -> str:
-    """The key of a model's pool on ``gpu_class`` (the suffix of its queue after ``video.``)."""
-    return model if gpu_class is None else f"{model}.{gpu_class}"
-
-
-@dataclass(frozen=True)
-class Pool:
-    """The workers of one model version on one GPU class (``gpu_class`` None: no classes)."""
-
-    spec: VideoModelSpec
-    gpu_class: GpuClass | None = None
-
-    @property
-    def class_name(self) -> str | None:
-        return self.gpu_class.name if self.gpu_class is not None else None
-
-    @property
-    def key(self) -> str:
-        return pool_key(self.spec.name, self.class_name)
-
-    @property
-    def label(self) -> str:
-        """How messages name the pool."""
-        if self.gpu_class is None:
-            return self.spec.name
-        return f"{self.spec.name} on {self.gpu_class.name} GPUs ({self.gpu_class.memory_gib:g} GiB)"
 
 
 @dataclass
@@ -735,7 +702,7 @@ class CapacityTracker:
 
     def placement(self, model: str, job: QueuedJob) -> tuple[int, float] | None:
         """Position and expected start of ``job`` (``None`` with no worker serving): from the
-        snapshot's plan, updated for the submits it has not seen yet (``api.video.eta.place``)."""
+        snapshot's plan, updated for the submits it has not seen yet (``video_policy.queue_plan.place``)."""
         planned = self.plan(model)
         if planned is None:
             return None

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from api.video.eta import JobShape, QueuedJob, shape_of
 from leasehold.records.video.jobs import VideoJobRecord
+from video_policy.eta import JobShape, QueuedJob, shape_of
 from workflows.video.models import VideoModelSpec
 from workflows.video.types import VideoRequest, VideoStatus
 

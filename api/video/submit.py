@@ -48,7 +48,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from api.errors import ApiError
-from api.video.admission import Admission, admit, check_queued_cap, queued_limit, route
+from api.video.admission import admit, check_queued_cap, route
 from api.video.capacity import CapacityTracker
 from api.video.memo import MEMO_KEY, JobMemo
 from api.video.views import JobView, row_view
@@ -57,6 +57,7 @@ from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import VideoDeletion
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
+from video_policy.admission import Admission, queued_limit
 from workflows import search_attributes as sa
 from workflows.queues import orchestration_queue, video_queue
 from workflows.video.ids import workflow_id

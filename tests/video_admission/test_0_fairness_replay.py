@@ -8,7 +8,8 @@ a polling worker takes no pass. A key that fell behind is therefore served next.
 
 from __future__ import annotations
 
-from api.video.eta import FairnessShadow, JobCosts, JobShape, ModelSnapshot, QueuedJob, RunningJob, plan
+from video_policy.eta import JobCosts, JobShape, ModelSnapshot, QueuedJob, RunningJob
+from video_policy.queue_plan import FairnessShadow, plan
 from workflows.video.models import get_model
 
 SHAPE = JobShape(steps=10, frames=8, width=180, height=320)

@@ -24,11 +24,12 @@ from sqlalchemy import insert
 from temporalio.client import Client
 
 from api.video.capacity import CapacityTracker
-from api.video.eta import JobCosts, JobShape, ModelSnapshot, QueuedJob, RunningJob, plan
 from leasehold.database import init_database
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from tests.conftest import sqlite_url
+from video_policy.eta import JobCosts, JobShape, ModelSnapshot, QueuedJob, RunningJob
+from video_policy.queue_plan import plan
 from workflows.video.ids import workflow_id
 from workflows.video.models import get_model
 from workflows.video.types import VideoJobState, VideoRequest, VideoStatus

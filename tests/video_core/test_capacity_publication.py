@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from api.video.eta import (
+from video_policy.eta import (
     ArrivalLog,
     JobShape,
     ModelSnapshot,

@@ -22,12 +22,13 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, DescribeWorkflowInput, Interceptor, OutboundInterceptor
 
 from api.video.capacity import CapacityTracker
-from api.video.eta import JobCosts, JobShape, ModelSnapshot, QueuedJob, RunningJob, place, plan
 from leasehold.database import init_database
 from leasehold.records.video.capacity import CapacitySnapshot
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from tests.conftest import sqlite_url
+from video_policy.eta import JobCosts, JobShape, ModelSnapshot, QueuedJob, RunningJob
+from video_policy.queue_plan import place, plan
 from workflows.queues import orchestration_queue
 from workflows.video.ids import workflow_id
 from workflows.video.models import get_model
