@@ -64,396 +64,43 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
 
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
 from leasehold.settings import Settings
-from worker_ci.sandbox import ETC_FILES, MOUNT_POINT, SYSTEM_DIRS, JobUserPool, _PopenProcess, _runner_files
+from worker_ci.gvisor_bundle import (
+    DATA_FD,
+    INIT_PATH,
+    INIT_PID,
+    HostLayout,
+    oci_config,
+    process_spec,
+    swap_accounted,
+    write_private,
+)
+from worker_ci.gvisor_process import Container, GVisorProcess, GVisorSideProcess
+from worker_ci.gvisor_selftest import (
+    FILE_PREFIX,
+    LAUNCH_CHECK,
+    SELF_TEST_CHECKS,
+    SELF_TEST_LIMITS,
+    SELF_TEST_SECONDS,
+    LaunchError,
+    SelfTestCheck,
+    explain_failure,
+    read_data,
+    shown_output,
+)
+from worker_ci.gvisor_state import RUNSC_ENV, RUNSC_SECONDS, sweep_stale
+from worker_ci.sandbox import MOUNT_POINT, JobUserPool, _runner_files
 
 log = logging.getLogger(__name__)
 
-# The sandbox's idle init: no child of its own (so every other process is a step's), reaps the
-# orphans re-parented to it (bash does; dash leaves them zombies), ignores SIGTERM (so
-# ``runsc kill --all TERM`` reaches only the step), and ends at EOF: when the worker is gone.
-INIT_ARGV = ("/bin/bash", "-c", 'trap "" TERM INT HUP; while read -r _; do :; done')
-INIT_PID = 1
-INIT_PATH = "/usr/local/bin:/usr/bin:/bin"
-# The environment runsc itself runs with (never the worker's: it holds the worker's settings).
-RUNSC_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}
 # A step's leftover processes are killed one by one (``runsc kill --pid``) up to this many; past
 # it the sandbox is torn down whole and the next step starts a fresh one.
 KILL_ONE_BY_ONE = 32
 START_SECONDS = 30.0
-RUNSC_SECONDS = 30.0
 STOP_SECONDS = 10.0
-# Descriptor numbers inside the sandbox.
-DATA_FD = 3
-# cgroup v1 and v2 as runsc finds them (its root is fixed at /sys/fs/cgroup).
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def _oci_rlimits(limits: SandboxLimits) -> list[dict[str, Any]]:
-    """The per-process limits bubblewrap's steps get (``worker_ci.sandbox._rlimits``), in OCI form."""
-    values = [
-        ("RLIMIT_AS", limits.memory_bytes),
-        ("RLIMIT_NPROC", limits.max_processes),
-        ("RLIMIT_FSIZE", limits.max_file_bytes),
-        ("RLIMIT_CPU", limits.cpu_seconds),
-        ("RLIMIT_CORE", 0),
-    ]
-    return [{"type": name, "hard": value, "soft": value} for name, value in values]
-
-
-def _no_capabilities() -> dict[str, list[str]]:
-    return {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []}
-
-
-def _env_list(env: dict[str, str]) -> list[str]:
-    # A NUL would end the value early in the guest's execve; a key with "=" or none is no variable.
-    out = []
-    for key, value in env.items():
-        key, value = key.replace("\x00", ""), value.replace("\x00", "")
-        if key and "=" not in key:
-            out.append(f"{key}={value}")
-    return out
-
-
-def _bind(source: str | Path, destination: str, writable: bool = False) -> dict[str, Any]:
-    return {
-        "destination": destination,
-        "type": "bind",
-        "source": str(source),
-        "options": ["bind", "rw" if writable else "ro", "nosuid", "nodev"],
-    }
-
-
-@dataclass(frozen=True)
-class HostLayout:
-    """What of the host's system files a sandbox shows: each of ``SYSTEM_DIRS`` as a read-only
-    bind or as the link it is, and those of ``ETC_FILES`` that exist (looked up once per worker:
-    the host's layout does not change under a running worker)."""
-
-    links: tuple[tuple[str, str], ...]
-    dirs: tuple[str, ...]
-    etc: tuple[tuple[str, bool], ...]
-
-    @classmethod
-    def detect(cls) -> HostLayout:
-        links, dirs = [], []
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                links.append((path, os.readlink(path)))
-            elif os.path.isdir(path):
-                dirs.append(path)
-        etc = [(path, os.path.isdir(path)) for path in ETC_FILES if os.path.exists(path)]
-        return cls(tuple(links), tuple(dirs), tuple(etc))
-
-    def populate(self, rootfs: Path) -> None:
-        """The mount points and links of an empty root-owned ``rootfs`` (shown read-only)."""
-        dirs = [*self.dirs, "/proc", "/dev", "/tmp", "/etc", MOUNT_POINT]
-        dirs += [path for path, is_dir in self.etc if is_dir]
-        dirs += sorted({os.path.dirname(path) for path, _ in self.etc} - {"/etc"})
-        for path in sorted(set(dirs)):
-            target = rootfs / path.lstrip("/")
-            target.mkdir(mode=0o755, parents=True, exist_ok=True)
-            os.chmod(target, 0o755)
-        for path, link in self.links:
-            os.symlink(link, rootfs / path.lstrip("/"))
-        files = [path for path, is_dir in self.etc if not is_dir] + ["/etc/passwd", "/etc/group"]
-        for path in files:
-            fd = os.open(rootfs / path.lstrip("/"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            os.close(fd)
-
-
-def _swap_accounted() -> bool:
-    """Whether the worker's memory cgroup counts swap (then the limit covers swap too)."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return False
-    for _id, controllers, path in lines:
-        if "memory" in controllers.split(","):
-            return (CGROUP_ROOT / "memory" / path.lstrip("/") / "memory.memsw.limit_in_bytes").exists()
-        if controllers == "" and (CGROUP_ROOT / path.lstrip("/") / "memory.swap.max").exists():
-            return True
-    return False
-
-
-def oci_config(
-    root: Path,
-    owner: JobOwner,
-    limits: SandboxLimits | None,
-    layout: HostLayout,
-    cgroup: str,
-    swap: bool = False,
-    writable_actions: bool = False,
-) -> dict[str, Any]:
-    """The ``config.json`` of a job's sandbox over the job root ``root`` (see the module
-    docstring); its process is the idle init, as the job's uid. ``actions/`` is read-only, as
-    to bubblewrap's steps, unless ``writable_actions`` (a sandbox for the helper that fills or
-    empties it)."""
-    runner = root / "runner"
-    mounts: list[dict[str, Any]] = [
-        {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
-        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
-    ]
-    shm = limits.shm_bytes if limits is not None else 64 << 20
-    mounts.append(
-        {
-            "destination": "/dev/shm",
-            "type": "tmpfs",
-            "source": "shm",
-            "options": ["nosuid", "nodev", "mode=1777", f"size={shm}"],
-        }
-    )
-    mounts += [_bind(path, path) for path in layout.dirs]
-    mounts += [_bind(path, path) for path, _ in layout.etc]
-    mounts += [_bind(runner / "passwd", "/etc/passwd"), _bind(runner / "group", "/etc/group")]
-    mounts += [
-        _bind(root, MOUNT_POINT, writable=True),
-        _bind(runner, f"{MOUNT_POINT}/runner"),
-    ]
-    if not writable_actions:
-        mounts.append(_bind(root / "actions", f"{MOUNT_POINT}/actions"))
-    mounts.append(_bind(root / "tmp", "/tmp", writable=True))
-    process: dict[str, Any] = {
-        "terminal": False,
-        "user": {"uid": owner.uid, "gid": owner.gid},
-        "args": list(INIT_ARGV),
-        "env": [f"PATH={INIT_PATH}"],
-        "cwd": "/",
-        "capabilities": _no_capabilities(),
-        "noNewPrivileges": True,
-        "rlimits": _oci_rlimits(limits) if limits is not None else [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}],
-    }
-    linux: dict[str, Any] = {
-        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
-        "cgroupsPath": cgroup,
-    }
-    if limits is not None:
-        memory: dict[str, int] = {"limit": limits.memory_bytes}
-        if swap:
-            # memory + swap: no swap beyond the limit.
-            memory["swap"] = limits.memory_bytes
-        linux["resources"] = {"memory": memory}
-    return {
-        "ociVersion": "1.0.2",
-        "process": process,
-        "root": {"path": "rootfs", "readonly": True},
-        "hostname": "ci",
-        "mounts": mounts,
-        "linux": linux,
-    }
-
-
-def process_spec(request: SandboxRequest, owner: JobOwner) -> dict[str, Any]:
-    """The process file of one step (``runsc exec --process``): its argv, cwd and environment,
-    secrets included, as the job's uid with no capabilities."""
-    if not request.cwd.startswith("/"):
-        raise SandboxError(f"the step's working directory must be absolute: {request.cwd!r}")
-    return {
-        "terminal": False,
-        "user": {"uid": owner.uid, "gid": owner.gid},
-        "args": [a.replace("\x00", "") for a in request.argv],
-        "env": _env_list(request.env),
-        "cwd": request.cwd,
-        "capabilities": _no_capabilities(),
-        "noNewPrivileges": True,
-        "rlimits": _oci_rlimits(request.limits) if request.limits is not None else [],
-    }
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """A new file of root's, 0600, never through a link."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        os.fchmod(f.fileno(), 0o600)
-
-
-@dataclass
-class _Container:
-    """One job's running sandbox."""
-
-    cid: str
-    bundle: Path
-    limits: SandboxLimits | None
-    run: subprocess.Popen[bytes]
-    init_stdin: int
-    # ``actions/`` is writable in this sandbox (made for the helper; a step needs a fresh one).
-    writable_actions: bool = False
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    seq: int = 0
-    step: _GVisorProcess | None = None
-    # Whether the last look found nothing but init, with the step's exec ended: until the next
-    # step starts, nothing can start a process there.
-    clean: bool = True
-
-    def alive(self) -> bool:
-        return self.run.poll() is None
-
-    def stepping(self) -> bool:
-        """A step's exec is running."""
-        return self.step is not None and self.step.poll() is None
-
-
-class _Exec(_PopenProcess):
-    """One ``runsc exec`` on the host: its output, exit and pid (the Popen plumbing is the
-    other backends')."""
-
-    def host_pids(self) -> list[int]:
-        """The host pid of the ``runsc exec`` while it runs. The job's own processes have none:
-        they are the sentry's tasks (``guest_pids`` lists a step's as the sandbox numbers them)."""
-        return [self._proc.pid] if self._proc.poll() is None else []
-
-
-class _GVisorProcess(_Exec):
-    """One step: the host's ``runsc exec`` process (whose exit ends the step) and, inside the
-    sandbox, every process but init."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], sandbox: GVisorSandbox, container: _Container, spec: Path):
-        super().__init__(proc)
-        self._sandbox = sandbox
-        self._container = container
-        self._spec = spec
-        self._finished = False
-
-    def terminate_tree(self) -> None:
-        self._sandbox._signal_step(self._container, "TERM")
-
-    def kill_tree(self) -> None:
-        self._sandbox._kill_step(self._container)
-        if not self._container.alive():
-            # The sandbox is gone; its exec waits on nothing any more.
-            with contextlib.suppress(OSError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-
-    def guest_pids(self) -> list[int]:
-        """The step's processes as the sandbox numbers them (every one but init)."""
-        return self._sandbox._guest_pids(self._container) or []
-
-    def finish(self) -> list[str]:
-        if self._finished:
-            return []
-        self._finished = True
-        return self._sandbox._finish_step(self._container, self, self._spec)
-
-
-class _GVisorSideProcess(_Exec):
-    """A helper exec'd beside a running step (the disk check): one ``runsc exec``, which a kill
-    ends; whatever of it survives in the sandbox dies with the step's leftovers."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], spec: Path):
-        super().__init__(proc)
-        self._spec = spec
-
-    def terminate_tree(self) -> None:
-        self._signal_group(signal.SIGTERM)
-
-    def kill_tree(self) -> None:
-        self._signal_group(signal.SIGKILL)
-
-    def guest_pids(self) -> list[int]:
-        return []
-
-    def finish(self) -> list[str]:
-        self._spec.unlink(missing_ok=True)
-        return []
-
-
-# The self-test -------------------------------------------------------------------------------
-
-SELF_TEST_LIMITS = SandboxLimits(
-    memory_bytes=128 << 20,
-    max_processes=256,
-    # Larger than the memory check's file: the memory bound, not the file size, must stop it.
-    max_file_bytes=1 << 30,
-    cpu_seconds=120,
-    shm_bytes=1 << 30,
-)
-SELF_TEST_SECONDS = 60.0
-FILE_PREFIX = b"zero\n"
-
-
-@dataclass(frozen=True)
-class SelfTestCheck:
-    """One check of the start-up self-test: ``argv`` run as a step of a throwaway job.
-
-    ``lines``: lines its output must include (exit status 0); ``stdin``: what it reads on
-    standard input; ``data``: its fd 3, a pipe or a host regular file already holding
-    ``FILE_PREFIX``, which must then hold ``data_out``; ``refused``: a word it prints only if a
-    limit did not hold (it must also fail)."""
-
-    name: str
-    argv: tuple[str, ...]
-    lines: tuple[str, ...] = ()
-    stdin: bytes | None = None
-    data: Literal["pipe", "file"] | None = None
-    data_out: bytes | None = None
-    refused: str | None = None
-
-
-SELF_TEST_CHECKS = (
-    SelfTestCheck("ls /", ("/bin/ls", "-a", "/"), lines=("ci", "etc", "proc", "tmp", "usr")),
-    SelfTestCheck("stat /", ("/usr/bin/stat", "-c", "%F %u", "/"), lines=("directory 0",)),
-    SelfTestCheck(
-        "stdin and fd 3",
-        ("/bin/sh", "-c", 'read -r line; echo "$line"; echo data >&3'),
-        lines=("in",),
-        stdin=b"in\n",
-        data="pipe",
-        data_out=b"data\n",
-    ),
-    SelfTestCheck(
-        "sh -c 'echo one > /tmp/f; echo two >> /tmp/f; cat /tmp/f'",
-        ("/bin/sh", "-c", "echo one > /tmp/f; echo two >> /tmp/f; cat /tmp/f; cat /tmp/f >&3"),
-        lines=("one", "two"),
-        data="file",
-        data_out=FILE_PREFIX + b"one\ntwo\n",
-    ),
-    SelfTestCheck(
-        "50 forks",
-        ("/bin/sh", "-c", 'i=0; while [ $i -lt 50 ]; do /bin/sh -c true || exit 1; i=$((i+1)); done; echo "forked $i"'),
-        lines=("forked 50",),
-    ),
-    # Last: when the bound holds, the sandbox is killed whole.
-    SelfTestCheck(
-        "memory bound (512 MiB into /dev/shm under a 128 MiB limit)",
-        ("/bin/sh", "-c", "head -c 536870912 /dev/zero > /dev/shm/fill && echo filled"),
-        refused="filled",
-    ),
-)
-
-
-# How the self-test names a sandbox that does not even start (``runsc run`` of the idle init).
-LAUNCH_CHECK = SelfTestCheck("runsc run (the job's idle init)", INIT_ARGV)
-
-
-class _LaunchError(SandboxError):
-    """A job's sandbox did not start."""
-
-
-def _explain(check: SelfTestCheck, printed: str) -> str:
-    """What a failed check means, where the cause is known."""
-    if check.name in ("ls /", "stat /") and "Invalid argument" in printed:
-        return "this runsc refuses statx with AT_NO_AUTOMOUNT"
-    if "pass-fd" in printed:
-        return "this runsc cannot pass a descriptor into a process (runsc exec --pass-fd)"
-    if check.data == "file" and "not starting with" in printed:
-        return "this runsc writes a passed regular file from offset 0, over what it held"
-    return ""
-
-
-def _shown(output: bytes, limit: int = 400) -> str:
-    text = output.decode("utf-8", "replace").strip().replace("\n", "; ")
-    return text if len(text) <= limit else "..." + text[-limit:]
-
-
-# The backend ---------------------------------------------------------------------------------
 
 
 class GVisorSandbox:
@@ -483,12 +130,12 @@ class GVisorSandbox:
         self._platform = platform
         self._users = users
         self._layout = HostLayout.detect()
-        self._swap = _swap_accounted()
-        self._containers: dict[Path, _Container] = {}
+        self._swap = swap_accounted()
+        self._containers: dict[Path, Container] = {}
         self._lock = threading.Lock()
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(state_dir, 0o700)
-        self._sweep_stale(state_dir)
+        sweep_stale(self._binary, state_dir)
         # This worker's own directory, held by a lock for its life: a later worker that finds
         # the lock free cleans up after it.
         self._dir = state_dir / f"w-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -529,7 +176,7 @@ class GVisorSandbox:
             self._teardown(container)
         self._users.release_root(root)
 
-    def start(self, request: SandboxRequest) -> _GVisorProcess | _GVisorSideProcess:
+    def start(self, request: SandboxRequest) -> GVisorProcess | GVisorSideProcess:
         if request.network:
             raise SandboxError("the gvisor backend gives jobs no network")
         stdin_fd, data_fd = request.stdin_fd, request.data_fd
@@ -547,7 +194,7 @@ class GVisorSandbox:
                 self._kill_step(container)
             container.seq += 1
             spec = container.bundle / f"exec-{container.seq}.json"
-            _write_private(spec, spec_data)
+            write_private(spec, spec_data)
             argv = [*self._global_args(), "exec", "--process", str(spec)]
             if data_fd is not None:
                 argv += ["--pass-fd", f"{int(data_fd)}:{DATA_FD}"]
@@ -566,15 +213,15 @@ class GVisorSandbox:
                 spec.unlink(missing_ok=True)
                 raise SandboxError(f"cannot start runsc exec: {exc}") from exc
             container.clean = False
-            container.step = _GVisorProcess(proc, self, container, spec)
+            container.step = GVisorProcess(proc, self, container, spec)
             return container.step
 
-    def _exec_beside(self, container: _Container, request: SandboxRequest, spec_data: bytes) -> _GVisorSideProcess:
+    def _exec_beside(self, container: Container, request: SandboxRequest, spec_data: bytes) -> GVisorSideProcess:
         if request.stdin_fd is not None or request.data_fd is not None or request.writable_actions:
             raise SandboxError("only a read-only helper runs beside a job's step")
         container.seq += 1
         spec = container.bundle / f"exec-{container.seq}.json"
-        _write_private(spec, spec_data)
+        write_private(spec, spec_data)
         argv = [*self._global_args(), "exec", "--process", str(spec), container.cid]
         try:
             proc = subprocess.Popen(
@@ -588,7 +235,7 @@ class GVisorSandbox:
         except OSError as exc:
             spec.unlink(missing_ok=True)
             raise SandboxError(f"cannot start runsc exec: {exc}") from exc
-        return _GVisorSideProcess(proc, spec)
+        return GVisorSideProcess(proc, spec)
 
     def close(self) -> None:
         """Tear down every sandbox of this worker and its directory (at shutdown)."""
@@ -622,7 +269,7 @@ class GVisorSandbox:
         log.info("gVisor self-test passed in %.1f s (%s, %s)", time.monotonic() - started, self.version, self._binary)
 
     def _fail(self, check: SelfTestCheck, printed: str) -> SandboxError:
-        why = _explain(check, printed)
+        why = explain_failure(check, printed)
         detail = f"{printed}: {why}" if why else printed
         return SandboxError(
             f"gVisor self-test failed: `{check.name}` ({detail}; {self.version} at {self._binary}; "
@@ -661,7 +308,7 @@ class GVisorSandbox:
             )
             try:
                 proc = self.start(request)
-            except _LaunchError as exc:
+            except LaunchError as exc:
                 raise self._fail(LAUNCH_CHECK, str(exc)) from exc
             except SandboxError as exc:
                 raise self._fail(check, str(exc)) from exc
@@ -678,15 +325,15 @@ class GVisorSandbox:
             notes = proc.finish()
             if check.refused is not None:
                 if check.refused in output.decode("utf-8", "replace").split() or code == 0:
-                    raise self._fail(check, f"the limit did not hold: {_shown(output)}")
+                    raise self._fail(check, f"the limit did not hold: {shown_output(output)}")
                 return
             lines = output.decode("utf-8", "replace").splitlines()
             missing = [line for line in check.lines if line not in lines]
             if code != 0 or missing:
-                shown = _shown(output) or f"exit status {code}"
+                shown = shown_output(output) or f"exit status {code}"
                 raise self._fail(check, "; ".join([shown, *notes]))
             if check.data_out is not None:
-                got = self._read_data(data_read, data_file)
+                got = read_data(data_read, data_file)
                 if got != check.data_out:
                     expected = FILE_PREFIX if check.data == "file" else b""
                     how = f"not starting with {expected!r}" if expected and not got.startswith(expected) else ""
@@ -697,15 +344,6 @@ class GVisorSandbox:
                     os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 (root.parent / "fd3").unlink()
-
-    @staticmethod
-    def _read_data(pipe_fd: int, file_fd: int) -> bytes:
-        if file_fd >= 0:
-            return os.pread(file_fd, 1 << 16, 0)
-        out = b""
-        while chunk := os.read(pipe_fd, 1 << 16):
-            out += chunk
-        return out
 
     # runsc --------------------------------------------------------------------------------
 
@@ -745,7 +383,7 @@ class GVisorSandbox:
         first = out.stdout.decode("utf-8", "replace").strip().splitlines()
         return first[0] if first else "runsc (unknown version)"
 
-    def _guest_pids(self, container: _Container) -> list[int] | None:
+    def _guest_pids(self, container: Container) -> list[int] | None:
         """The sandbox's processes but init; ``None`` when runsc cannot say (a stopped sandbox)."""
         if not container.alive():
             return None
@@ -763,7 +401,7 @@ class GVisorSandbox:
 
     # Containers ---------------------------------------------------------------------------
 
-    def _container(self, root: Path, owner: JobOwner, limits: SandboxLimits | None, writable: bool) -> _Container:
+    def _container(self, root: Path, owner: JobOwner, limits: SandboxLimits | None, writable: bool) -> Container:
         """The job's running sandbox, started (or started afresh) as needed: with ``actions/``
         writable for the helper that fills it, read-only for steps (and a helper beside one)."""
         with self._lock:
@@ -780,7 +418,7 @@ class GVisorSandbox:
             self._containers[root] = container
         return container
 
-    def _launch(self, root: Path, owner: JobOwner, limits: SandboxLimits | None, writable: bool) -> _Container:
+    def _launch(self, root: Path, owner: JobOwner, limits: SandboxLimits | None, writable: bool) -> Container:
         cid = f"leasehold-{uuid.uuid4().hex[:16]}"
         bundle = self._dir / cid
         bundle.mkdir(mode=0o700)
@@ -793,7 +431,7 @@ class GVisorSandbox:
             self._layout.populate(rootfs)
             # Relative: below the worker's own cgroup, as the bubblewrap backend's step cgroups.
             config = oci_config(root, owner, limits, self._layout, f"leasehold-{cid}", self._swap, writable)
-            _write_private(bundle / "config.json", json.dumps(config, indent=1).encode())
+            write_private(bundle / "config.json", json.dumps(config, indent=1).encode())
             init_read, init_write = os.pipe()
             os.set_inheritable(init_write, False)
             with open(bundle / "runsc.log", "wb") as runsc_log:
@@ -817,7 +455,7 @@ class GVisorSandbox:
                 )
             os.close(init_read)
             init_read = -1
-            container = _Container(cid, bundle, limits, run, init_write, writable)
+            container = Container(cid, bundle, limits, run, init_write, writable)
             self._wait_running(container)
             return container
         except (OSError, SandboxError) as exc:
@@ -827,15 +465,15 @@ class GVisorSandbox:
             with contextlib.suppress(OSError):
                 printed = (bundle / "runsc.log").read_bytes()
             if run is not None:
-                self._teardown(_Container(cid, bundle, limits, run, init_write))
+                self._teardown(Container(cid, bundle, limits, run, init_write))
             else:
                 if init_write >= 0:
                     os.close(init_write)
                 shutil.rmtree(bundle, ignore_errors=True)
-            detail = _shown(printed) or str(exc)
-            raise _LaunchError(f"cannot start the job's gVisor sandbox: {detail}") from exc
+            detail = shown_output(printed) or str(exc)
+            raise LaunchError(f"cannot start the job's gVisor sandbox: {detail}") from exc
 
-    def _wait_running(self, container: _Container) -> None:
+    def _wait_running(self, container: Container) -> None:
         deadline = time.monotonic() + START_SECONDS
         delay = 0.005
         while time.monotonic() < deadline:
@@ -850,13 +488,13 @@ class GVisorSandbox:
             delay = min(delay * 2, 0.05)
         raise SandboxError(f"the sandbox did not start within {START_SECONDS:.0f} s")
 
-    def _signal_step(self, container: _Container, sig: str) -> None:
+    def _signal_step(self, container: Container, sig: str) -> None:
         """``sig`` to every process of the sandbox; init ignores SIGTERM, SIGINT and SIGHUP."""
         with container.lock:
             if container.alive():
                 self._runsc("kill", "--all", container.cid, sig)
 
-    def _kill_step(self, container: _Container) -> None:
+    def _kill_step(self, container: Container) -> None:
         """SIGKILL every process of the sandbox but init; the whole sandbox where that cannot be
         done one by one."""
         with container.lock:
@@ -881,7 +519,7 @@ class GVisorSandbox:
             self._runsc("kill", "--pid", str(INIT_PID), container.cid, "CONT")
             container.clean = container.step is None or container.step.poll() is not None
 
-    def _finish_step(self, container: _Container, step: _GVisorProcess, spec: Path) -> list[str]:
+    def _finish_step(self, container: Container, step: GVisorProcess, spec: Path) -> list[str]:
         notes = []
         with container.lock:
             if not container.alive():
@@ -897,7 +535,7 @@ class GVisorSandbox:
             spec.unlink(missing_ok=True)
         return notes
 
-    def _teardown(self, container: _Container) -> None:
+    def _teardown(self, container: Container) -> None:
         """Kill and delete a sandbox and remove its bundle (its cgroup goes with ``delete``)."""
         with container.lock:
             if container.alive():
@@ -916,53 +554,6 @@ class GVisorSandbox:
                 container.init_stdin = -1
             container.clean = True
             shutil.rmtree(container.bundle, ignore_errors=True)
-
-    def _sweep_stale(self, state_dir: Path) -> None:
-        """Delete what workers that died left (their sandboxes died with them; their state,
-        cgroups and bundles did not)."""
-        for entry in _stale_dirs(state_dir):
-            state = entry / "state"
-            if state.is_dir():
-                listed = subprocess.run(
-                    [self._binary, f"--root={state}", "list", "--quiet"],
-                    capture_output=True,
-                    env=RUNSC_ENV,
-                    timeout=RUNSC_SECONDS,
-                    check=False,
-                )
-                for cid in listed.stdout.decode("utf-8", "replace").split():
-                    subprocess.run(
-                        [self._binary, f"--root={state}", "delete", "--force", cid],
-                        capture_output=True,
-                        env=RUNSC_ENV,
-                        timeout=RUNSC_SECONDS,
-                        check=False,
-                    )
-            shutil.rmtree(entry, ignore_errors=True)
-            log.info("removed the gVisor state of a stopped worker: %s", entry.name)
-
-
-def _stale_dirs(state_dir: Path) -> Iterator[Path]:
-    """The worker directories whose lock no live worker holds."""
-    for entry in state_dir.iterdir():
-        if not entry.name.startswith("w-") or not entry.is_dir() or entry.is_symlink():
-            continue
-        try:
-            fd = os.open(entry / "lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            yield entry
-            continue
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        try:
-            yield entry
-        finally:
-            os.close(fd)
 
 
 def make_gvisor_sandbox(settings: Settings, users: JobUserPool) -> GVisorSandbox:

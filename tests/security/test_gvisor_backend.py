@@ -29,7 +29,9 @@ from leasehold.records.ci.repos import RepoRecord
 from leasehold.settings import Settings
 from tests.conftest import in_ci, sqlite_url
 from tests.lifecycle.test_plans_retention_cli import leasehold
-from worker_ci.gvisor import SELF_TEST_CHECKS, GVisorSandbox, HostLayout, oci_config, process_spec
+from worker_ci.gvisor import GVisorSandbox
+from worker_ci.gvisor_bundle import HostLayout, oci_config, process_spec
+from worker_ci.gvisor_selftest import SELF_TEST_CHECKS
 from worker_ci.sandbox import MOUNT_POINT, JobUserPool, make_sandbox
 from workflows.queues import ci_queue
 
