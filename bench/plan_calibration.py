@@ -46,7 +46,8 @@ from temporalio.testing import WorkflowEnvironment
 from activities.video.generation import GENERATE_VIDEO
 from bench.video_admission import FULL, Bench, Profile, User
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary
-from planning.engine import RunResult, simulate
+from planning.engine import simulate
+from planning.results import RunResult
 from planning.report import percentile
 from planning.scenario import parse_scenario
 from workflows import search_attributes

@@ -34,234 +34,27 @@ import heapq
 import math
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import cast
 
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
+from planning.results import Attempt, RunResult, TierFigures
 from planning.scenario import Pool, Scenario, ScheduledPreemption
+from planning.sim_capacity import SimulatedCapacity
+from planning.sim_snapshot import idle_snapshot, observe, probe_wait
+from planning.sim_state import PLAN_STEPS, TIERS, Gpu, KnownCosts, SimJob, SimQueue
 from video_policy.admission import Admission, TooManyQueued, admit, check_queued_cap, queued_limit
-from video_policy.eta import ArrivalLog, JobCosts, ModelSnapshot, QueuedJob, RunningJob
 from video_policy.eta import JobShape as EtaShape
-from video_policy.queue_plan import PLACE_EXACT_BELOW, FairnessShadow, QueuePlan, next_pass, place, plan
+from video_policy.queue_plan import next_pass, plan
 from workflows.queues import VIDEO_GENERATE_RETRY
-from workflows.video.models import PROCEDURAL_V1
 
-# Progress is reported to the plan in this many steps (the plan's ``RunningJob.step``).
-PLAN_STEPS = 1000
 # Backfill looks this far down the backlog for jobs that fit before a waiting gang.
 BACKFILL_LOOKAHEAD = 64
 # A pool whose GPUs are all gone checks again for preemptions this often.
 IDLE_POOL_RECHECK_SECONDS = 60.0
 
-TIERS = ("paid", "free")
-
 # Event kinds, in tie order at one instant: GPUs leave and join before work moves.
 _GONE, _JOIN, _RECLAIM, _RESTORE, _PREEMPT, _SCHEDULED, _FINISH, _RELEASE, _RETRY, _ARRIVAL, _REFRESH = range(11)
-
-
-@dataclass(eq=False)
-class Gpu:
-    """One GPU worker: polling its queue, generating, or on its way out."""
-
-    id: int
-    pool: int
-    queue: str
-    joined: float
-    job: SimJob | None = None
-    leaving: bool = False
-    slot: int = -1  # index in its pool's list of GPUs that can still be taken back
-
-
-@dataclass(eq=False)
-class SimJob:
-    """One accepted job and what happened to it."""
-
-    id: int
-    tier: str
-    user: str
-    key: str
-    weight: float
-    shape: int
-    gpus: int
-    work: float  # GPU-seconds of steps (per GPU of a gang)
-    queue: str
-    arrived: float
-    measured: bool
-    penalty: float = 0.0  # seconds of data transfer per attempt (run outside its data's region)
-    home: str = ""  # the region holding its data
-    done: float = 0.0  # work saved in the newest checkpoint
-    started: float | None = None
-    ended: float | None = None
-    outcome: str = "open"
-    attempts: int = 0
-    preemptions: int = 0
-    predicted_wait: float | None = None
-    pass_: float | None = None
-    in_backlog: bool = False
-    token: int = 0  # the current attempt (a finish event of an older one is stale)
-    workers: list[Gpu] = field(default_factory=list)
-    attempt_started: float = 0.0
-    attempt_end: float = 0.0
-    attempt_resumes: bool = False
-
-
-@dataclass
-class Attempt:
-    """One attempt of a job, as a test inspects it (recorded on request only)."""
-
-    job: int
-    gpus_needed: int
-    gpus_held: int
-    started: float
-    ended: float
-    outcome: str  # completed | preempted | killed
-    lost_work: float  # per GPU
-    checkpoint_interval: float
-
-
-@dataclass
-class TierFigures:
-    """One tier's submits, refusals and waits (jobs submitted in the measured window)."""
-
-    submitted: int = 0
-    accepted: int = 0
-    refused_429: int = 0
-    refused_503: int = 0
-    completed: int = 0
-    failed: int = 0
-    open: int = 0
-    dispatched: int = 0  # hand-outs from the backlog (by pass) in the window
-    contended: int = 0  # of those, made while the other tier had jobs waiting too
-    waits: list[float] = field(default_factory=list)
-    predicted: list[float] = field(default_factory=list)
-    eta_errors: list[float] = field(default_factory=list)
-
-
-@dataclass
-class RunResult:
-    """Everything one run measured over its window ``[warmup, horizon]``."""
-
-    scenario: Scenario
-    checkpoint_interval: float
-    window: float
-    tiers: dict[str, TierFigures]
-    held_gpu_seconds: dict[int, float]  # by pool index
-    busy_gpu_seconds: float
-    useful_gpu_seconds: float
-    lost_gpu_seconds: float  # computed then thrown away (since the last checkpoint)
-    overhead_gpu_seconds: float  # checkpoint writes, resumes, data transfer, gang members idling
-    preemptions: int  # attempts ended by a preemption or reclaim
-    jobs_preempted: int
-    lost_per_preemption: list[float]
-    cost_usd: float
-    completed_in_window: int
-    accepted_total: int
-    completed_total: int
-    failed_total: int
-    open_at_end: int
-    mean_waiting: float  # time-average of jobs waiting for a worker
-    mean_busy: float  # time-average of GPUs generating
-    accepted_per_second: float
-    mean_work_per_job: float  # measured mean GPU-seconds of steps per accepted job
-    remote_jobs: int
-    backfilled: int  # jobs started ahead of a waiting gang
-    series: list[tuple[float, int, int, int, int, float | None]]  # t, waiting paid, free, busy, alive, free ETA
-    attempts: list[Attempt] = field(default_factory=list)
-
-    def tier(self, name: str) -> TierFigures:
-        return self.tiers.setdefault(name, TierFigures())
-
-
-class _WaitingUsers:
-    """The users of a tier with jobs waiting, as ``admit`` uses them (add one, count them)
-    without copying the set per submit."""
-
-    def __init__(self, base: dict[tuple[str, str], int]) -> None:
-        self._base = base
-        self._extra: set[tuple[str, str]] = set()
-
-    def add(self, user: tuple[str, str]) -> None:
-        if user not in self._base:
-            self._extra.add(user)
-
-    def __len__(self) -> int:
-        return len(self._base) + len(self._extra)
-
-
-class KnownCosts(JobCosts):
-    """The plan's cost model where run times are known: each scenario shape's mean."""
-
-    def __init__(self, means: list[float]) -> None:
-        super().__init__(PROCEDURAL_V1)
-        self._means = means
-
-    def run_seconds(self, shape: EtaShape) -> float:
-        return self._means[shape.frames]
-
-    def remaining_seconds(self, shape: EtaShape, step: int) -> float:
-        return self._means[shape.frames] * max(0, PLAN_STEPS - step) / PLAN_STEPS
-
-
-class _Queue:
-    """One task queue: a GPU class in a region (a model's queue in the engine today)."""
-
-    def __init__(self, name: str, gpu_class: str, region: str) -> None:
-        self.name = name
-        self.gpu_class = gpu_class
-        self.region = region
-        self.ack = 0.0
-        self.counters: dict[str, float] = {}
-        self.backlog: list[tuple[float, int, SimJob]] = []
-        self.waiting = 0  # live backlog entries
-        self.waiting_tier: dict[str, int] = {t: 0 for t in TIERS}
-        self.idle: dict[int, Gpu] = {}
-        self.alive = 0  # GPUs serving (not leaving)
-        self.running: set[SimJob] = set()
-        # Users with never-started jobs waiting, per tier (what admission counts).
-        self.waiting_users: dict[str, dict[tuple[str, str], int]] = {t: {} for t in TIERS}
-        self.arrivals = ArrivalLog()
-        self.expected: dict[str, float | None] = {}
-        self.snapshot = ModelSnapshot(model=name, taken_at=0.0)
-
-
-@dataclass(frozen=True)
-class _SimulatedPool:
-    """What ``admit`` reads of a tracker's pool: its key and how messages name it."""
-
-    key: str
-
-    @property
-    def label(self) -> str:
-        return self.key
-
-
-class SimulatedCapacity:
-    """What ``admit`` asks a ``CapacityTracker``, answered from the simulation."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self._sim = sim
-
-    @property
-    def pools(self) -> dict[str, _SimulatedPool]:
-        # Each simulated queue is one pool, keyed as ``admit`` looks it up without a class.
-        return {name: _SimulatedPool(name) for name in self._sim.queues}
-
-    @property
-    def snapshots(self) -> dict[str, ModelSnapshot]:
-        return {name: q.snapshot for name, q in self._sim.queues.items()}
-
-    def active_users(self, model: str, tier: str) -> _WaitingUsers:
-        return _WaitingUsers(self._sim.queues[model].waiting_users[tier])
-
-    def tier_weight(self, tier: str) -> float:
-        settings = self._sim.settings
-        return settings.video_paid_weight if tier == "paid" else settings.video_free_weight
-
-    def expected_wait(self, model: str, tier: str, weight: float) -> float | None:
-        # The estimate of the latest refresh (the tracker re-places per submit; between two
-        # refreshes the simulated queue moves by a refresh's worth of events).
-        return self._sim.queues[model].expected.get(tier)
 
 
 class Simulation:
@@ -289,11 +82,11 @@ class Simulation:
         self.now = 0.0
         self.events: list[tuple[float, int, int, object, object]] = []
         self._seq = 0
-        self.queues: dict[str, _Queue] = {}
+        self.queues: dict[str, SimQueue] = {}
         for pool in scenario.pools:
             name = queue_name(pool.gpu_class, pool.region)
             if name not in self.queues:
-                self.queues[name] = _Queue(name, pool.gpu_class, pool.region)
+                self.queues[name] = SimQueue(name, pool.gpu_class, pool.region)
         self.pool_gpus: list[list[Gpu]] = [[] for _ in scenario.pools]
         self.pool_target: list[int] = [p.gpus for p in scenario.pools]
         self._gpu_ids = 0
@@ -512,7 +305,7 @@ class Simulation:
         k = 1.0 / (shape.cv * shape.cv)
         return self.load_rng.gammavariate(k, shape.gpu_seconds / k)
 
-    def _route(self, shape_index: int, tier: str) -> tuple[_Queue, float, str]:
+    def _route(self, shape_index: int, tier: str) -> tuple[SimQueue, float, str]:
         """The queue a job goes to: its class, in the region with the least expected wait plus
         the time to move its data there (or its data's own region when it may not leave)."""
         gpu_class = self.sc.shape_class(self.sc.shapes[shape_index])
@@ -524,7 +317,7 @@ class Simulation:
         home = self.sc.regions[home_index]
         if self.sc.routing == "home":
             return self.queues[queue_name(gpu_class, home.name)], 0.0, home.name
-        candidates: list[tuple[float, _Queue, float]] = []
+        candidates: list[tuple[float, SimQueue, float]] = []
         for region in self.sc.regions:
             queue = self.queues.get(queue_name(gpu_class, region.name))
             if queue is None:
@@ -620,7 +413,7 @@ class Simulation:
         heapq.heappush(queue.backlog, (pass_, job.id, job))
         self._dispatch(queue)
 
-    def _dispatch(self, queue: _Queue) -> None:
+    def _dispatch(self, queue: SimQueue) -> None:
         """Hand waiting tasks to polling workers, lowest pass first (gangs: all or nothing)."""
         while queue.idle and queue.waiting:
             pass_, _id, job = queue.backlog[0]
@@ -636,7 +429,7 @@ class Simulation:
                 self._backfill(queue, job)
             break
 
-    def _take_from_backlog(self, queue: _Queue, job: SimJob) -> None:
+    def _take_from_backlog(self, queue: SimQueue, job: SimJob) -> None:
         job.in_backlog = False
         queue.waiting -= 1
         queue.waiting_tier[job.tier] -= 1
@@ -648,7 +441,7 @@ class Simulation:
                 figures.contended += 1
         self._start(queue, job, direct=False)
 
-    def _backfill(self, queue: _Queue, gang: SimJob) -> None:
+    def _backfill(self, queue: SimQueue, gang: SimJob) -> None:
         """EASY backfilling: while ``gang`` waits for GPUs, start later jobs that fit on the
         idle ones and end before the gang could start anyway (so they never delay it)."""
         ends = sorted(j.attempt_end for j in queue.running for _ in range(j.gpus))
@@ -670,7 +463,7 @@ class Simulation:
         resume = self.sc.resume_seconds if job.done > 0 else 0.0
         return job.penalty + resume + left + writes * self.sc.checkpoint_write_seconds
 
-    def _start(self, queue: _Queue, job: SimJob, direct: bool) -> None:
+    def _start(self, queue: SimQueue, job: SimJob, direct: bool) -> None:
         job.workers = [queue.idle.popitem()[1] for _ in range(job.gpus)]
         for gpu in job.workers:
             gpu.job = job
@@ -835,103 +628,25 @@ class Simulation:
                 free_eta = eta if free_eta is None else min(free_eta, eta)
         self.result.series.append((self.now, waiting["paid"], waiting["free"], busy, alive, free_eta))
 
-    def _snapshot(self, queue: _Queue) -> None:
+    def _snapshot(self, queue: SimQueue) -> None:
         if queue.waiting == 0 and queue.idle:
             # A worker is polling and nothing waits: a new job is matched at once, which is
             # what the plan would say (its direct match), without simulating the fleet.
-            queue.snapshot = ModelSnapshot(
-                model=queue.name,
-                taken_at=self.now,
-                workers_serving=queue.alive,
-                workers_polling=len(queue.idle),
-                measured=True,
-            )
+            queue.snapshot = idle_snapshot(queue, self.now)
             queue.expected = {tier: 0.0 for tier in TIERS}
             return
-        queued: list[QueuedJob] = []
-        shadow = FairnessShadow()
-        shadow.ack = queue.ack
-        shadow.counters = dict(queue.counters)
-        for pass_, _id, job in queue.backlog:
-            if not job.in_backlog:
-                continue
-            queued.append(
-                QueuedJob(
-                    job_id=str(job.id),
-                    tenant_id="sim",
-                    user_id=job.user,
-                    tier=job.tier,
-                    created_at=job.arrived,
-                    shape=self._eta_shape(job),
-                    fairness_key=job.key,
-                    fairness_weight=job.weight,
-                )
-            )
-            shadow.passes[str(job.id)] = pass_
-        running = []
-        for job in queue.running:
-            done, _saved = self._progress(job)
-            step = int(PLAN_STEPS * min(1.0, (job.done + done) / job.work)) if job.work > 0 else PLAN_STEPS
-            for member in job.workers:
-                running.append(
-                    RunningJob(
-                        job_id=f"{job.id}.{member.id}",
-                        tenant_id="sim",
-                        user_id=job.user,
-                        tier=job.tier,
-                        shape=self._eta_shape(job),
-                        step=step,
-                        worker=str(member.id),
-                        alive=True,
-                    )
-                )
-        snapshot = ModelSnapshot(
-            model=queue.name,
-            taken_at=self.now,
-            queued=queued,
-            running=running,
-            workers_serving=queue.alive,
-            workers_polling=len(queue.idle),
-            backlog=len(queued),
-            measured=True,
-        )
+        snapshot, shadow = observe(queue, self.now, self._progress, self._eta_shape)
         queue.snapshot = snapshot
         caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
         streams = queue.arrivals.streams(self.costs, caps, self.now)
         planned = plan(snapshot, self.costs, arrivals=streams, shadow=shadow)
+        probe_shape = self.eta_shapes[self.probe_shape]
         for tier in TIERS:
             users = len(queue.waiting_users[tier]) + 1
             weight = self.capacity.tier_weight(tier) / users
-            queue.expected[tier] = self._probe(queue, planned, snapshot, shadow, streams, tier, weight)
-
-    def _probe(
-        self,
-        queue: _Queue,
-        planned: QueuePlan | None,
-        snapshot: ModelSnapshot,
-        shadow: FairnessShadow,
-        streams: list,  # type: ignore[type-arg]
-        tier: str,
-        weight: float,
-    ) -> float | None:
-        """The expected wait of a new job of ``tier`` from a new user (``CapacityTracker.placement``)."""
-        if planned is None:
-            return None
-        probe = QueuedJob(
-            job_id="~probe",
-            tenant_id="~probe",
-            user_id="~probe",
-            tier=tier,
-            created_at=self.now,
-            shape=self.eta_shapes[self.probe_shape],
-            fairness_key=f"{tier}/~probe",
-            fairness_weight=weight,
-        )
-        if len(planned.starts) + 1 < PLACE_EXACT_BELOW:
-            exact = plan(snapshot, self.costs, extra=[probe], arrivals=streams, shadow=shadow)
-            if exact is not None and probe.job_id in exact.starts:
-                return exact.starts[probe.job_id][1]
-        return place(planned, probe, [], self.costs)[1]
+            queue.expected[tier] = probe_wait(
+                planned, snapshot, shadow, streams, self.costs, probe_shape, self.now, tier, weight
+            )
 
     # The end -------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasehold.settings import Settings
-from planning.engine import RunResult, simulate
+from planning.engine import simulate
+from planning.results import RunResult
 from planning.scenario import Scenario, parse_scenario
 from planning.scenarios import seed_pools
 
