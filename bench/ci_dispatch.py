@@ -71,7 +71,8 @@ from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from testing.temporal import start_local_environment
-from worker_ci.sandbox import UnsafeProcessSandbox, limits_from, make_sandbox
+from worker_ci.sandbox import limits_from, make_sandbox
+from worker_ci.unsafe_sandbox import UnsafeProcessSandbox
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.job import ACTIVITY_RUN_JOB

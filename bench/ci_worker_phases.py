@@ -50,7 +50,7 @@ TOTAL = "run_job (whole activity)"
 PHASES: list[tuple[str, str, str, str]] = [
     ("  job (after the grant)", "activities.ci.job", "_Attempt", "run"),
     ("  prepare: root, uid, checkout", "activities.ci.job", "_Attempt", "_prepare"),
-    ("    sandbox.prepare (uid + layout)", "worker_ci.sandbox", "JobUserPool", "lease_root"),
+    ("    sandbox.prepare (uid + layout)", "worker_ci.job_users", "JobUserPool", "lease_root"),
     ("    mirror.tree (shared tree)", "activities.ci.git", "GitMirror", "tree"),
     ("    unpack as the job (helper)", "activities.ci.job", "_Attempt", "_unpack"),
     ("    worktree.attach (overlay/copy)", "worker_ci.overlay", "OverlayTree", "attach"),

@@ -92,7 +92,8 @@ from worker_ci.gvisor_selftest import (
     shown_output,
 )
 from worker_ci.gvisor_state import RUNSC_ENV, RUNSC_SECONDS, sweep_stale
-from worker_ci.sandbox import MOUNT_POINT, JobUserPool, _runner_files
+from worker_ci.host_view import MOUNT_POINT, runner_files
+from worker_ci.job_users import JobUserPool
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class GVisorSandbox:
         return MOUNT_POINT
 
     def prepare(self, root: Path) -> JobOwner:
-        return self._users.lease_root(root, _runner_files)
+        return self._users.lease_root(root, runner_files)
 
     def release(self, root: Path) -> None:
         with self._lock:

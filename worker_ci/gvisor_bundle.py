@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
-from worker_ci.sandbox import ETC_FILES, MOUNT_POINT, SYSTEM_DIRS
+from worker_ci.host_view import ETC_FILES, MOUNT_POINT, SYSTEM_DIRS
 
 # The sandbox's idle init: no child of its own (so every other process is a step's), reaps the
 # orphans re-parented to it (bash does; dash leaves them zombies), ignores SIGTERM (so

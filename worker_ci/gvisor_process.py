@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from activities.ci.sandbox import SandboxLimits
-from worker_ci.sandbox import _PopenProcess
+from worker_ci.step_process import PopenProcess
 
 if TYPE_CHECKING:
     from worker_ci.gvisor import GVisorSandbox
@@ -45,7 +45,7 @@ class Container:
         return self.step is not None and self.step.poll() is None
 
 
-class _Exec(_PopenProcess):
+class _Exec(PopenProcess):
     """One ``runsc exec`` on the host: its output, exit and pid (the Popen plumbing is the
     other backends')."""
 

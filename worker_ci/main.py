@@ -14,6 +14,7 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 
 from temporalio.worker import Worker
 
@@ -43,6 +44,19 @@ log = logging.getLogger(__name__)
 CONTROL_CONCURRENCY = 2
 
 
+def _job_config(settings: Settings, ci_dir: Path) -> JobConfig:
+    """How this worker runs each job: where, within which limits, and its logs' and cache's bounds."""
+    return JobConfig(
+        workspaces=ci_dir / "workspaces",
+        limits=limits_from(settings),
+        disk_bytes=settings.ci_job_disk_bytes,
+        log_flush_seconds=settings.ci_log_flush_seconds,
+        log_max_bytes=settings.ci_log_max_bytes,
+        log_retry_seconds=settings.ci_log_retry_seconds,
+        cache_max_bytes=settings.ci_cache_max_bytes,
+    )
+
+
 async def serve(settings: Settings) -> None:
     """Run until SIGINT/SIGTERM; running jobs are stopped and retried elsewhere as new attempts."""
     state = {"ready": False}
@@ -60,15 +74,7 @@ async def serve(settings: Settings) -> None:
     mirror = GitMirror(ci_dir / "mirrors", ClonePolicy.from_settings(settings))
     actions = ActionSource.from_settings(settings, ci_dir / "action-mirrors")
     jobs = CIJobActivities(
-        JobConfig(
-            workspaces=ci_dir / "workspaces",
-            limits=limits_from(settings),
-            disk_bytes=settings.ci_job_disk_bytes,
-            log_flush_seconds=settings.ci_log_flush_seconds,
-            log_max_bytes=settings.ci_log_max_bytes,
-            log_retry_seconds=settings.ci_log_retry_seconds,
-            cache_max_bytes=settings.ci_cache_max_bytes,
-        ),
+        _job_config(settings, ci_dir),
         open_store(settings),
         sandbox,
         mirror,

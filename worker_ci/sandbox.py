@@ -1,4 +1,6 @@
-"""Sandbox backends for CI jobs: bubblewrap (default), Docker, and an explicitly unsafe plain process.
+"""Sandbox backends for CI jobs: bubblewrap (the default, here), Docker (``worker_ci.docker_sandbox``),
+gVisor (``worker_ci.gvisor``) and an explicitly unsafe plain process (``worker_ci.unsafe_sandbox``);
+``make_sandbox`` builds the one the settings name.
 
 bubblewrap, as the worker runs it (as root, so that it can give each job a user of its own):
 
@@ -42,7 +44,6 @@ gVisor) instead; see the README's Security section.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -51,43 +52,22 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
-from activities.ci.jobroot import make_layout, owner_of_dir, refresh_runner, write_new
+from activities.ci.jobroot import owner_of_dir
 from activities.ci.sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxRequest
 from leasehold.settings import Settings
 from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable, StepCgroup
-from worker_ci.network import SLIRP_DNS, NetworkUnavailable, UserModeNetwork
+from worker_ci.docker_sandbox import DockerSandbox
+from worker_ci.host_view import ETC_FILES, MOUNT_POINT, NETWORK_ETC_FILES, SYSTEM_DIRS, runner_files
+from worker_ci.job_users import JobUserPool
+from worker_ci.network import NetworkUnavailable, UserModeNetwork
 from worker_ci.seccomp_filter import SeccompUnavailable, job_filter_bpf
+from worker_ci.step_process import PopenProcess, data_fd_wrapper
+from worker_ci.unsafe_sandbox import UnsafeProcessSandbox
 
 log = logging.getLogger(__name__)
 
-MOUNT_POINT = "/ci"
-# The job's uid and gid as its own tools see them in passwd (its host uid is leased).
-SANDBOX_NAME = "runner"
-# Read-only system paths (missing ones are skipped; merged-/usr symlinks are recreated).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# Only harmless parts of /etc: no shadow, no host credentials or configuration.
-ETC_FILES = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/ssl/certs",
-    # OpenSSL's public configuration: node refuses to start when it exists but is unreadable.
-    "/etc/ssl/openssl.cnf",
-    "/etc/ca-certificates",
-    "/etc/localtime",
-    "/etc/nsswitch.conf",
-    "/etc/protocols",
-    "/etc/services",
-    "/etc/mime.types",
-    "/etc/bash.bashrc",
-    "/etc/profile",
-)
-NETWORK_ETC_FILES = ("/etc/hosts", "/etc/gai.conf")
 # Variables that change how the dynamic loader or libc behave: set for the job only after it
 # has dropped to its own uid, never for the root-run steps before (LD_PRELOAD of a file in
 # the workspace would otherwise run as root).
@@ -114,23 +94,11 @@ def _gate_script(stdin_fd: int | None) -> str:
 GATE_SCRIPT = _gate_script(None)
 
 
-def _data_fd_wrapper(data_fd: int | None) -> list[str]:
-    """Inside the sandbox, after the uid drop: the worker's ``data_fd`` becomes descriptor 3
-    (bubblewrap's own descriptors may hold that number outside; inside, they are the job's
-    copies, so replacing one there changes nothing of bubblewrap's)."""
-    if data_fd is None:
-        return []
-    fd = int(data_fd)
-    moves = "" if fd == 3 else f"exec 3>&{fd} {fd}>&-; "
-    # bash: dash takes only one-digit descriptors in a redirection.
-    return ["/bin/bash", "-c", moves + 'exec "$@"', "bash"]
-
-
 GATE_OPEN = b"go\n"
 
 
 def _rlimits(limits: SandboxLimits) -> list[tuple[int, int]]:
-    """(resource, soft and hard limit) for each process of a step, as ``_prlimit_argv``'s."""
+    """(resource, soft and hard limit) for each process of a step, as ``prlimit_argv``'s."""
     return [
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_NPROC, limits.max_processes),
@@ -140,174 +108,10 @@ def _rlimits(limits: SandboxLimits) -> list[tuple[int, int]]:
     ]
 
 
-def _prlimit_argv(limits: SandboxLimits | None) -> list[str]:
-    if limits is None:
-        return []
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
-        raise SandboxError("prlimit (util-linux) is required to limit CI jobs")
-    return [
-        prlimit,
-        f"--as={limits.memory_bytes}",
-        f"--nproc={limits.max_processes}",
-        f"--fsize={limits.max_file_bytes}",
-        f"--cpu={limits.cpu_seconds}",
-        "--core=0",
-        "--",
-    ]
-
-
 def _clean(text: str) -> str:
     # bubblewrap reads its arguments NUL-separated: a NUL in a job's value would start a new
     # option of the attacker's choosing.
     return text.replace("\x00", "")
-
-
-class JobUserPool:
-    """Host uids for jobs, one per running attempt, leased with a lock file each (released by
-    the kernel if the worker dies), so several workers on one host never share a uid."""
-
-    def __init__(self, lock_dir: Path, base: int, count: int) -> None:
-        if base < 1000 or count < 1 or base + count > 2**31 - 2:
-            raise SandboxError(f"bad CI job uid range {base}+{count}")
-        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._dir = lock_dir
-        self._base = base
-        self._count = count
-        self._held: dict[int, int] = {}
-        self._roots: dict[Path, JobOwner] = {}
-        self._lock = threading.Lock()
-        self._next = 0
-
-    def acquire(self) -> int:
-        with self._lock:
-            for i in range(self._count):
-                uid = self._base + (self._next + i) % self._count
-                if uid in self._held:
-                    continue
-                fd = os.open(self._dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    os.close(fd)
-                    continue
-                self._held[uid] = fd
-                self._next = (self._next + i + 1) % self._count
-                return uid
-        raise SandboxError("no free CI job uid: raise LEASEHOLD_CI_SANDBOX_UID_COUNT")
-
-    def release(self, uid: int) -> None:
-        with self._lock:
-            fd = self._held.pop(uid, None)
-        if fd is not None:
-            os.close(fd)
-
-    def lease_root(self, root: Path, extra: Callable[[Path, int], None] | None = None) -> JobOwner:
-        """Lease a uid for one job root and make the root's layout for it (``extra`` adds a
-        backend's own files)."""
-        uid = self.acquire()
-        owner = JobOwner(uid, uid)
-        try:
-            make_layout(root, owner)
-            if extra is not None:
-                extra(root, uid)
-        except OSError:
-            self.release(uid)
-            raise
-        with self._lock:
-            self._roots[root] = owner
-        return owner
-
-    def release_root(self, root: Path) -> None:
-        with self._lock:
-            owner = self._roots.pop(root, None)
-        if owner is not None and owner.uid is not None:
-            self.release(owner.uid)
-
-    def acquire_uid(self, uid: int) -> bool:
-        """Lease this very uid if no attempt holds it (a leftover root's owner, for cleaning it
-        up as that user); ``False`` when it is out of range or held."""
-        if not self._base <= uid < self._base + self._count:
-            return False
-        with self._lock:
-            if uid in self._held:
-                return False
-            fd = os.open(self._dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                return False
-            self._held[uid] = fd
-            return True
-
-    def adopt_root(self, root: Path, owner: JobOwner, extra: Callable[[Path, int], None] | None = None) -> bool:
-        """Take over a leftover job root whose owner no attempt holds (see ``acquire_uid``),
-        with root's own runner files made anew."""
-        if owner.uid is None or not self.acquire_uid(owner.uid):
-            return False
-        try:
-            refresh_runner(root, extra is not None)
-            if extra is not None:
-                extra(root, owner.uid)
-        except OSError:
-            self.release(owner.uid)
-            return False
-        with self._lock:
-            self._roots[root] = owner
-        return True
-
-    def owner_of(self, root: Path) -> JobOwner:
-        with self._lock:
-            owner = self._roots.get(root)
-        if owner is None or owner.uid is None:
-            raise SandboxError(f"no job user for {root}: prepare() was not called")
-        return owner
-
-
-def _runner_files(root: Path, uid: int) -> None:
-    """The job's passwd and group (its tools want a name for its uid) and, for jobs with
-    network, a resolv.conf naming slirp4netns's resolver."""
-    runner = root / "runner"
-    for name, text in (
-        ("passwd", f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/bash\n"),
-        ("group", f"{SANDBOX_NAME}:x:{uid}:\n"),
-        ("resolv.conf", f"nameserver {SLIRP_DNS}\n"),
-        # Shown as /proc/cmdline (the host kernel's own stays hidden).
-        ("cmdline", "\n"),
-    ):
-        write_new(runner, name, text.encode())
-
-
-class _PopenProcess:
-    """Shared Popen plumbing; subclasses say how to find and signal the tree."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self._proc = proc
-
-    @property
-    def stdout(self) -> IO[bytes]:
-        assert self._proc.stdout is not None
-        return self._proc.stdout
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    def poll(self) -> int | None:
-        return self._proc.poll()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self._proc.wait(timeout)
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self._proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def finish(self) -> list[str]:
-        return []
 
 
 def _pid_namespace(pid: int) -> str | None:
@@ -330,7 +134,7 @@ def _read_info(fd: int) -> int | None:
     return None
 
 
-class _BwrapProcess(_PopenProcess):
+class _BwrapProcess(PopenProcess):
     def __init__(
         self,
         proc: subprocess.Popen[bytes],
@@ -473,7 +277,7 @@ class BubblewrapSandbox:
         return MOUNT_POINT
 
     def prepare(self, root: Path) -> JobOwner:
-        return self._users.lease_root(root, _runner_files)
+        return self._users.lease_root(root, runner_files)
 
     def release(self, root: Path) -> None:
         self._users.release_root(root)
@@ -482,7 +286,7 @@ class BubblewrapSandbox:
         """Take over a leftover job root (a worker killed mid-job left it) to clean it up as
         the user that owns its files; ``False`` while an attempt holds that user."""
         owner = owner_of_dir(root, "work")
-        return owner is not None and self._users.adopt_root(root, owner, _runner_files)
+        return owner is not None and self._users.adopt_root(root, owner, runner_files)
 
     def argv(
         self, request: SandboxRequest, owner: JobOwner, info_fd: int, block_fd: int | None
@@ -550,19 +354,14 @@ class BubblewrapSandbox:
             "--",
         ]
         env_prefix = ["/usr/bin/env", *loader] if loader else []
-        wrapper = _data_fd_wrapper(request.data_fd)
+        wrapper = data_fd_wrapper(request.data_fd)
         return args, [*drop, *wrapper, *env_prefix, *(_clean(a) for a in request.argv)]
 
     def start(self, request: SandboxRequest) -> _BwrapProcess:
         if request.network and self._network is None:
             raise SandboxError("this worker cannot give jobs a network")
         owner = self._users.owner_of(request.root)
-        cgroup: StepCgroup | None = None
-        if self._cgroups is not None and request.limits is not None:
-            try:
-                cgroup = self._cgroups.create(f"{owner.uid}", request.limits.max_processes, request.limits.memory_bytes)
-            except OSError as exc:
-                raise SandboxError(f"cannot create the step's cgroup: {exc}") from exc
+        cgroup = self._step_cgroup(request, owner)
         info_read, info_write = os.pipe()
         block_read, block_write = os.pipe() if request.network else (-1, -1)
         gate_read, gate_write = os.pipe()
@@ -629,181 +428,36 @@ class BubblewrapSandbox:
                     os.close(fd)
         process = _BwrapProcess(proc, info_read, cgroup)
         if request.network:
-            assert self._network is not None
-            try:
-                pid = process.init_pid()
-                if pid is None:
-                    raise NetworkUnavailable("the sandbox did not start")
-                process._slirp = self._network.attach(pid)
-            except (NetworkUnavailable, OSError, subprocess.SubprocessError) as exc:
-                process.kill_tree()
-                os.close(block_write)
-                process.wait(10)
-                process.finish()
-                raise SandboxError(f"cannot give the job its network: {exc}") from exc
-            # The job starts only now, with its filter and its stack in place.
-            os.write(block_write, b"1")
-            os.close(block_write)
+            self._attach_network(process, block_write)
         return process
 
-
-class _GroupProcess(_PopenProcess):
-    def host_pids(self) -> list[int]:
-        pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.getpgid(int(entry)) == self._proc.pid:
-                        pids.append(int(entry))
-                except OSError:
-                    pass
-        return sorted(pids)
-
-    def terminate_tree(self) -> None:
-        self._signal_group(signal.SIGTERM)
-
-    def kill_tree(self) -> None:
-        self._signal_group(signal.SIGKILL)
-
-
-class UnsafeProcessSandbox:
-    """No isolation at all: the job runs as the worker's user, sees the host and the network.
-
-    Only for trusted code on a throwaway machine, and only when configured explicitly
-    (``LEASEHOLD_CI_SANDBOX=unsafe-process``). A job that leaves its process group escapes
-    cancellation.
-    """
-
-    name = "unsafe-process"
-    supports_network = True
-
-    def mount_point(self, root: Path) -> str:
-        return str(root)
-
-    def prepare(self, root: Path) -> JobOwner:
-        make_layout(root, JobOwner())
-        return JobOwner()
-
-    def release(self, root: Path) -> None:
-        return None
-
-    def start(self, request: SandboxRequest) -> _GroupProcess:
+    def _step_cgroup(self, request: SandboxRequest, owner: JobOwner) -> StepCgroup | None:
+        """The step's own cgroup, where the host has cgroups and the step has limits."""
+        if self._cgroups is None or request.limits is None:
+            return None
         try:
-            proc = subprocess.Popen(
-                [*_prlimit_argv(request.limits), *_data_fd_wrapper(request.data_fd), *request.argv],
-                cwd=request.cwd,
-                env=dict(request.env),
-                stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
-                pass_fds=[request.data_fd] if request.data_fd is not None else [],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            return self._cgroups.create(f"{owner.uid}", request.limits.max_processes, request.limits.memory_bytes)
         except OSError as exc:
-            raise SandboxError(f"cannot start process: {exc}") from exc
-        return _GroupProcess(proc)
+            raise SandboxError(f"cannot create the step's cgroup: {exc}") from exc
 
-
-class _DockerProcess(_PopenProcess):
-    def __init__(self, proc: subprocess.Popen[bytes], docker: str, name: str) -> None:
-        super().__init__(proc)
-        self._docker = docker
-        self._name = name
-
-    def host_pids(self) -> list[int]:
-        out = subprocess.run(
-            [self._docker, "top", self._name, "-eo", "pid"], capture_output=True, text=True, check=False
-        ).stdout
-        return sorted(int(x) for x in out.split() if x.isdigit())
-
-    def terminate_tree(self) -> None:
-        subprocess.run([self._docker, "kill", "--signal", "TERM", self._name], capture_output=True, check=False)
-
-    def kill_tree(self) -> None:
-        subprocess.run([self._docker, "kill", self._name], capture_output=True, check=False)
-        self._signal_group(signal.SIGKILL)
-
-
-class DockerSandbox:
-    """Each command in a fresh container (``--rm``, no capabilities, no network), as the job's
-    own leased uid over the same root-owned layout as bubblewrap's. Docker's bridge network
-    reaches the host and its neighbours, so this backend refuses jobs that ask for network."""
-
-    name = "docker"
-    supports_network = False
-
-    def __init__(self, image: str, users: JobUserPool, docker: str | None = None) -> None:
-        found = docker or shutil.which("docker")
-        if found is None:
-            raise SandboxError("docker CLI not found")
-        probe = subprocess.run([found, "info", "--format", "{{.ServerVersion}}"], capture_output=True, check=False)
-        if probe.returncode != 0:
-            raise SandboxError("no Docker daemon is reachable")
-        self._docker = found
-        self._image = image
-        self._users = users
-
-    def mount_point(self, root: Path) -> str:
-        return MOUNT_POINT
-
-    def prepare(self, root: Path) -> JobOwner:
-        return self._users.lease_root(root)
-
-    def release(self, root: Path) -> None:
-        self._users.release_root(root)
-
-    def start(self, request: SandboxRequest) -> _DockerProcess:
-        owner = self._users.owner_of(request.root)
-        if request.network:
-            raise SandboxError("the docker backend gives jobs no network")
-        if request.data_fd is not None:
-            raise SandboxError("the docker backend cannot pass a data descriptor into a container")
-        name = f"leasehold-ci-{os.urandom(6).hex()}"
-        limits = request.limits
-        args = [
-            self._docker,
-            "run",
-            "--rm",
-            *(["--interactive"] if request.stdin_fd is not None else []),
-            "--name",
-            name,
-            "--network",
-            "none",
-            "--cap-drop",
-            "ALL",
-            "--security-opt",
-            "no-new-privileges",
-            "--user",
-            f"{owner.uid}:{owner.gid}",
-            "-v",
-            f"{request.root}:{MOUNT_POINT}",
-            "-v",
-            f"{request.root / 'tmp'}:/tmp",
-            "-w",
-            request.cwd,
-        ]
-        if limits is not None:
-            args += [
-                "--memory",
-                str(limits.memory_bytes),
-                "--pids-limit",
-                str(limits.max_processes),
-                "--ulimit",
-                f"fsize={limits.max_file_bytes}",
-                "--ulimit",
-                f"cpu={limits.cpu_seconds}",
-            ]
-        for key, value in request.env.items():
-            args += ["-e", f"{key}={value}"]
-        args += [self._image, *request.argv]
-        proc = subprocess.Popen(
-            args,
-            stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        return _DockerProcess(proc, self._docker, name)
+    def _attach_network(self, process: _BwrapProcess, block_write: int) -> None:
+        """Give the started sandbox its user-mode network, then let the job (held on
+        ``block_write``) start; closes ``block_write`` either way."""
+        assert self._network is not None
+        try:
+            pid = process.init_pid()
+            if pid is None:
+                raise NetworkUnavailable("the sandbox did not start")
+            process._slirp = self._network.attach(pid)
+        except (NetworkUnavailable, OSError, subprocess.SubprocessError) as exc:
+            process.kill_tree()
+            os.close(block_write)
+            process.wait(10)
+            process.finish()
+            raise SandboxError(f"cannot give the job its network: {exc}") from exc
+        # The job starts only now, with its filter and its stack in place.
+        os.write(block_write, b"1")
+        os.close(block_write)
 
 
 def make_sandbox(settings: Settings) -> Sandbox:
@@ -816,7 +470,7 @@ def make_sandbox(settings: Settings) -> Sandbox:
     if settings.ci_sandbox == "docker":
         return DockerSandbox(settings.ci_docker_image, users)
     if settings.ci_sandbox == "gvisor":
-        # Imported here: the module builds on this one's host layout and uid pool.
+        # Imported here: only a worker set to gvisor loads the gVisor backend.
         from worker_ci.gvisor import make_gvisor_sandbox
 
         return make_gvisor_sandbox(settings, users)

@@ -32,7 +32,9 @@ from tests.lifecycle.test_plans_retention_cli import leasehold
 from worker_ci.gvisor import GVisorSandbox
 from worker_ci.gvisor_bundle import HostLayout, oci_config, process_spec
 from worker_ci.gvisor_selftest import SELF_TEST_CHECKS
-from worker_ci.sandbox import MOUNT_POINT, JobUserPool, make_sandbox
+from worker_ci.host_view import MOUNT_POINT
+from worker_ci.job_users import JobUserPool
+from worker_ci.sandbox import make_sandbox
 from workflows.queues import ci_queue
 
 UID_BASE = 1_810_000
