@@ -6,7 +6,7 @@ mirrors ``<dir>/<owner>/<repo>`` for offline and air-gapped deployments, as GitH
 Server does. A template's URLs go through the same ``ClonePolicy`` as repositories' clone URLs,
 so a tenant's ``uses:`` can never make the worker fetch from loopback, private addresses or
 local paths the operator did not configure; the tenant only picks names, and those follow a
-strict grammar (``activities.ci.action_refs``).
+strict grammar (``actions_language.action_refs``).
 
 Actions are resolved when the push is listed, not when a job starts: every ref becomes a
 commit sha stored on the step (``StepSpec.uses_sha``), so every attempt of the run runs the
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from activities.ci.action_refs import ActionRef, is_builtin, parse_uses
-from activities.ci.action_spec import ACTION_FILES, MAX_ACTION_BYTES, parse_action
+from actions_language.action_refs import ActionRef, is_builtin, parse_uses
+from actions_language.actions import ACTION_FILES, MAX_ACTION_BYTES, parse_action
+from actions_language.parser import MAX_WORKFLOW_BYTES, WorkflowSpecError
 from activities.ci.git import GitError, GitMirror, InvalidRequest
-from activities.ci.spec import MAX_WORKFLOW_BYTES, WorkflowSpecError
 from leasehold.clone_urls import ClonePolicy
 from leasehold.settings import Settings
 from workflows.ci.types.spec import ActionSpec, SpecError, StepSpec, WorkflowSpec

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from activities.ci.dispatch_inputs import DISPATCH_REF
+from actions_language.inputs import DISPATCH_REF
 from leasehold.clone_urls import (
     ClonePolicy,
     CloneUrlRefused,

@@ -37,6 +37,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from actions_language.commands import WorkflowCommands
+from actions_language.masking import ADD_MASK, StreamMasker
 from activities.ci.action_steps import ActionRunner, SandboxRun
 from activities.ci.actions import ActionSource
 from activities.ci.cache import CacheError, CICache, read_scopes, ref_scope, workspace_paths
@@ -44,7 +46,6 @@ from activities.ci.definitions import CIJobDefinition
 from activities.ci.git import CommitNotFound, GitError, GitMirror, InvalidRequest
 from activities.ci.jobroot import JobRoot, JobTreeError, StepFiles, remove_layout
 from activities.ci.logs import LogShipper
-from activities.ci.masking import ADD_MASK, StreamMasker
 from activities.ci.run_records import RunRecords, TrustedRun, UntrustedRun
 from activities.ci.sandbox import (
     JobOwner,
@@ -55,7 +56,6 @@ from activities.ci.sandbox import (
     SandboxRequest,
 )
 from activities.ci.secrets import NoSecrets, SecretRequest, SecretSource, SecretsRefused
-from activities.ci.workflow_commands import WorkflowCommands
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.ci.event import push_actor, push_event, push_github_context

@@ -11,11 +11,8 @@ from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.ci.actions import ActionResolver, ActionSource
-from activities.ci.definitions import CIListingDefinition
-from activities.ci.dispatch_inputs import DispatchInputError, check_shape, resolve_inputs
-from activities.ci.git import GitError, GitMirror, InvalidRequest
-from activities.ci.spec import (
+from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
+from actions_language.parser import (
     MAX_DIFF_FILES,
     MAX_WORKFLOW_BYTES,
     WorkflowSpecError,
@@ -25,6 +22,9 @@ from activities.ci.spec import (
     pull_request_triggers,
     push_triggers,
 )
+from activities.ci.actions import ActionResolver, ActionSource
+from activities.ci.definitions import CIListingDefinition
+from activities.ci.git import GitError, GitMirror, InvalidRequest
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.environments import CIEnvironment
 from workflows.ci.ids import run_id

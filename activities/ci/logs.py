@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from activities.ci.masking import StreamMasker
+from actions_language.masking import StreamMasker
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.ci.ids import log_chunk_key, log_end_key, log_gap_key

@@ -15,9 +15,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from actions_language.parser import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
 from activities.ci.definitions import CIReconcileDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
-from activities.ci.spec import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
 from clients.ci.push_input import push_input
 from clients.ci.start import start_push
 from leasehold.db_retry import in_activity

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ci.action_refs import ActionRef, ActionRefError, parse_uses
-from activities.ci.action_spec import parse_action
-from activities.ci.spec import WorkflowSpecError, parse_workflow
+from actions_language.action_refs import ActionRef, ActionRefError, parse_uses
+from actions_language.actions import parse_action
+from actions_language.parser import WorkflowSpecError, parse_workflow
 
 
 @pytest.mark.parametrize(

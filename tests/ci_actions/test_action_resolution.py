@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from actions_language.parser import WorkflowSpecError, parse_workflow
 from activities.ci.actions import MAX_ACTION_DEPTH, ActionResolver, ActionSource
 from activities.ci.git import GitMirror
-from activities.ci.spec import WorkflowSpecError, parse_workflow
 from leasehold.clone_urls import ClonePolicy
 from leasehold.settings import Settings
 from tests.ci_actions.conftest import JS_ACTION, make_action_repo

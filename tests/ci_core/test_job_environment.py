@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from actions_language.parser import WorkflowSpecError, parse_workflow
 from activities.ci.job import MAX_STEP_SUMMARY_BYTES, shell_argv
-from activities.ci.spec import WorkflowSpecError, parse_workflow
 from clients.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from workflows.ci.event import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from activities.ci.spec import WorkflowSpecError, parse_workflow
+from actions_language.parser import WorkflowSpecError, parse_workflow
 from workflows.ci.expressions import ExpressionError
 from workflows.ci.matrix import (
     MatrixError,

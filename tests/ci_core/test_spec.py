@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ci.spec import WorkflowSpecError, parse_workflow, push_triggers
+from actions_language.parser import WorkflowSpecError, parse_workflow, push_triggers
 from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, interpolate
 from workflows.ci.types.spec import PushFilter
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from activities.ci.spec import MAX_TIMEOUT_MINUTES, WorkflowSpecError, parse_workflow
+from actions_language.parser import MAX_TIMEOUT_MINUTES, WorkflowSpecError, parse_workflow
 from workflows.ci.expressions import StatusFunctions, evaluate_condition, interpolate
 from workflows.ci.types.spec import WorkflowSpec
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import random
 
-from activities.ci.spec import WorkflowSpecError, parse_workflow
+from actions_language.parser import WorkflowSpecError, parse_workflow
 
 SEED = int(os.environ.get("LEASEHOLD_FUZZ_SEED", "1312"))
 

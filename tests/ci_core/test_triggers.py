@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.ci.dispatch_inputs import DispatchInputError, check_shape, resolve_inputs
-from activities.ci.filter_globs import glob_match, matches_any
-from activities.ci.git import GitMirror
-from activities.ci.listing import CIListingActivities
-from activities.ci.spec import (
+from actions_language.filters import glob_match, matches_any
+from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
+from actions_language.parser import (
     WorkflowSpecError,
     has_path_filter,
     parse_workflow,
@@ -28,6 +26,8 @@ from activities.ci.spec import (
     pull_request_triggers,
     push_triggers,
 )
+from activities.ci.git import GitMirror
+from activities.ci.listing import CIListingActivities
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.records.ci.run_numbers import assign_run_number

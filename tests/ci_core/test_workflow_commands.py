@@ -10,14 +10,14 @@ import random
 
 import pytest
 
-from activities.ci.masking import StreamMasker, secret_forms
-from activities.ci.workflow_commands import (
+from actions_language.commands import (
     MAX_MESSAGE,
     MAX_PER_ATTEMPT,
     MAX_PER_LEVEL_PER_STEP,
     WorkflowCommands,
     parse_command,
 )
+from actions_language.masking import StreamMasker, secret_forms
 from tests.ci_core.conftest import CIStack
 from workflows.ci.types.job import Annotation, AnnotationLevel
 from workflows.ci.types.run import RunStatus

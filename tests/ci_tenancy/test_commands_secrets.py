@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ci.masking import secret_forms
+from actions_language.masking import secret_forms
 from leasehold.storage import open_store
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, log_text, push_workflow, wait_run

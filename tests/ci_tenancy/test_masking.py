@@ -9,7 +9,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from activities.ci.masking import MASK, StreamMasker, secret_forms
+from actions_language.masking import MASK, StreamMasker, secret_forms
 
 SECRET = "s3cr3t-Value/with+chars&more"
 MULTILINE = "-----BEGIN KEY-----\nAAAAbbbbCCCCdddd\neeeeFFFFgggg\n-----END KEY-----"

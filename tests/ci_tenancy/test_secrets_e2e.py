@@ -10,7 +10,7 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.ci.masking import secret_forms
+from actions_language.masking import secret_forms
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import (
     deliver,

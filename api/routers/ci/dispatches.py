@@ -26,7 +26,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.ci.dispatch_inputs import DISPATCH_REF, WORKFLOW_FILE, DispatchInputError, check_shape
+from actions_language.inputs import DISPATCH_REF, WORKFLOW_FILE, DispatchInputError, check_shape
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
 from api.errors import ApiError, from_temporal, invalid, not_found
 from api.schemas.ci.dispatches import DispatchIn, DispatchOut

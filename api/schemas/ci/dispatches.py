@@ -16,7 +16,7 @@ class DispatchIn(BaseModel):
         description="the file's path ('.github/workflows/deploy.yml') or name ('deploy.yml')", max_length=255
     )
     ref: str = Field(description="a branch or tag: 'main', 'refs/heads/main', 'refs/tags/v1'", max_length=255)
-    # Checked by ``activities.ci.dispatch_inputs`` (names, kinds, sizes here; the file's
+    # Checked by ``actions_language.inputs`` (names, kinds, sizes here; the file's
     # on.workflow_dispatch.inputs when the dispatch is listed).
     inputs: dict[str, Any] = Field(default_factory=dict, description="input name -> string, boolean or number")
 

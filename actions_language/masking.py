@@ -96,7 +96,7 @@ COMMAND_START = b"::"
 
 
 class LineCommands(Protocol):
-    """The workflow commands other than ``::add-mask::`` (``activities.ci.workflow_commands``)."""
+    """The workflow commands other than ``::add-mask::`` (``actions_language.commands``)."""
 
     def line(self, raw: bytes) -> bool:
         """Handle one complete line starting with ``::``; whether commands are on for it."""

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from activities.ci.action_refs import DOCKER_REFUSED, ActionRefError, is_builtin, parse_uses, safe_parts
-from activities.ci.spec import (
+from actions_language.action_refs import DOCKER_REFUSED, ActionRefError, is_builtin, parse_uses, safe_parts
+from actions_language.parser import (
     MAX_WORKFLOW_BYTES,
     SHELLS,
     WorkflowSpecError,

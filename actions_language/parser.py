@@ -3,7 +3,7 @@
 Anything outside the subset is rejected with the file, 1-based line and key, so a run can fail
 with a message a user can act on. YAML follows 1.2 booleans (``on:`` is a key, not ``True``).
 Also: ``on.push`` branch/tag filters (``push_triggers``). ``uses:`` is checked here as a reference
-only (``activities.ci.action_refs``); the action itself is read when the push is listed
+only (``actions_language.action_refs``); the action itself is read when the push is listed
 (``activities.ci.actions``). Light: PyYAML and pydantic only.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from activities.ci.action_refs import ActionRefError, is_builtin, parse_uses
-from activities.ci.filter_globs import MAX_PATTERNS, check_pattern, matches_any
+from actions_language.action_refs import ActionRefError, is_builtin, parse_uses
+from actions_language.filters import MAX_PATTERNS, check_pattern, matches_any
 from workflows.ci.expressions import (
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
@@ -64,7 +64,7 @@ MAX_YAML_DEPTH = 64
 # thousand; a "billion laughs" alias bomb has billions).
 MAX_YAML_EXPANDED_NODES = 100_000
 # Workflow commands GitHub disabled; a step that prints them would silently do nothing.
-# (``::set-output`` and ``::save-state`` are deprecated but still work: ``workflow_commands``.)
+# (``::set-output`` and ``::save-state`` are deprecated but still work: ``actions_language.commands``.)
 DISABLED_COMMANDS = re.compile(r"::(set-env|add-path)\b")
 # Shells GitHub names that the sandbox runs (``python`` runs python3); a custom shell is a
 # ``command [args] {0}`` template. GitHub's Windows shells cannot run here.
@@ -507,7 +507,7 @@ def _push_filter(ctx: _Ctx, on: Any, line: int | None) -> PushFilter:
 
 
 def _patterns(ctx: _Ctx, value: Any, line: int | None, key: str) -> list[str]:
-    """A filter's glob patterns (``activities.ci.filter_globs``), bounded in number and length."""
+    """A filter's glob patterns (``actions_language.filters``), bounded in number and length."""
     patterns = _string_list(ctx, value, line, key)
     if len(patterns) > MAX_PATTERNS:
         raise ctx.fail(line, key, f"at most {MAX_PATTERNS} patterns")
