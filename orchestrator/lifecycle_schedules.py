@@ -29,11 +29,11 @@ from temporalio.client import (
 
 from leasehold.settings import Settings
 from leasehold.temporal import ensure_schedule
-from workflows.lifecycle.ci_compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci_retention import CIRetentionWorkflow
+from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
+from workflows.lifecycle.ci.retention import CIRetentionWorkflow
 from workflows.lifecycle.types import LifecycleInput
-from workflows.lifecycle.video_expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video_orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
+from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
 from workflows.queues import orchestration_queue
 
 log = logging.getLogger(__name__)

@@ -33,10 +33,10 @@ from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow
-from workflows.lifecycle.ci_compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci_retention import CIRetentionWorkflow
-from workflows.lifecycle.video_expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video_orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
+from workflows.lifecycle.ci.retention import CIRetentionWorkflow
+from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
+from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
 from workflows.queues import orchestration_queue
 from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow

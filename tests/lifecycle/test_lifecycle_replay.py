@@ -10,10 +10,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.lifecycle.ci_compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci_retention import CIRetentionWorkflow
-from workflows.lifecycle.video_expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video_orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
+from workflows.lifecycle.ci.retention import CIRetentionWorkflow
+from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
+from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 WORKFLOWS = [VideoExpiryWorkflow, VideoOrphanSweepWorkflow, CILogCompactionWorkflow, CIRetentionWorkflow]

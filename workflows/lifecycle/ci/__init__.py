@@ -1,0 +1,1 @@
+"""Lifecycle jobs of CI: log compaction and retention."""

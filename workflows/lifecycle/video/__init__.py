@@ -1,0 +1,1 @@
+"""Lifecycle jobs of video: expiry and orphan sweeps."""
