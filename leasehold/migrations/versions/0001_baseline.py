@@ -33,6 +33,7 @@ TABLES = (
 )
 
 
+# Whole on purpose: a recorded revision is the schema as it shipped, one table after another; it is never edited.
 def upgrade() -> None:
     if table_absent("api_keys"):
         op.create_table(

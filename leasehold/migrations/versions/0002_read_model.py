@@ -24,6 +24,7 @@ depends_on = None
 TABLES = ("video_jobs", "ci_pushes", "ci_runs", "ci_jobs", "ci_attempts")
 
 
+# Whole on purpose: a recorded revision is the schema as it shipped, one table after another; it is never edited.
 def upgrade() -> None:
     if table_absent("video_jobs"):
         op.create_table(
