@@ -44,7 +44,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -57,13 +57,12 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from activities.video.definitions import PROJECT_VIDEO_JOB
-from activities.video.generation import GENERATE_VIDEO
+from activities.video.definitions import GENERATE_VIDEO, PROJECT_VIDEO_JOB
 from activities.video.projection import close_lost_job
 from api.schemas.video import CapacityFigures, VideoQueue
 from api.video.memo import WORKFLOW_TYPE, JobMemo
 from api.video.open_jobs import JobFacts, OpenJob, open_jobs
-from api.video.views import Estimate, JobView, pending_generation
+from api.video.views import Estimate, JobView, PendingGeneration, pending_generation
 from leasehold.gpu_classes import GpuClass
 from leasehold.records.video.capacity import completed_since, publish, published, try_lead
 from leasehold.settings import Settings
@@ -156,6 +155,52 @@ class _Observed:
     sent_at: float
     started_at: float
     shape: JobShape
+
+
+@dataclass
+class _Walk:
+    """What one refresh saw of a pool's open jobs (``CapacityTracker._walk``)."""
+
+    queued: list[QueuedJob] = field(default_factory=list)
+    running: list[RunningJob] = field(default_factory=list)
+    # (job id, submit time, fairness key, weight) of every open job, for the fairness replay
+    arrived: list[tuple[str, float, str, float]] = field(default_factory=list)
+    starts: list[tuple[str, float]] = field(default_factory=list)
+    # Running jobs as seen now, for the next refresh to time their steps
+    seen: dict[str, _Observed] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _QueueStats:
+    """What ``DescribeTaskQueue`` told of a pool's queue."""
+
+    pollers: list[str]
+    backlog: int = 0
+    age: float = 0.0
+    add_rate: float = 0.0
+    dispatch_rate: float = 0.0
+
+
+def _walk_undescribed(walk: _Walk, row: OpenJob, previous: _Observed | None, now: float) -> None:
+    """A generating job not described (past the budget, or the describe failed): generating, as
+    its row says, at the step last seen."""
+    job = row.job
+    walk.starts.append((job.job_id, row.started_at or now))
+    walk.running.append(
+        RunningJob(
+            job_id=job.job_id,
+            tenant_id=job.tenant_id,
+            user_id=job.user_id,
+            tier=job.tier,
+            shape=job.shape,
+            step=previous.step if previous is not None else 0,
+            worker="",
+            alive=True,
+            attempt=previous.attempt if previous is not None else max(1, row.attempts_started),
+        )
+    )
+    if previous is not None:
+        walk.seen[job.job_id] = previous
 
 
 def queued_job(spec: VideoModelSpec, job_id: str, tenant_id: str, user_id: str, tier: str, memo: JobMemo) -> QueuedJob:
@@ -308,17 +353,60 @@ class CapacityTracker:
         now = time.time()
         tq_task = asyncio.create_task(self._describe_queue(model))
         count_task = asyncio.create_task(self._completions(model, now))
+        rows = await self._pool_rows(model)
+        open_ids = {row.job.job_id for row in rows}
+        described = await self._describe_generating(model, rows)
+        lost = await self._close_lost(described)
+        if lost:
+            rows = [row for row in rows if row.job.job_id not in lost]
+            open_ids -= lost
+        queue_desc = await tq_task
+        completions = await count_task
+
+        costs = self.costs[model]
+        walk = await self._walk(model, rows, described, now)
+        self._note_ended(model, walk.seen)
+        stats = self._queue_stats(queue_desc, now)
+        busy = {r.worker for r in walk.running if r.alive and r.worker}
+        serving = busy | set(stats.pollers)
+        snapshot = ModelSnapshot(
+            model=model,
+            taken_at=now,
+            queued=walk.queued,
+            running=walk.running,
+            workers_serving=len(serving),
+            workers_polling=len(set(stats.pollers) - busy),
+            backlog=stats.backlog,
+            oldest_queued_age_seconds=stats.age,
+            add_rate_per_second=stats.add_rate,
+            dispatch_rate_per_second=stats.dispatch_rate,
+            completions_per_minute=completions,
+            mean_job_seconds=costs.mean_job_seconds,
+            measured=True,
+        )
+        shadow = self.shadows[model]
+        shadow.update(walk.arrived, walk.starts, open_ids, now)
+        if log.isEnabledFor(logging.DEBUG):
+            waiting = sorted((p, j) for j, p in shadow.passes.items())
+            log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
+        await self._install(model, snapshot)
+        self._prune_recent(model, now, open_ids)
+        self._export(model, self.figures(model))
+
+    async def _pool_rows(self, model: str) -> list[OpenJob]:
+        """The model's open jobs on this pool's queue."""
         pool = self.pools[model]
-        spec = pool.spec
-        # The model's open jobs on this pool's queue. Jobs of a deployment that had no classes
-        # when they were submitted (no class) wait on ``video.<model>``, which no pool of a
-        # classed deployment measures.
-        rows = [
+        # Jobs of a deployment that had no classes when they were submitted (no class) wait on
+        # ``video.<model>``, which no pool of a classed deployment measures.
+        return [
             row
-            for row in await asyncio.to_thread(open_jobs, self.db, spec, self._facts.setdefault(model, {}))
+            for row in await asyncio.to_thread(open_jobs, self.db, pool.spec, self._facts.setdefault(model, {}))
             if row.gpu_class == pool.class_name
         ]
-        open_ids = {row.job.job_id for row in rows}
+
+    async def _describe_generating(self, model: str, rows: list[OpenJob]) -> dict[str, Any]:
+        """The executions of the generating jobs (and of those next up), by job id (``None``
+        where the describe failed)."""
         # Only generating jobs are described (their progress, worker and heartbeat are in the
         # engine alone): as many as there are workers, not as many as wait.
         generating = [row for row in rows if row.generating][:MAX_DESCRIBED_RUNNING]
@@ -336,21 +424,12 @@ class CapacityTracker:
                 except RPCError:
                     return row.job.job_id, None
 
-        described = dict(await asyncio.gather(*(describe(row) for row in generating)))
-        lost = await self._close_lost(described)
-        if lost:
-            rows = [row for row in rows if row.job.job_id not in lost]
-            open_ids -= lost
-        queue_desc = await tq_task
-        completions = await count_task
+        return dict(await asyncio.gather(*(describe(row) for row in generating)))
 
-        costs = self.costs[model]
+    async def _walk(self, model: str, rows: list[OpenJob], described: dict[str, Any], now: float) -> _Walk:
+        """Sort the open jobs into waiting and running, timing steps on the way."""
+        walk = _Walk()
         observed = self._observed[model]
-        seen: dict[str, _Observed] = {}
-        queued: list[QueuedJob] = []
-        running: list[RunningJob] = []
-        arrived: list[tuple[str, float, str, float]] = []
-        starts: list[tuple[str, float]] = []
         # The server times an attempt out only after a full heartbeat timeout of silence, and
         # the SDK sends throttled heartbeats up to 0.8 of that apart (later on a busy host);
         # calling a job stalled any sooner would flap live workers in and out of the count.
@@ -361,35 +440,16 @@ class CapacityTracker:
             if index and index % YIELD_EVERY_ROWS == 0:
                 await asyncio.sleep(0)  # thousands of rows: let requests in between
             job = row.job
-            job_id, tier, shape = job.job_id, job.tier, job.shape
             self.arrivals[model].observe(
-                job_id, job.created_at, job.fairness_key, job.fairness_weight, tier, shape, now
+                job.job_id, job.created_at, job.fairness_key, job.fairness_weight, job.tier, job.shape, now
             )
-            arrived.append((job_id, job.created_at, job.fairness_key, job.fairness_weight))
-            desc = described.get(job_id)
+            walk.arrived.append((job.job_id, job.created_at, job.fairness_key, job.fairness_weight))
+            desc = described.get(job.job_id)
             if not row.generating and desc is None:
-                queued.append(job)
+                walk.queued.append(job)
                 continue
             if desc is None:
-                # Not described (past the budget, or the describe failed): generating, as its
-                # row says, at the step last seen.
-                previous = observed.get(job_id)
-                starts.append((job_id, row.started_at or now))
-                running.append(
-                    RunningJob(
-                        job_id=job_id,
-                        tenant_id=job.tenant_id,
-                        user_id=job.user_id,
-                        tier=tier,
-                        shape=shape,
-                        step=previous.step if previous is not None else 0,
-                        worker="",
-                        alive=True,
-                        attempt=previous.attempt if previous is not None else max(1, row.attempts_started),
-                    )
-                )
-                if previous is not None:
-                    seen[job_id] = previous
+                _walk_undescribed(walk, row, observed.get(job.job_id), now)
                 continue
             pending = await pending_generation(self.client.data_converter, desc)
             if pending is None and (row.generating or _has_other_activity(desc)):
@@ -397,51 +457,69 @@ class CapacityTracker:
                 # read model (its row reads ``in_progress`` until that write lands, and a retry
                 # would still show the generation pending). Planned as waiting, a finished job
                 # took a worker's next turn from the jobs really waiting.
-                starts.append((job_id, now))  # it ran (between two refreshes if never seen running)
+                walk.starts.append((job.job_id, now))  # it ran (between two refreshes if never seen running)
                 continue
             if pending is not None and pending.started:
-                progress = pending.progress
-                started_at = pending.started_at or 0.0
-                starts.append((job_id, started_at))
-                last_sign = max(started_at, pending.heartbeat_at or 0.0)
-                worker = pending.worker
-                alive = now - last_sign <= heartbeat_fresh
-                if alive and worker:
-                    self._last_busy[worker] = max(self._last_busy.get(worker, 0.0), last_sign)
-                step = 0
-                if progress is not None and progress.attempt == pending.attempt:
-                    step = progress.step
-                running.append(
-                    RunningJob(
-                        job_id=job_id,
-                        tenant_id=job.tenant_id,
-                        user_id=job.user_id,
-                        tier=tier,
-                        shape=shape,
-                        step=step,
-                        worker=worker,
-                        alive=alive,
-                        attempt=pending.attempt,
-                    )
-                )
-                sent_at = progress.sent_at if progress is not None else 0.0
-                previous = observed.get(job_id)
-                if (
-                    previous is not None
-                    and previous.attempt == pending.attempt
-                    and step > previous.step
-                    and sent_at > previous.sent_at > 0
-                ):
-                    costs.observe_step(shape, (sent_at - previous.sent_at) / (step - previous.step))
-                if previous is not None and previous.attempt == pending.attempt and step <= previous.step:
-                    seen[job_id] = previous  # keep the older mark: the next step times from it
-                else:
-                    seen[job_id] = _Observed(pending.attempt, step, sent_at, started_at, shape)
+                self._walk_generating(walk, model, row, pending, observed.get(job.job_id), now, heartbeat_fresh)
                 continue
             # Waiting for a worker: its first attempt (scheduled or about to be), or the next one
             # after an attempt failed.
-            queued.append(job)
-        # Jobs that were running at the last refresh and are gone now have ended.
+            walk.queued.append(job)
+        return walk
+
+    def _walk_generating(
+        self,
+        walk: _Walk,
+        model: str,
+        row: OpenJob,
+        pending: PendingGeneration,
+        previous: _Observed | None,
+        now: float,
+        heartbeat_fresh: float,
+    ) -> None:
+        """A job whose generation runs: its step, worker and liveness (a sign of life within
+        ``heartbeat_fresh`` of ``now``), and the time of the steps it took since the last refresh."""
+        job = row.job
+        progress = pending.progress
+        started_at = pending.started_at or 0.0
+        walk.starts.append((job.job_id, started_at))
+        last_sign = max(started_at, pending.heartbeat_at or 0.0)
+        worker = pending.worker
+        alive = now - last_sign <= heartbeat_fresh
+        if alive and worker:
+            self._last_busy[worker] = max(self._last_busy.get(worker, 0.0), last_sign)
+        step = 0
+        if progress is not None and progress.attempt == pending.attempt:
+            step = progress.step
+        walk.running.append(
+            RunningJob(
+                job_id=job.job_id,
+                tenant_id=job.tenant_id,
+                user_id=job.user_id,
+                tier=job.tier,
+                shape=job.shape,
+                step=step,
+                worker=worker,
+                alive=alive,
+                attempt=pending.attempt,
+            )
+        )
+        sent_at = progress.sent_at if progress is not None else 0.0
+        if (
+            previous is not None
+            and previous.attempt == pending.attempt
+            and step > previous.step
+            and sent_at > previous.sent_at > 0
+        ):
+            self.costs[model].observe_step(job.shape, (sent_at - previous.sent_at) / (step - previous.step))
+        if previous is not None and previous.attempt == pending.attempt and step <= previous.step:
+            walk.seen[job.job_id] = previous  # keep the older mark: the next step times from it
+        else:
+            walk.seen[job.job_id] = _Observed(pending.attempt, step, sent_at, started_at, job.shape)
+
+    def _note_ended(self, model: str, seen: dict[str, _Observed]) -> None:
+        """Learn from the jobs running at the last refresh and gone now (they have ended)."""
+        observed = self._observed[model]
         ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
         # What each learns arrives once its job has closed, after its clean-up and outcome
         # writes: awaited here, that tail (seconds on a loaded host) delayed every snapshot.
@@ -450,46 +528,25 @@ class CapacityTracker:
             self._ending.add(task)
         self._observed[model] = seen
 
+    def _queue_stats(self, queue_desc: Any, now: float) -> _QueueStats:
+        """The idle pollers and the server's figures of a pool's queue (none when undescribed)."""
+        if queue_desc is None:
+            return _QueueStats(pollers=[])
         pollers = []
-        backlog = 0
-        age = 0.0
-        add_rate = dispatch_rate = 0.0
-        if queue_desc is not None:
-            for poller in queue_desc.pollers:
-                last = poller.last_access_time.ToDatetime(UTC).timestamp()
-                if now - last <= POLLER_FRESH_SECONDS and last >= self._last_busy.get(poller.identity, 0.0):
-                    pollers.append(poller.identity)
-            if queue_desc.HasField("stats"):
-                stats = queue_desc.stats
-                backlog = stats.approximate_backlog_count
-                age = stats.approximate_backlog_age.ToTimedelta().total_seconds()
-                add_rate = stats.tasks_add_rate
-                dispatch_rate = stats.tasks_dispatch_rate
-        busy = {r.worker for r in running if r.alive and r.worker}
-        serving = busy | set(pollers)
-        snapshot = ModelSnapshot(
-            model=model,
-            taken_at=now,
-            queued=queued,
-            running=running,
-            workers_serving=len(serving),
-            workers_polling=len(set(pollers) - busy),
-            backlog=backlog,
-            oldest_queued_age_seconds=age,
-            add_rate_per_second=add_rate,
-            dispatch_rate_per_second=dispatch_rate,
-            completions_per_minute=completions,
-            mean_job_seconds=costs.mean_job_seconds,
-            measured=True,
+        for poller in queue_desc.pollers:
+            last = poller.last_access_time.ToDatetime(UTC).timestamp()
+            if now - last <= POLLER_FRESH_SECONDS and last >= self._last_busy.get(poller.identity, 0.0):
+                pollers.append(poller.identity)
+        if not queue_desc.HasField("stats"):
+            return _QueueStats(pollers=pollers)
+        stats = queue_desc.stats
+        return _QueueStats(
+            pollers=pollers,
+            backlog=stats.approximate_backlog_count,
+            age=stats.approximate_backlog_age.ToTimedelta().total_seconds(),
+            add_rate=stats.tasks_add_rate,
+            dispatch_rate=stats.tasks_dispatch_rate,
         )
-        shadow = self.shadows[model]
-        shadow.update(arrived, starts, open_ids, now)
-        if log.isEnabledFor(logging.DEBUG):
-            waiting = sorted((p, j) for j, p in shadow.passes.items())
-            log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
-        await self._install(model, snapshot)
-        self._prune_recent(model, now, open_ids)
-        self._export(model, self.figures(model))
 
     async def _install(self, model: str, snapshot: ModelSnapshot) -> None:
         """Make ``snapshot`` current with its queue plan computed beforehand, in a thread.
