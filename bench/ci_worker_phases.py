@@ -40,7 +40,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # Annotations only: a baseline tree runs this file, and imports what it has at call time.
+    from workflows.ci.types.job import JobActivityInput
+    from workflows.ci.types.push import PushContext
 
 REPO = Path(__file__).resolve().parent.parent
 TOTAL = "run_job (whole activity)"
@@ -99,29 +104,14 @@ def _instrument(durations: dict[str, float]) -> None:
         setattr(owner, method, wrap(original))
 
 
-def measure(jobs: int, work: Path, gap: float = 0.0) -> dict[str, Any]:
-    """Run ``jobs`` trivial jobs through this interpreter's tree: per job, its wall time and
-    each phase's (all calls summed)."""
-    durations: dict[str, float] = defaultdict(float)
-    _instrument(durations)
+def _worktree(work: Path) -> tuple[dict[str, Any], str]:
+    """The job activity's extra constructor arguments for this tree, and how it checks out."""
     import inspect
 
-    from temporalio.testing import ActivityEnvironment
-
     from activities.ci import git
-    from activities.ci.job import CIJobActivities, JobConfig
+    from activities.ci.job import CIJobActivities
     from activities.ci.sandbox import SandboxError
-    from bench.ci_fairness import BenchRunRecords, make_repo
-    from leasehold.clone_urls import ClonePolicy
-    from leasehold.settings import Settings
-    from leasehold.storage import LocalObjectStore
-    from worker_ci.sandbox import limits_from, make_sandbox
-    from workflows.ci.types.job import AttemptGrant, JobActivityInput
-    from workflows.ci.types.push import PushContext
-    from workflows.ci.types.spec import JobSpec, StepSpec
 
-    url, sha = make_repo(work)
-    sandbox = make_sandbox(Settings(data_dir=work / "data", ci_sandbox="bubblewrap"))
     # A baseline from before the root rule makes checkouts from a shared tree (overlay or copy).
     extra: dict[str, Any] = {}
     checkout = "helper (as the job)"
@@ -133,6 +123,59 @@ def measure(jobs: int, work: Path, gap: float = 0.0) -> dict[str, Any]:
         except (SandboxError, ImportError):
             extra["worktree"] = git.CopiedTree()  # type: ignore[attr-defined,unused-ignore]
         checkout = extra["worktree"].name
+    return extra, checkout
+
+
+def _bench_push(url: str, sha: str) -> PushContext:
+    """The push every job of a round belongs to."""
+    from workflows.ci.types.push import PushContext
+
+    return PushContext(
+        tenant_id="t",
+        repo_id="repo-t",
+        repo_full_name="t/bench",
+        clone_url=url,
+        commit_sha=sha,
+        ref="refs/heads/main",
+        heartbeat_timeout_seconds=30.0,
+        cancel_grace_seconds=1.0,
+    )
+
+
+def _job_input(push: PushContext, i: int) -> JobActivityInput:
+    """The ``i``-th trivial job: one ``run: true`` step."""
+    from workflows.ci.types.job import JobActivityInput
+    from workflows.ci.types.spec import JobSpec, StepSpec
+
+    return JobActivityInput(
+        push=push,
+        run_id=f"run_{uuid.uuid4().hex[:24]}",
+        run_workflow_id="ci-run:bench",
+        workflow_name="bench",
+        workflow_path=".github/workflows/bench.yml",
+        job=JobSpec(id=f"j{i}", name=f"j{i}", runs_on=["bench"], steps=[StepSpec(index=0, name="t", run="true")]),
+    )
+
+
+def measure(jobs: int, work: Path, gap: float = 0.0) -> dict[str, Any]:
+    """Run ``jobs`` trivial jobs through this interpreter's tree: per job, its wall time and
+    each phase's (all calls summed)."""
+    durations: dict[str, float] = defaultdict(float)
+    _instrument(durations)
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.ci import git
+    from activities.ci.job import CIJobActivities, JobConfig
+    from bench.ci_fairness import BenchRunRecords, make_repo
+    from leasehold.clone_urls import ClonePolicy
+    from leasehold.settings import Settings
+    from leasehold.storage import LocalObjectStore
+    from worker_ci.sandbox import limits_from, make_sandbox
+    from workflows.ci.types.job import AttemptGrant
+
+    url, sha = make_repo(work)
+    sandbox = make_sandbox(Settings(data_dir=work / "data", ci_sandbox="bubblewrap"))
+    extra, checkout = _worktree(work)
     loop = asyncio.new_event_loop()
     activities = CIJobActivities(
         JobConfig(workspaces=work / "workspaces", limits=limits_from(Settings()), disk_bytes=1 << 30),
@@ -146,28 +189,12 @@ def measure(jobs: int, work: Path, gap: float = 0.0) -> dict[str, Any]:
     )
     # The attempt-start Update is the engine's part (timed by bench.ci_dispatch): answered here.
     activities._request_attempt = lambda inp: AttemptGrant(proceed=True, attempt=1)  # type: ignore[method-assign]
-    push = PushContext(
-        tenant_id="t",
-        repo_id="repo-t",
-        repo_full_name="t/bench",
-        clone_url=url,
-        commit_sha=sha,
-        ref="refs/heads/main",
-        heartbeat_timeout_seconds=30.0,
-        cancel_grace_seconds=1.0,
-    )
+    push = _bench_push(url, sha)
     per_job: list[dict[str, float]] = []
     statuses: dict[str, int] = defaultdict(int)
     env = ActivityEnvironment()
     for i in range(jobs):
-        inp = JobActivityInput(
-            push=push,
-            run_id=f"run_{uuid.uuid4().hex[:24]}",
-            run_workflow_id="ci-run:bench",
-            workflow_name="bench",
-            workflow_path=".github/workflows/bench.yml",
-            job=JobSpec(id=f"j{i}", name=f"j{i}", runs_on=["bench"], steps=[StepSpec(index=0, name="t", run="true")]),
-        )
+        inp = _job_input(push, i)
         # The engine's hand-off between a chain's jobs (``--gap-ms``), during which this worker
         # has nothing to run.
         time.sleep(gap)

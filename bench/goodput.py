@@ -56,7 +56,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
 from activities.video.checkpoints import JobCheckpoints
-from activities.video.generation import GENERATE_VIDEO, VideoGenerationActivities, job_fingerprint, resolve_job
+from activities.video.definitions import GENERATE_VIDEO
+from activities.video.generation import VideoGenerationActivities, job_fingerprint, resolve_job
 from bench.report import Table, mean, percentile
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
@@ -363,23 +364,7 @@ async def _run_job(stack: EmbeddedStack, client: Client, video: VideoClient, run
                     # SIGTERM: the attempt ends when its Preempted failure reaches the server
                     # (after the notice checkpoint), taken from the next look at the activity.
             await asyncio.sleep(POLL)
-        final = await _final_attempt(handle)
-        state = await handle.query(VideoJobWorkflow.state)
-        if final is None or state.result is None:
-            run.error = f"job ended {state.status.value}"
-            return
-        number, started_at, completed_at = final
-        if number in attempts:
-            # The history's start of the last attempt against the one seen while it ran.
-            run.start_check = started_at - attempts[number].started_at
-        attempts[number] = Attempt(number, started_at, completed_at, "completed")
-        run.resumed_from_step = state.result.resumed_from_step
-        missing = [n for n in range(1, number + 1) if n not in attempts or attempts[n].ended_at is None]
-        if missing:
-            run.error = f"attempt {missing[0]} not observed"
-        elif run.signal and not fired:
-            run.error = "finished before its preemption point"
-        run.attempts = [attempts[n] for n in sorted(attempts)]
+        await _settle(handle, run, attempts, fired)
     finally:
         run.wall = time.monotonic() - began
         if run.error is not None:
@@ -387,6 +372,28 @@ async def _run_job(stack: EmbeddedStack, client: Client, video: VideoClient, run
                 await handle.cancel()
             except Exception:  # already closed
                 pass
+
+
+async def _settle(handle: WorkflowHandle, run: Run, attempts: dict[int, Attempt], fired: bool) -> None:
+    """Once the job has closed: its finishing attempt from history, and whether every attempt
+    was seen (``run.error`` says what was not)."""
+    final = await _final_attempt(handle)
+    state = await handle.query(VideoJobWorkflow.state)
+    if final is None or state.result is None:
+        run.error = f"job ended {state.status.value}"
+        return
+    number, started_at, completed_at = final
+    if number in attempts:
+        # The history's start of the last attempt against the one seen while it ran.
+        run.start_check = started_at - attempts[number].started_at
+    attempts[number] = Attempt(number, started_at, completed_at, "completed")
+    run.resumed_from_step = state.result.resumed_from_step
+    missing = [n for n in range(1, number + 1) if n not in attempts or attempts[n].ended_at is None]
+    if missing:
+        run.error = f"attempt {missing[0]} not observed"
+    elif run.signal and not fired:
+        run.error = "finished before its preemption point"
+    run.attempts = [attempts[n] for n in sorted(attempts)]
 
 
 def _start(root: Path, env: dict[str, str]) -> EmbeddedStack:
@@ -465,9 +472,8 @@ def _cell(clean: float | None, useful_jobs: int, runs: list[Run]) -> tuple[str, 
     return f"{useful / busy * 100:.1f} %", f"{useful:.1f} / {busy:.1f} s (jobs' wall {wall:.0f} s)"
 
 
-async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -> Table:
-    """Goodput under real preemptions of the embedded stack's GPU worker; see the module docstring."""
-    plan = Plan.draw(config, seed)
+def _batches(plan: Plan, seed: int) -> tuple[list[Run], list[Run]]:
+    """The runs with checkpointing off and on, each in a seeded order."""
     rng = random.Random(f"{seed}/goodput-order")
     high = max(RATES)
     preempted = sorted(plan.preempted[high])
@@ -479,27 +485,27 @@ async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -
     # A seeded order, so slow drift of the host does not fall on one kind of job.
     rng.shuffle(off)
     rng.shuffle(on)
-    log: list[str] = []
-    try:
-        wall = await _interleaved(root, config, {"off": off, "on": on}, seed, log)
-    except Exception as exc:  # the cells say why; the rest of the bench goes on
-        log.append(f"{type(exc).__name__}: {exc}"[:300])
-        for r in (*off, *on):
-            r.error = r.error or type(exc).__name__
-        wall = float("nan")
+    return off, on
 
-    if dump is not None:
-        runs_json = json.dumps({"off": [dataclasses.asdict(r) for r in off], "on": [dataclasses.asdict(r) for r in on]})
-        await asyncio.to_thread(dump.write_text, runs_json)
 
-    def pick(runs: list[Run], sig: str, jobs: frozenset[int]) -> list[Run]:
-        """Each job of the batch once: its preempted run when ``jobs`` holds it, else its clean run."""
-        by_job = {(r.job, r.signal): r for r in runs}
-        return [by_job[(j, sig)] if j in jobs else by_job[(j, "")] for j in range(config.jobs)]
+def _pick(config: Config, runs: list[Run], sig: str, jobs: frozenset[int]) -> list[Run]:
+    """Each job of the batch once: its preempted run when ``jobs`` holds it, else its clean run."""
+    by_job = {(r.job, r.signal): r for r in runs}
+    return [by_job[(j, sig)] if j in jobs else by_job[(j, "")] for j in range(config.jobs)]
 
-    clean_off = [r.busy for r in off if not r.signal and not r.error]
-    clean = percentile(clean_off, 0.5) if clean_off else None
-    clean_on = [r.busy for r in on if not r.signal and not r.error]
+
+def _lost(runs: list[Run], sig: str, baseline: list[float]) -> str:
+    """Busy seconds a preemption added to its job, over the median clean job of the same setting."""
+    hit = [r.busy for r in runs if r.signal == sig and not r.error]
+    if not hit or not baseline:
+        return "n/a"
+    base = percentile(baseline, 0.5)
+    values = [b - base for b in hit]
+    return f"mean {mean(values):.2f} s (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})"
+
+
+def _table(config: Config, plan: Plan, clean: float | None, off: list[Run], on: list[Run]) -> tuple[Table, list[str]]:
+    """The goodput table's rows (one per preemption rate) and each row's raw figures."""
     table = Table(
         "Goodput under preemption (measured)",
         [
@@ -514,19 +520,18 @@ async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -
     policies = (("off", off, "kill -9"), ("on", on, "kill -9"), ("on", on, "SIGTERM"))
     for rate in RATES:
         jobs = plan.preempted[rate]
-        cells = [_cell(clean, config.jobs, pick(runs, sig, jobs)) for _name, runs, sig in policies]
+        cells = [_cell(clean, config.jobs, _pick(config, runs, sig, jobs)) for _name, runs, sig in policies]
         table.rows.append([f"{rate * 100:.0f} %", f"{len(jobs)} of {config.jobs}", *(c[0] for c in cells)])
         raw.append(f"{rate * 100:.0f} %: " + "; ".join(c[1] for c in cells))
+    return table, raw
 
-    def lost(runs: list[Run], sig: str, baseline: list[float]) -> str:
-        """Busy seconds a preemption added to its job, over the median clean job of the same setting."""
-        hit = [r.busy for r in runs if r.signal == sig and not r.error]
-        if not hit or not baseline:
-            return "n/a"
-        base = percentile(baseline, 0.5)
-        values = [b - base for b in hit]
-        return f"mean {mean(values):.2f} s (min {min(values):.2f}, max {max(values):.2f}, n={len(values)})"
 
+def _method_notes(config: Config, plan: Plan, off: list[Run], on: list[Run], raw: list[str], wall: float) -> list[str]:
+    """The notes that say how the table was measured, with the clean times and lost seconds."""
+    preempted = sorted(plan.preempted[max(RATES)])
+    clean_off = [r.busy for r in off if not r.signal and not r.error]
+    clean = percentile(clean_off, 0.5) if clean_off else None
+    clean_on = [r.busy for r in on if not r.signal and not r.error]
     points = ", ".join(f"{plan.points[j] * 100:.0f} %" for j in preempted)
     clean_text = (
         f"{clean:.2f} s, p10-p90 {percentile(clean_off, 0.1):.2f}-{percentile(clean_off, 0.9):.2f} s"
@@ -538,7 +543,7 @@ async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -
         if clean_on
         else "n/a"
     )
-    table.notes += [
+    return [
         f"Real preemptions of the GPU worker of `leasehold up` (embedded stack; the supervisor restarts it): "
         f"batches of {config.jobs} identical jobs ({SIZE}, {SECONDS} s, {config.steps} steps, one at a time on "
         f"one worker), checkpoint interval {config.interval:g} s (not the 10 s default), heartbeat timeout "
@@ -555,21 +560,49 @@ async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -
         "Unpreempted jobs are run once per setting (checkpointing off, on) and count in every row and both "
         "checkpointing columns: they are the same job with the same settings.",
         "Lost busy seconds per preemption (over the median clean job of the same setting): "
-        f"restart-from-zero {lost(off, 'kill -9', clean_off)}; checkpoint + kill -9 {lost(on, 'kill -9', clean_on)}; "
-        f"checkpoint + SIGTERM {lost(on, 'SIGTERM', clean_on)}.",
+        f"restart-from-zero {_lost(off, 'kill -9', clean_off)}; checkpoint + kill -9 {_lost(on, 'kill -9', clean_on)}; "
+        f"checkpoint + SIGTERM {_lost(on, 'SIGTERM', clean_on)}.",
         "Useful / busy per cell, in column order: " + " | ".join(raw),
         f"Wall time: {wall:.0f} s for both batches ({len(off)} jobs with checkpointing off, {len(on)} on), "
         "the two stacks side by side, jobs one at a time alternating between them so the host's drifting load "
         "falls on both alike; per cell, the jobs' own wall times (submit to end) are in the line above.",
     ]
+
+
+def _source_check(off: list[Run], on: list[Run]) -> str:
+    """The note comparing the history's attempt starts with those seen while the jobs ran."""
     checks = [abs(r.start_check) for r in (*off, *on) if r.start_check is not None]
     unasked = sum(1 for r in (*off, *on) for a in r.attempts if a.end == "timed out")
-    table.notes.append(
+    return (
         f"Source check: the history's start of a finishing attempt was within {max(checks) * 1000:.0f} ms of the "
         f"start seen while it ran (n={len(checks)}); attempts that lost their lease unasked: {unasked}."
         if checks
         else "Source check: no finishing attempt was seen while it ran."
     )
+
+
+async def run(root: Path, seed: int, config: Config, dump: Path | None = None) -> Table:
+    """Goodput under real preemptions of the embedded stack's GPU worker; see the module docstring."""
+    plan = Plan.draw(config, seed)
+    off, on = _batches(plan, seed)
+    log: list[str] = []
+    try:
+        wall = await _interleaved(root, config, {"off": off, "on": on}, seed, log)
+    except Exception as exc:  # the cells say why; the rest of the bench goes on
+        log.append(f"{type(exc).__name__}: {exc}"[:300])
+        for r in (*off, *on):
+            r.error = r.error or type(exc).__name__
+        wall = float("nan")
+
+    if dump is not None:
+        runs_json = json.dumps({"off": [dataclasses.asdict(r) for r in off], "on": [dataclasses.asdict(r) for r in on]})
+        await asyncio.to_thread(dump.write_text, runs_json)
+
+    clean_off = [r.busy for r in off if not r.signal and not r.error]
+    clean = percentile(clean_off, 0.5) if clean_off else None
+    table, raw = _table(config, plan, clean, off, on)
+    table.notes += _method_notes(config, plan, off, on, raw, wall)
+    table.notes.append(_source_check(off, on))
     table.notes += [f"problem: {line}" for line in log[:5]]
     return table
 
