@@ -43,7 +43,7 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.video.generation import GENERATE_VIDEO
+from activities.video.definitions import GENERATE_VIDEO
 from bench.video_admission import FULL, Bench, Profile, User
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary
 from planning.engine import simulate

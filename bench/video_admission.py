@@ -50,7 +50,7 @@ import httpx
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.video.generation import GENERATE_VIDEO
+from activities.video.definitions import GENERATE_VIDEO
 from bench.report import percentile
 from leasehold.database import init_database
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port

@@ -10,10 +10,39 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from workflows.video.types import ProjectionResult, ProjectVideoJobInput, VideoEventInput, VideoEventResult
+from workflows.video.types import (
+    CleanupInput,
+    CleanupResult,
+    GenerateInput,
+    GenerateResult,
+    ProjectionResult,
+    ProjectVideoJobInput,
+    VideoEventInput,
+    VideoEventResult,
+)
 
+GENERATE_VIDEO = "generate_video"
+DELETE_VIDEO_OBJECTS = "delete_video_objects"
 PROJECT_VIDEO_JOB = "project_video_job"
 DELIVER_VIDEO_EVENT = "deliver_video_event"
+
+
+class VideoGenerationDefinition:
+    """Implemented by ``activities.video.generation.VideoGenerationActivities`` (GPU workers)."""
+
+    @activity.defn(name=GENERATE_VIDEO)
+    def generate_video(self, input: GenerateInput) -> GenerateResult:
+        """Run (or resume) one job on a GPU, heartbeating its progress; the video's keys."""
+        raise NotImplementedError
+
+
+class VideoHousekeepingDefinition:
+    """Implemented by ``activities.video.housekeeping.VideoHousekeepingActivities`` (orchestration worker)."""
+
+    @activity.defn(name=DELETE_VIDEO_OBJECTS)
+    def delete_video_objects(self, input: CleanupInput) -> CleanupResult:
+        """Delete every object under ``input.prefix`` except ``input.keep``."""
+        raise NotImplementedError
 
 
 class VideoProjectionDefinition:

@@ -46,6 +46,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.video.checkpoints import JobCheckpoints, attempt_prefix
+from activities.video.definitions import GENERATE_VIDEO, VideoGenerationDefinition
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.video.models import format_size, get_model
@@ -59,8 +60,6 @@ from workflows.video.types import (
 )
 
 log = logging.getLogger(__name__)
-
-GENERATE_VIDEO = "generate_video"
 
 # How long the final video and thumbnail uploads are retried while the store is unreachable.
 UPLOAD_RETRY_SECONDS = 120.0
@@ -254,7 +253,7 @@ def job_fingerprint(model: VideoModel, job: GenerationJob) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-class VideoGenerationActivities:
+class VideoGenerationActivities(VideoGenerationDefinition):
     """The generation activity with its dependencies: built once per GPU worker process."""
 
     def __init__(

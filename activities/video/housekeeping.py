@@ -6,15 +6,14 @@ import logging
 
 from temporalio import activity
 
+from activities.video.definitions import DELETE_VIDEO_OBJECTS, VideoHousekeepingDefinition
 from leasehold.storage import ObjectStore
 from workflows.video.types import CleanupInput, CleanupResult
 
 log = logging.getLogger(__name__)
 
-DELETE_VIDEO_OBJECTS = "delete_video_objects"
 
-
-class VideoHousekeepingActivities:
+class VideoHousekeepingActivities(VideoHousekeepingDefinition):
     """Object-store cleanup for video jobs; the store is injected."""
 
     def __init__(self, store: ObjectStore) -> None:

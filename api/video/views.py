@@ -39,7 +39,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.converter import DataConverter
 
-from activities.video.generation import GENERATE_VIDEO
+from activities.video.definitions import GENERATE_VIDEO
 from api.schemas.video import Video, VideoError, VideoQueue
 from api.video.memo import JobMemo
 from leasehold.records.api_keys import Principal

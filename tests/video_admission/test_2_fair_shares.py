@@ -8,7 +8,7 @@ import asyncio
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
-from activities.video.generation import GENERATE_VIDEO
+from activities.video.definitions import GENERATE_VIDEO
 from tests.video_admission.conftest import (
     FREE_CAP,
     PAID_CAP,

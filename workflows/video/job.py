@@ -43,9 +43,12 @@ from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.video.definitions import VideoProjectionDefinition, VideoWebhookDefinition
-    from activities.video.generation import VideoGenerationActivities
-    from activities.video.housekeeping import VideoHousekeepingActivities
+    from activities.video.definitions import (
+        VideoGenerationDefinition,
+        VideoHousekeepingDefinition,
+        VideoProjectionDefinition,
+        VideoWebhookDefinition,
+    )
     from workflows import search_attributes as sa
     from workflows.queues import (
         VIDEO_GENERATE_RETRY,
@@ -142,7 +145,7 @@ class VideoJobWorkflow:
         prefix = job_object_prefix(input.job_id)
         try:
             result = await workflow.execute_activity_method(
-                VideoGenerationActivities.generate_video,
+                VideoGenerationDefinition.generate_video,
                 GenerateInput(
                     job_id=input.job_id,
                     request=input.request,
@@ -230,7 +233,7 @@ class VideoJobWorkflow:
     async def _cleanup(self, input: VideoJobInput, keep: list[str]) -> None:
         cleanup = asyncio.ensure_future(
             workflow.execute_activity_method(
-                VideoHousekeepingActivities.delete_video_objects,
+                VideoHousekeepingDefinition.delete_video_objects,
                 CleanupInput(prefix=job_object_prefix(input.job_id), keep=keep),
                 task_queue=input.housekeeping_queue,
                 start_to_close_timeout=VIDEO_HOUSEKEEPING_TIMEOUT,
