@@ -84,7 +84,10 @@ def _instrument(durations: dict[str, float]) -> None:
     import importlib
 
     for label, module_name, cls_name, method in PHASES:
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue  # a phase of the other tree (the baseline's overlay, or this tree's job side)
         owner: Any = getattr(module, cls_name, None) if cls_name else module
         if owner is None or not hasattr(owner, method):
             continue

@@ -25,11 +25,12 @@ from datetime import datetime
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import DateTime, LargeBinary, String, UniqueConstraint, delete, select
+from sqlalchemy import DateTime, LargeBinary, String, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.data_dir import read_or_create_secret
 from leasehold.records.base import Base, utcnow
+from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, list_scoped
 from leasehold.settings import Settings
 
 # A value shorter than this is refused: masking "abc" in logs would reveal more than it hides.
@@ -40,8 +41,6 @@ MAX_SECRETS_PER_SCOPE = 200
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _KEY_ID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 KEY_FILE = "secrets-keys"
-# Tenant-wide secrets have this repository scope (a real value, so the unique key works).
-TENANT_SCOPE = ""
 _AAD_VERSION = b"leasehold-ci-secret-v1"
 
 
@@ -220,27 +219,12 @@ def put_secret(
 
 def list_secrets(factory: sessionmaker, tenant_id: str, repo_id: str | None = None) -> list[SecretInfo]:
     """Names and times of one scope's secrets (tenant-wide when ``repo_id`` is None)."""
-    with factory() as session:
-        rows = session.scalars(
-            select(CISecret)
-            .where(CISecret.tenant_id == tenant_id, CISecret.repo_scope == (repo_id or TENANT_SCOPE))
-            .order_by(CISecret.name)
-        ).all()
-    return [_info(r) for r in rows]
+    return [_info(r) for r in list_scoped(factory, CISecret, tenant_id, repo_id)]
 
 
 def delete_secret(factory: sessionmaker, tenant_id: str, repo_id: str | None, name: str) -> bool:
     """Remove a secret; False when there was none."""
-    name = normalize_name(name)
-    with factory.begin() as session:
-        result = session.execute(
-            delete(CISecret).where(
-                CISecret.tenant_id == tenant_id,
-                CISecret.repo_scope == (repo_id or TENANT_SCOPE),
-                CISecret.name == name,
-            )
-        )
-    return bool(getattr(result, "rowcount", 0))
+    return delete_scoped(factory, CISecret, tenant_id, repo_id, normalize_name(name))
 
 
 def fetch_secrets(

@@ -15,10 +15,11 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import DateTime, String, Text, UniqueConstraint, delete, select
+from sqlalchemy import DateTime, String, Text, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.records.base import Base, utcnow
+from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, list_scoped
 
 # GitHub's limits: a variable is at most 48 KB, a repository has at most 500 (1,000 for an
 # organisation), and a run sees at most 256 KB of them in all.
@@ -26,8 +27,6 @@ MAX_VARIABLE_BYTES = 48 * 1024
 MAX_VARIABLES_PER_SCOPE = 500
 MAX_VARIABLES_BYTES_PER_RUN = 256 * 1024
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-# Tenant-wide variables have this repository scope.
-TENANT_SCOPE = ""
 
 
 class CIVariable(Base):
@@ -119,27 +118,11 @@ def put_variable(
 
 
 def list_variables(factory: sessionmaker, tenant_id: str, repo_id: str | None) -> list[VariableInfo]:
-    scope = repo_id or TENANT_SCOPE
-    with factory() as session:
-        rows = session.scalars(
-            select(CIVariable)
-            .where(CIVariable.tenant_id == tenant_id, CIVariable.repo_scope == scope)
-            .order_by(CIVariable.name)
-        ).all()
-        return [_info(r) for r in rows]
+    return [_info(r) for r in list_scoped(factory, CIVariable, tenant_id, repo_id)]
 
 
 def delete_variable(factory: sessionmaker, tenant_id: str, repo_id: str | None, name: str) -> bool:
-    key = normalize_name(name)
-    with factory.begin() as session:
-        done = session.execute(
-            delete(CIVariable).where(
-                CIVariable.tenant_id == tenant_id,
-                CIVariable.repo_scope == (repo_id or TENANT_SCOPE),
-                CIVariable.name == key,
-            )
-        )
-        return bool(done.rowcount)  # type: ignore[attr-defined]
+    return delete_scoped(factory, CIVariable, tenant_id, repo_id, normalize_name(name))
 
 
 def variables_for(factory: sessionmaker, tenant_id: str, repo_id: str) -> dict[str, str]:

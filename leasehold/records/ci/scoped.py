@@ -1,0 +1,46 @@
+"""Rows named within a scope: one tenant's (``repo_scope`` empty) or one repository's.
+
+Secrets and configuration variables are both such rows (columns ``tenant_id``, ``repo_scope``,
+``name``), so listing and deleting them is one query, here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import sessionmaker
+
+from leasehold.records.base import Base
+
+# ``repo_scope`` of a tenant-wide row (a real value, so the unique key on the scope works).
+TENANT_SCOPE = ""
+
+Row = TypeVar("Row", bound=Base)
+
+
+def scope_of(repo_id: str | None) -> str:
+    return repo_id or TENANT_SCOPE
+
+
+def list_scoped(factory: sessionmaker, model: type[Row], tenant_id: str, repo_id: str | None) -> list[Row]:
+    """One scope's rows, by name (tenant-wide when ``repo_id`` is None)."""
+    table: Any = model
+    with factory() as session:
+        return list(
+            session.scalars(
+                select(model)
+                .where(table.tenant_id == tenant_id, table.repo_scope == scope_of(repo_id))
+                .order_by(table.name)
+            ).all()
+        )
+
+
+def delete_scoped(factory: sessionmaker, model: type[Base], tenant_id: str, repo_id: str | None, name: str) -> bool:
+    """Remove one named row of a scope; False when there was none."""
+    table: Any = model
+    with factory.begin() as session:
+        result = session.execute(
+            delete(model).where(table.tenant_id == tenant_id, table.repo_scope == scope_of(repo_id), table.name == name)
+        )
+    return bool(getattr(result, "rowcount", 0))
