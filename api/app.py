@@ -24,7 +24,7 @@ from api.principal_cache import PrincipalCache
 from api.routers import files, health, replicate
 from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets, variables
 from api.routers.video import capacity, models, videos, webhooks
-from api.video.capacity import start_capacity, stop_capacity
+from api.video.capacity_lifecycle import start_capacity, stop_capacity
 from api.video.live import LiveProgress
 from api.video.submit import start_submit, stop_submit
 from leasehold.data_dir import secure_data_dir

@@ -36,7 +36,6 @@ once, so each job of a burst is placed behind the burst's earlier submits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
@@ -44,12 +43,10 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fastapi import FastAPI
-from prometheus_client import Gauge
 from sqlalchemy.orm import sessionmaker
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -57,12 +54,20 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from activities.video.definitions import GENERATE_VIDEO, PROJECT_VIDEO_JOB
 from activities.video.projection import close_lost_job
 from api.schemas.video import CapacityFigures, VideoQueue
+from api.video.capacity_gauges import export_figures
+from api.video.capacity_observation import (
+    Observed,
+    Walk,
+    has_other_activity,
+    queue_stats,
+    walk_generating,
+    walk_undescribed,
+)
 from api.video.memo import WORKFLOW_TYPE, JobMemo
 from api.video.open_jobs import JobFacts, OpenJob, open_jobs
-from api.video.views import Estimate, JobView, PendingGeneration, pending_generation
+from api.video.views import Estimate, JobView, pending_generation
 from leasehold.gpu_classes import GpuClass
 from leasehold.records.video.capacity import completed_since, publish, published, try_lead
 from leasehold.settings import Settings
@@ -71,10 +76,8 @@ from video_policy.eta import (
     ArrivalLog,
     ArrivalStream,
     JobCosts,
-    JobShape,
     ModelSnapshot,
     QueuedJob,
-    RunningJob,
     default_shape,
     shape_of,
     snapshot_from_json,
@@ -90,8 +93,6 @@ from workflows.video.types import VideoJobState, VideoStatus
 log = logging.getLogger(__name__)
 
 RPC_TIMEOUT = timedelta(seconds=5)
-# An idle worker long-polls for up to a minute between polls the server records.
-POLLER_FRESH_SECONDS = 75.0
 # Generating jobs described concurrently per refresh, and at most this many per model (past
 # it, a generating job is planned at the step last seen: a fleet that large has samples enough).
 DESCRIBE_CONCURRENCY = 8
@@ -120,23 +121,6 @@ HEARTBEAT_GRACE_SECONDS = 2.0
 # The first admission decision of a fresh process waits this long for a first measurement.
 FIRST_REFRESH_WAIT_SECONDS = 5.0
 
-# The pool's key: the model version, or ``<model>.<class>`` in a deployment with GPU classes.
-_LABELS = ["model"]
-BACKLOG = Gauge("leasehold_video_backlog", "Generation tasks waiting for a worker (server estimate)", _LABELS)
-QUEUED = Gauge("leasehold_video_queued_jobs", "Jobs waiting for a worker (from visibility)", _LABELS)
-RUNNING = Gauge("leasehold_video_running_jobs", "Jobs generating now", _LABELS)
-OLDEST_AGE = Gauge("leasehold_video_oldest_queued_age_seconds", "Age of the oldest waiting task", _LABELS)
-DISPATCH_RATE = Gauge("leasehold_video_dispatch_rate_per_minute", "Tasks dispatched to workers per minute", _LABELS)
-ADD_RATE = Gauge("leasehold_video_add_rate_per_minute", "Tasks added to the queue per minute", _LABELS)
-COMPLETION_RATE = Gauge("leasehold_video_completions_per_minute", "Jobs completed per minute (5 min)", _LABELS)
-WORKERS_SERVING = Gauge("leasehold_video_workers_serving", "Workers serving the model now", _LABELS)
-WORKERS_POLLING = Gauge("leasehold_video_workers_polling", "Idle workers polling the model's queue", _LABELS)
-MEAN_JOB_SECONDS = Gauge("leasehold_video_mean_job_seconds", "Measured mean wall time of one job", _LABELS)
-WORKERS_NEEDED = Gauge(
-    "leasehold_video_workers_needed", "Workers that Little's law says meet the target queue wait", _LABELS
-)
-EXPECTED_WAIT = Gauge("leasehold_video_expected_wait_seconds", "Expected queue wait of a new job", ["model", "tier"])
-
 
 @dataclass
 class _Recent:
@@ -144,63 +128,6 @@ class _Recent:
     at: float
     # What the job is: until a refresh sees it, plans place it from this.
     job: QueuedJob
-
-
-@dataclass
-class _Observed:
-    """What the last refresh saw of a running job (to time its steps and its run)."""
-
-    attempt: int
-    step: int
-    sent_at: float
-    started_at: float
-    shape: JobShape
-
-
-@dataclass
-class _Walk:
-    """What one refresh saw of a pool's open jobs (``CapacityTracker._walk``)."""
-
-    queued: list[QueuedJob] = field(default_factory=list)
-    running: list[RunningJob] = field(default_factory=list)
-    # (job id, submit time, fairness key, weight) of every open job, for the fairness replay
-    arrived: list[tuple[str, float, str, float]] = field(default_factory=list)
-    starts: list[tuple[str, float]] = field(default_factory=list)
-    # Running jobs as seen now, for the next refresh to time their steps
-    seen: dict[str, _Observed] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _QueueStats:
-    """What ``DescribeTaskQueue`` told of a pool's queue."""
-
-    pollers: list[str]
-    backlog: int = 0
-    age: float = 0.0
-    add_rate: float = 0.0
-    dispatch_rate: float = 0.0
-
-
-def _walk_undescribed(walk: _Walk, row: OpenJob, previous: _Observed | None, now: float) -> None:
-    """A generating job not described (past the budget, or the describe failed): generating, as
-    its row says, at the step last seen."""
-    job = row.job
-    walk.starts.append((job.job_id, row.started_at or now))
-    walk.running.append(
-        RunningJob(
-            job_id=job.job_id,
-            tenant_id=job.tenant_id,
-            user_id=job.user_id,
-            tier=job.tier,
-            shape=job.shape,
-            step=previous.step if previous is not None else 0,
-            worker="",
-            alive=True,
-            attempt=previous.attempt if previous is not None else max(1, row.attempts_started),
-        )
-    )
-    if previous is not None:
-        walk.seen[job.job_id] = previous
 
 
 def queued_job(spec: VideoModelSpec, job_id: str, tenant_id: str, user_id: str, tier: str, memo: JobMemo) -> QueuedJob:
@@ -237,7 +164,7 @@ class CapacityTracker:
         prior = max(PRIOR_SECONDS_PER_STEP_FRAME_MEGAPIXEL, settings.video_step_pace_seconds_per_frame_megapixel)
         self.costs = {key: JobCosts(pool.spec, prior) for key, pool in self.pools.items()}
         self.snapshots: dict[str, ModelSnapshot] = {key: ModelSnapshot(model=key, taken_at=0.0) for key in self.pools}
-        self._observed: dict[str, dict[str, _Observed]] = {key: {} for key in self.pools}
+        self._observed: dict[str, dict[str, Observed]] = {key: {} for key in self.pools}
         self.arrivals = {key: ArrivalLog() for key in self.pools}
         self.shadows = {key: FairnessShadow() for key in self.pools}
         # Server time of each worker's last heartbeat: a poll older than that is from before
@@ -296,7 +223,7 @@ class CapacityTracker:
         for model, snapshot in self.load_json(data).items():
             await self._install(model, snapshot)
             if snapshot.measured:
-                self._export(model, self.figures(model))
+                export_figures(model, self.figures(model))
         self._published_at = at
         self._refreshed.set()
         return True
@@ -366,7 +293,7 @@ class CapacityTracker:
         costs = self.costs[model]
         walk = await self._walk(model, rows, described, now)
         self._note_ended(model, walk.seen)
-        stats = self._queue_stats(queue_desc, now)
+        stats = queue_stats(queue_desc, now, self._last_busy)
         busy = {r.worker for r in walk.running if r.alive and r.worker}
         serving = busy | set(stats.pollers)
         snapshot = ModelSnapshot(
@@ -391,7 +318,7 @@ class CapacityTracker:
             log.debug("fairness replay of %s: ack %.3f, waiting %s", model, shadow.ack, waiting)
         await self._install(model, snapshot)
         self._prune_recent(model, now, open_ids)
-        self._export(model, self.figures(model))
+        export_figures(model, self.figures(model))
 
     async def _pool_rows(self, model: str) -> list[OpenJob]:
         """The model's open jobs on this pool's queue."""
@@ -426,9 +353,9 @@ class CapacityTracker:
 
         return dict(await asyncio.gather(*(describe(row) for row in generating)))
 
-    async def _walk(self, model: str, rows: list[OpenJob], described: dict[str, Any], now: float) -> _Walk:
+    async def _walk(self, model: str, rows: list[OpenJob], described: dict[str, Any], now: float) -> Walk:
         """Sort the open jobs into waiting and running, timing steps on the way."""
-        walk = _Walk()
+        walk = Walk()
         observed = self._observed[model]
         # The server times an attempt out only after a full heartbeat timeout of silence, and
         # the SDK sends throttled heartbeats up to 0.8 of that apart (later on a busy host);
@@ -449,10 +376,10 @@ class CapacityTracker:
                 walk.queued.append(job)
                 continue
             if desc is None:
-                _walk_undescribed(walk, row, observed.get(job.job_id), now)
+                walk_undescribed(walk, row, observed.get(job.job_id), now)
                 continue
             pending = await pending_generation(self.client.data_converter, desc)
-            if pending is None and (row.generating or _has_other_activity(desc)):
+            if pending is None and (row.generating or has_other_activity(desc)):
                 # Generation ended: the workflow is cleaning up, or writing the outcome to the
                 # read model (its row reads ``in_progress`` until that write lands, and a retry
                 # would still show the generation pending). Planned as waiting, a finished job
@@ -460,64 +387,23 @@ class CapacityTracker:
                 walk.starts.append((job.job_id, now))  # it ran (between two refreshes if never seen running)
                 continue
             if pending is not None and pending.started:
-                self._walk_generating(walk, model, row, pending, observed.get(job.job_id), now, heartbeat_fresh)
+                walk_generating(
+                    walk,
+                    self.costs[model],
+                    self._last_busy,
+                    row,
+                    pending,
+                    observed.get(job.job_id),
+                    now,
+                    heartbeat_fresh,
+                )
                 continue
             # Waiting for a worker: its first attempt (scheduled or about to be), or the next one
             # after an attempt failed.
             walk.queued.append(job)
         return walk
 
-    def _walk_generating(
-        self,
-        walk: _Walk,
-        model: str,
-        row: OpenJob,
-        pending: PendingGeneration,
-        previous: _Observed | None,
-        now: float,
-        heartbeat_fresh: float,
-    ) -> None:
-        """A job whose generation runs: its step, worker and liveness (a sign of life within
-        ``heartbeat_fresh`` of ``now``), and the time of the steps it took since the last refresh."""
-        job = row.job
-        progress = pending.progress
-        started_at = pending.started_at or 0.0
-        walk.starts.append((job.job_id, started_at))
-        last_sign = max(started_at, pending.heartbeat_at or 0.0)
-        worker = pending.worker
-        alive = now - last_sign <= heartbeat_fresh
-        if alive and worker:
-            self._last_busy[worker] = max(self._last_busy.get(worker, 0.0), last_sign)
-        step = 0
-        if progress is not None and progress.attempt == pending.attempt:
-            step = progress.step
-        walk.running.append(
-            RunningJob(
-                job_id=job.job_id,
-                tenant_id=job.tenant_id,
-                user_id=job.user_id,
-                tier=job.tier,
-                shape=job.shape,
-                step=step,
-                worker=worker,
-                alive=alive,
-                attempt=pending.attempt,
-            )
-        )
-        sent_at = progress.sent_at if progress is not None else 0.0
-        if (
-            previous is not None
-            and previous.attempt == pending.attempt
-            and step > previous.step
-            and sent_at > previous.sent_at > 0
-        ):
-            self.costs[model].observe_step(job.shape, (sent_at - previous.sent_at) / (step - previous.step))
-        if previous is not None and previous.attempt == pending.attempt and step <= previous.step:
-            walk.seen[job.job_id] = previous  # keep the older mark: the next step times from it
-        else:
-            walk.seen[job.job_id] = _Observed(pending.attempt, step, sent_at, started_at, job.shape)
-
-    def _note_ended(self, model: str, seen: dict[str, _Observed]) -> None:
+    def _note_ended(self, model: str, seen: dict[str, Observed]) -> None:
         """Learn from the jobs running at the last refresh and gone now (they have ended)."""
         observed = self._observed[model]
         ended = [(job_id, obs) for job_id, obs in observed.items() if job_id not in seen]
@@ -527,26 +413,6 @@ class CapacityTracker:
             task = asyncio.create_task(self._observe_end(model, job_id, obs), name=f"video-ended-{job_id}")
             self._ending.add(task)
         self._observed[model] = seen
-
-    def _queue_stats(self, queue_desc: Any, now: float) -> _QueueStats:
-        """The idle pollers and the server's figures of a pool's queue (none when undescribed)."""
-        if queue_desc is None:
-            return _QueueStats(pollers=[])
-        pollers = []
-        for poller in queue_desc.pollers:
-            last = poller.last_access_time.ToDatetime(UTC).timestamp()
-            if now - last <= POLLER_FRESH_SECONDS and last >= self._last_busy.get(poller.identity, 0.0):
-                pollers.append(poller.identity)
-        if not queue_desc.HasField("stats"):
-            return _QueueStats(pollers=pollers)
-        stats = queue_desc.stats
-        return _QueueStats(
-            pollers=pollers,
-            backlog=stats.approximate_backlog_count,
-            age=stats.approximate_backlog_age.ToTimedelta().total_seconds(),
-            add_rate=stats.tasks_add_rate,
-            dispatch_rate=stats.tasks_dispatch_rate,
-        )
 
     async def _install(self, model: str, snapshot: ModelSnapshot) -> None:
         """Make ``snapshot`` current with its queue plan computed beforehand, in a thread.
@@ -647,7 +513,7 @@ class CapacityTracker:
             if learn is not None:
                 learn()
 
-    async def _observe_end(self, model: str, job_id: str, observed: _Observed) -> Callable[[], None] | None:
+    async def _observe_end(self, model: str, job_id: str, observed: Observed) -> Callable[[], None] | None:
         """A job we saw running has ended: what its result teaches of its costs (applied by
         ``_learn_ended``), or ``None``."""
         handle = self.client.get_workflow_handle(workflow_id(job_id), result_type=VideoJobState)
@@ -927,53 +793,3 @@ class CapacityTracker:
             workers_needed=math.ceil(needed - 1e-9),
             expected_wait_seconds={t: (round(w, 1) if w is not None else None) for t, w in waits.items()},
         )
-
-    def _export(self, model: str, figures: CapacityFigures) -> None:
-        # The label is the pool's key: the model, or ``<model>.<class>`` with GPU classes.
-        BACKLOG.labels(model).set(figures.backlog)
-        QUEUED.labels(model).set(figures.queued)
-        RUNNING.labels(model).set(figures.running)
-        OLDEST_AGE.labels(model).set(figures.oldest_queued_age_seconds)
-        DISPATCH_RATE.labels(model).set(figures.dispatch_rate_per_minute)
-        ADD_RATE.labels(model).set(figures.add_rate_per_minute)
-        COMPLETION_RATE.labels(model).set(figures.completion_rate_per_minute)
-        WORKERS_SERVING.labels(model).set(figures.workers_serving)
-        WORKERS_POLLING.labels(model).set(figures.workers_polling)
-        MEAN_JOB_SECONDS.labels(model).set(figures.mean_job_seconds or 0.0)
-        WORKERS_NEEDED.labels(model).set(figures.workers_needed)
-        for tier, wait in figures.expected_wait_seconds.items():
-            # No worker: the wait is unbounded (+Inf), which an autoscaler reads as "scale up".
-            EXPECTED_WAIT.labels(model, tier).set(math.inf if wait is None else wait)
-
-
-async def start_capacity(app: FastAPI) -> CapacityTracker:
-    """Create the process's tracker (``app.state.video_capacity``) and start its refreshes.
-
-    Call from the app's lifespan once ``app.state.settings`` and ``app.state.temporal`` are set;
-    a second call returns the running tracker.
-    """
-    tracker: CapacityTracker | None = getattr(app.state, "video_capacity", None)
-    if tracker is None:
-        tracker = CapacityTracker(app.state.temporal, app.state.settings, app.state.db)
-        app.state.video_capacity = tracker
-        app.state.video_capacity_task = asyncio.create_task(tracker.run(), name="video-capacity")
-    return tracker
-
-
-async def stop_capacity(app: FastAPI) -> None:
-    """Stop the refreshes ``start_capacity`` started (a no-op when none run)."""
-    task: asyncio.Task[None] | None = getattr(app.state, "video_capacity_task", None)
-    if task is None:
-        return
-    app.state.video_capacity_task = None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-def _has_other_activity(desc: Any) -> bool:
-    """Whether the workflow runs its clean-up (any activity but generation and its read-model
-    writes: a job next in line writes its first one before its generation is scheduled)."""
-    return any(
-        p.activity_type.name not in (GENERATE_VIDEO, PROJECT_VIDEO_JOB) for p in desc.raw_description.pending_activities
-    )
