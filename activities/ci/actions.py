@@ -30,7 +30,8 @@ from pathlib import Path
 
 from actions_language.action_refs import ActionRef, is_builtin, parse_uses
 from actions_language.actions import ACTION_FILES, MAX_ACTION_BYTES, parse_action
-from actions_language.parser import MAX_WORKFLOW_BYTES, WorkflowSpecError
+from actions_language.loader import MAX_WORKFLOW_BYTES
+from actions_language.schema import WorkflowSpecError
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from leasehold.clone_urls import ClonePolicy
 from leasehold.settings import Settings

@@ -12,16 +12,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
-from actions_language.parser import (
-    MAX_DIFF_FILES,
-    MAX_WORKFLOW_BYTES,
-    WorkflowSpecError,
-    has_path_filter,
-    parse_workflow,
-    paths_match,
-    pull_request_triggers,
-    push_triggers,
-)
+from actions_language.loader import MAX_WORKFLOW_BYTES
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
+from actions_language.triggers import MAX_DIFF_FILES, has_path_filter, paths_match, pull_request_triggers, push_triggers
 from activities.ci.actions import ActionResolver, ActionSource
 from activities.ci.definitions import CIListingDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest

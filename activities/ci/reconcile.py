@@ -15,7 +15,10 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from actions_language.parser import MAX_WORKFLOW_BYTES, WorkflowSpecError, parse_workflow, push_triggers
+from actions_language.loader import MAX_WORKFLOW_BYTES
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
+from actions_language.triggers import push_triggers
 from activities.ci.definitions import CIReconcileDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from clients.ci.push_input import push_input

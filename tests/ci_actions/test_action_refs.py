@@ -7,7 +7,8 @@ import pytest
 
 from actions_language.action_refs import ActionRef, ActionRefError, parse_uses
 from actions_language.actions import parse_action
-from actions_language.parser import WorkflowSpecError, parse_workflow
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
 
 
 @pytest.mark.parametrize(

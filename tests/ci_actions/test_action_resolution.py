@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actions_language.parser import WorkflowSpecError, parse_workflow
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
 from activities.ci.actions import MAX_ACTION_DEPTH, ActionResolver, ActionSource
 from activities.ci.git import GitMirror
 from leasehold.clone_urls import ClonePolicy

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from actions_language.parser import WorkflowSpecError, parse_workflow
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
 from activities.ci.job import MAX_STEP_SUMMARY_BYTES, shell_argv
 from clients.ci import start as ci_start
 from tests.ci_core.conftest import CIStack

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from actions_language.parser import WorkflowSpecError, parse_workflow
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
 from workflows.ci.expressions import ExpressionError
 from workflows.ci.matrix import (
     MatrixError,

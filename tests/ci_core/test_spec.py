@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actions_language.parser import WorkflowSpecError, parse_workflow, push_triggers
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
+from actions_language.triggers import push_triggers
 from workflows.ci.expressions import ExpressionError, StatusFunctions, evaluate_condition, interpolate
 from workflows.ci.types.spec import PushFilter
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from actions_language.parser import MAX_TIMEOUT_MINUTES, WorkflowSpecError, parse_workflow
+from actions_language.parser import parse_workflow
+from actions_language.schema import MAX_TIMEOUT_MINUTES, WorkflowSpecError
 from workflows.ci.expressions import StatusFunctions, evaluate_condition, interpolate
 from workflows.ci.types.spec import WorkflowSpec
 

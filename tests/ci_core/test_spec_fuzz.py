@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import random
 
-from actions_language.parser import WorkflowSpecError, parse_workflow
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
 
 SEED = int(os.environ.get("LEASEHOLD_FUZZ_SEED", "1312"))
 

@@ -18,14 +18,9 @@ from temporalio.testing import ActivityEnvironment
 
 from actions_language.filters import glob_match, matches_any
 from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
-from actions_language.parser import (
-    WorkflowSpecError,
-    has_path_filter,
-    parse_workflow,
-    paths_match,
-    pull_request_triggers,
-    push_triggers,
-)
+from actions_language.parser import parse_workflow
+from actions_language.schema import WorkflowSpecError
+from actions_language.triggers import has_path_filter, paths_match, pull_request_triggers, push_triggers
 from activities.ci.git import GitMirror
 from activities.ci.listing import CIListingActivities
 from leasehold.clone_urls import ClonePolicy

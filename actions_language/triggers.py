@@ -1,0 +1,271 @@
+"""Triggers: ``on.push``, ``on.pull_request`` and ``on.workflow_dispatch`` as written in a workflow
+file, and whether a push, pull request or changed-path list triggers the workflow."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from actions_language.filters import MAX_PATTERNS, check_pattern, matches_any
+from actions_language.loader import YamlList, YamlMap
+from actions_language.schema import FileContext, boolean, check_keys, finite_number, scalar_text, string_list
+from workflows.ci.types.spec import (
+    DispatchInput,
+    DispatchSpec,
+    PushFilter,
+)
+
+PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore", "paths", "paths-ignore"}
+DISPATCH_INPUT_KEYS = {"description", "required", "default", "type", "options", "deprecationMessage"}
+DISPATCH_INPUT_TYPES = ("string", "boolean", "choice", "number", "environment")
+# GitHub's cap on workflow_dispatch inputs.
+MAX_DISPATCH_INPUTS = 25
+INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def push_filter(ctx: FileContext, on: Any, line: int | None) -> PushFilter:
+    if isinstance(on, str):
+        return PushFilter(enabled=on == "push")
+    if isinstance(on, list):
+        events = string_list(ctx, on, line, "on")
+        return PushFilter(enabled="push" in events)
+    if not isinstance(on, YamlMap):
+        raise ctx.fail(line, "on", "must be an event name, a list of event names or a mapping")
+    if "push" not in on:
+        return PushFilter(enabled=False)
+    push = on["push"]
+    pline = on.key_lines.get("push")
+    if push is None:
+        return PushFilter(enabled=True)
+    if not isinstance(push, YamlMap):
+        raise ctx.fail(pline, "on.push", "must be a mapping of filters or empty")
+    check_keys(ctx, push, PUSH_KEYS, "on.push.")
+    for a, b in (("branches", "branches-ignore"), ("tags", "tags-ignore"), ("paths", "paths-ignore")):
+        if a in push and b in push:
+            raise ctx.fail(push.key_lines[b], f"on.push.{b}", f"cannot be used together with '{a}'")
+    values: dict[str, list[str] | None] = {}
+    for key in PUSH_KEYS:
+        values[key] = _patterns(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
+    return PushFilter(
+        enabled=True,
+        branches=values["branches"],
+        branches_ignore=values["branches-ignore"],
+        tags=values["tags"],
+        tags_ignore=values["tags-ignore"],
+        paths=values["paths"],
+        paths_ignore=values["paths-ignore"],
+        paths_line=_paths_line(push),
+    )
+
+
+def _patterns(ctx: FileContext, value: Any, line: int | None, key: str) -> list[str]:
+    """A filter's glob patterns (``actions_language.filters``), bounded in number and length."""
+    patterns = string_list(ctx, value, line, key)
+    if len(patterns) > MAX_PATTERNS:
+        raise ctx.fail(line, key, f"at most {MAX_PATTERNS} patterns")
+    for pattern in patterns:
+        why = check_pattern(pattern)
+        if why is not None:
+            raise ctx.fail(line, key, why)
+    return patterns
+
+
+def dispatch_spec(ctx: FileContext, on: Any) -> DispatchSpec | None:
+    """``on.workflow_dispatch`` and its inputs; ``None`` when the file cannot be run by hand."""
+    if isinstance(on, str):
+        return DispatchSpec() if on == "workflow_dispatch" else None
+    if isinstance(on, list):
+        return DispatchSpec() if "workflow_dispatch" in on else None
+    if not isinstance(on, YamlMap) or "workflow_dispatch" not in on:
+        return None
+    raw = on["workflow_dispatch"]
+    line = on.key_lines.get("workflow_dispatch")
+    if raw is None:
+        return DispatchSpec()
+    if not isinstance(raw, YamlMap):
+        raise ctx.fail(line, "on.workflow_dispatch", "must be a mapping (with 'inputs') or empty")
+    check_keys(ctx, raw, {"inputs"}, "on.workflow_dispatch.")
+    inputs_raw = raw.get("inputs")
+    iline = raw.key_lines.get("inputs")
+    if inputs_raw is None:
+        return DispatchSpec()
+    if not isinstance(inputs_raw, YamlMap):
+        raise ctx.fail(iline, "on.workflow_dispatch.inputs", "must be a mapping of input names to definitions")
+    if len(inputs_raw) > MAX_DISPATCH_INPUTS:
+        raise ctx.fail(iline, "on.workflow_dispatch.inputs", f"at most {MAX_DISPATCH_INPUTS} inputs")
+    inputs: dict[str, DispatchInput] = {}
+    for k, v in inputs_raw.items():
+        kline = inputs_raw.key_lines.get(k)
+        name = scalar_text(ctx, k, kline, "on.workflow_dispatch.inputs")
+        where = f"on.workflow_dispatch.inputs.{name}"
+        if not INPUT_NAME.match(name):
+            raise ctx.fail(kline, where, "input names start with a letter or '_' and hold letters, digits, '_', '-'")
+        if name.lower() in {n.lower() for n in inputs}:
+            raise ctx.fail(kline, where, "duplicate input name (names are case-insensitive)")
+        inputs[name] = _dispatch_input(ctx, v, kline, where)
+    return DispatchSpec(inputs=inputs)
+
+
+def _dispatch_input(ctx: FileContext, raw: Any, line: int | None, where: str) -> DispatchInput:
+    if raw is None:
+        return DispatchInput()
+    if not isinstance(raw, YamlMap):
+        raise ctx.fail(line, where, "must be a mapping (description, required, default, type, options)")
+    check_keys(ctx, raw, DISPATCH_INPUT_KEYS, f"{where}.")
+
+    def ln(key: str) -> int | None:
+        return raw.key_lines.get(key, raw.line)
+
+    kind = scalar_text(ctx, raw["type"], ln("type"), f"{where}.type") if "type" in raw else "string"
+    if kind not in DISPATCH_INPUT_TYPES:
+        raise ctx.fail(ln("type"), f"{where}.type", f"supported types: {', '.join(DISPATCH_INPUT_TYPES)}")
+    options: list[str] = []
+    if "options" in raw:
+        if kind != "choice":
+            raise ctx.fail(ln("options"), f"{where}.options", "only a 'choice' input has options")
+        if not isinstance(raw["options"], YamlList):
+            raise ctx.fail(ln("options"), f"{where}.options", "must be a list of strings")
+        options = [scalar_text(ctx, o, ln("options"), f"{where}.options") for o in raw["options"]]
+    if kind == "choice" and not options:
+        raise ctx.fail(ln("type"), f"{where}.options", "a 'choice' input needs a non-empty list of options")
+    default: str | bool | float | None = None
+    if "default" in raw and raw["default"] is not None:
+        value, dline = raw["default"], ln("default")
+        if kind == "boolean":
+            if not isinstance(value, bool):
+                raise ctx.fail(dline, f"{where}.default", "a boolean input's default must be true or false")
+            default = value
+        elif kind == "number":
+            number = finite_number(value)
+            if number is None:
+                raise ctx.fail(dline, f"{where}.default", "a number input's default must be a finite number")
+            default = number
+        else:
+            if not isinstance(value, (str, int, float)):
+                raise ctx.fail(dline, f"{where}.default", "must be a string")
+            default = scalar_text(ctx, value, dline, f"{where}.default")
+            if kind == "choice" and default not in options:
+                raise ctx.fail(dline, f"{where}.default", f"{default!r} is not one of the options")
+    return DispatchInput(
+        type=kind,
+        description=scalar_text(ctx, raw["description"], ln("description"), f"{where}.description")
+        if "description" in raw
+        else "",
+        required=boolean(ctx, raw["required"], ln("required"), f"{where}.required") if "required" in raw else False,
+        default=default,
+        options=options,
+    )
+
+
+PULL_REQUEST_KEYS = {"branches", "branches-ignore", "types", "paths", "paths-ignore"}
+PULL_REQUEST_TYPES = ("opened", "synchronize", "reopened")
+
+
+def pull_request_filter(ctx: FileContext, on: Any) -> PushFilter:
+    if isinstance(on, str):
+        return PushFilter(enabled=on == "pull_request")
+    if isinstance(on, list):
+        return PushFilter(enabled="pull_request" in on)
+    if not isinstance(on, YamlMap) or "pull_request" not in on:
+        return PushFilter(enabled=False)
+    pr = on["pull_request"]
+    line = on.key_lines.get("pull_request")
+    if pr is None:
+        return PushFilter(enabled=True)
+    if not isinstance(pr, YamlMap):
+        raise ctx.fail(line, "on.pull_request", "must be a mapping of filters or empty")
+    check_keys(ctx, pr, PULL_REQUEST_KEYS, "on.pull_request.")
+    for a, b in (("branches", "branches-ignore"), ("paths", "paths-ignore")):
+        if a in pr and b in pr:
+            raise ctx.fail(pr.key_lines[b], f"on.pull_request.{b}", f"cannot be used together with '{a}'")
+    values = {
+        k: (string_list if k == "types" else _patterns)(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}")
+        if k in pr
+        else None
+        for k in PULL_REQUEST_KEYS
+    }
+    for t in values["types"] or []:
+        if t not in PULL_REQUEST_TYPES:
+            raise ctx.fail(
+                pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
+            )
+    return PushFilter(
+        enabled=True,
+        branches=values["branches"],
+        branches_ignore=values["branches-ignore"],
+        types=values["types"],
+        paths=values["paths"],
+        paths_ignore=values["paths-ignore"],
+        paths_line=_paths_line(pr),
+    )
+
+
+def _paths_line(event: YamlMap) -> int | None:
+    """The line of an event's ``paths`` (or ``paths-ignore``) filter, for errors about it."""
+    key = "paths" if "paths" in event else "paths-ignore" if "paths-ignore" in event else None
+    return event.key_lines.get(key) if key else None
+
+
+def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool:
+    """Whether a pull request into ``base_branch`` with ``action`` triggers the workflow."""
+    if not pr.enabled or action not in (pr.types or PULL_REQUEST_TYPES):
+        return False
+    if pr.branches is not None:
+        return _matches_any(pr.branches, base_branch)
+    if pr.branches_ignore is not None:
+        return not _matches_any(pr.branches_ignore, base_branch)
+    return True
+
+
+# on.push filters ----------------------------------------------------------------------------
+
+
+def _matches_any(patterns: list[str], name: str) -> bool:
+    return matches_any(patterns, name)
+
+
+def push_triggers(push: PushFilter, ref: str) -> bool:
+    """Whether a push of ``ref`` (``refs/heads/x`` or ``refs/tags/x``) triggers the workflow."""
+    if not push.enabled:
+        return False
+    if ref.startswith("refs/heads/"):
+        name, include, ignore = ref[len("refs/heads/") :], push.branches, push.branches_ignore
+        other_defined = push.tags is not None or push.tags_ignore is not None
+    elif ref.startswith("refs/tags/"):
+        name, include, ignore = ref[len("refs/tags/") :], push.tags, push.tags_ignore
+        other_defined = push.branches is not None or push.branches_ignore is not None
+    else:
+        return False
+    if include is not None:
+        return _matches_any(include, name)
+    if ignore is not None:
+        return not _matches_any(ignore, name)
+    # Filters only for the other ref kind: this kind does not trigger.
+    return not other_defined
+
+
+# on.<event>.paths ---------------------------------------------------------------------------
+
+# GitHub compares at most this many changed files; a larger diff counts as matching any path
+# filter here (the workflow runs), so a big push never silently skips the checks it needs.
+MAX_DIFF_FILES = 300
+
+
+def has_path_filter(event: PushFilter) -> bool:
+    """Whether ``on.push`` / ``on.pull_request`` filters by changed paths."""
+    return event.paths is not None or event.paths_ignore is not None
+
+
+def paths_match(event: PushFilter, changed: list[str] | None) -> bool:
+    """Whether the changed files satisfy ``paths`` / ``paths-ignore`` (GitHub's rules).
+
+    ``paths``: some file matches (a later ``!pattern`` excludes it again); ``paths-ignore``: some
+    file is not ignored. No changed file matches neither. ``changed`` is ``None`` when the diff
+    is unknown or longer than ``MAX_DIFF_FILES``: then the filter counts as matching."""
+    if changed is None:
+        return True
+    if event.paths is not None:
+        return any(_matches_any(event.paths, name) for name in changed)
+    if event.paths_ignore is not None:
+        return any(not _matches_any(event.paths_ignore, name) for name in changed)
+    return True
