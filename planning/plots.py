@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from planning.report import Report, percentile, summarise
+from planning.results import RunResult
 
 
 class PlotsUnavailable(RuntimeError):
@@ -22,80 +24,92 @@ def draw(report: Report, directory: Path) -> list[Path]:
         raise PlotsUnavailable("matplotlib is not installed: pip install 'leasehold[plan]'") from None
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-
-    # Waits by tier: the distribution of every run kept, one panel per run.
     runs = list(report.results.items())
     if runs:
-        fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.6), squeeze=False)
-        for ax, (name, result) in zip(axes[0], runs, strict=True):
-            for tier, figures in result.tiers.items():
-                waits = sorted(figures.waits)
-                if waits:
-                    ax.plot(waits, [(i + 1) / len(waits) for i in range(len(waits))], label=tier)
-            ax.set_xscale("symlog", linthresh=1.0)
-            ax.set_title(name)
-            ax.set_xlabel("queue wait (s)")
-            ax.set_ylabel("share of jobs")
-            ax.grid(alpha=0.3)
-            ax.legend()
-        fig.tight_layout()
-        written.append(_save(fig, directory / "waits.png", plt))
-
-        # Queue, busy GPUs and the free tier's ETA over time.
-        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.8 * len(runs)), squeeze=False)
-        for ax, (name, result) in zip(axes[:, 0], runs, strict=True):
-            series = result.series
-            t = [p[0] / 60 for p in series]
-            ax.plot(t, [p[1] for p in series], label="waiting paid")
-            ax.plot(t, [p[2] for p in series], label="waiting free")
-            ax.plot(t, [p[3] for p in series], label="GPUs busy")
-            ax.plot(t, [p[4] for p in series], label="GPUs serving")
-            ax.axvspan(result.scenario.warmup_seconds / 60, result.scenario.horizon_seconds / 60, alpha=0.08)
-            ax.set_title(f"{name}: queue and fleet (shaded: measured window)")
-            ax.set_xlabel("minutes")
-            ax.grid(alpha=0.3)
-            eta = ax.twinx()
-            eta.plot(t, [p[5] if p[5] is not None else float("nan") for p in series], "k:", label="free ETA (s)")
-            eta.set_ylabel("free wait told (s)")
-            ax.legend(loc="upper left", fontsize=7)
-        fig.tight_layout()
-        written.append(_save(fig, directory / "timeline.png", plt))
-
+        written.append(_draw_waits(runs, directory, plt))
+        written.append(_draw_timeline(runs, directory, plt))
     if report.searches:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for search in report.searches:
-            runs_sorted = sorted(search.runs)
-            ax.plot(
-                [g for g, _w, _m in runs_sorted], [w or 0.0 for _g, w, _m in runs_sorted], "o-", label=search.gpu_class
-            )
-            if search.gpus is not None:
-                ax.axvline(search.gpus, ls="--", alpha=0.5)
-        ax.set_yscale("symlog", linthresh=1.0)
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel("worst tier's target-percentile wait (s)")
-        ax.set_title("fleet search")
+        written.append(_draw_fleet(report, directory, plt))
+    if report.sweep:
+        written.append(_draw_sweep(report, directory, plt))
+    return written
+
+
+def _draw_waits(runs: list[tuple[str, RunResult]], directory: Path, plt: Any) -> Path:
+    """Waits by tier: the distribution of every run kept, one panel per run."""
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 3.6), squeeze=False)
+    for ax, (name, result) in zip(axes[0], runs, strict=True):
+        for tier, figures in result.tiers.items():
+            waits = sorted(figures.waits)
+            if waits:
+                ax.plot(waits, [(i + 1) / len(waits) for i in range(len(waits))], label=tier)
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_title(name)
+        ax.set_xlabel("queue wait (s)")
+        ax.set_ylabel("share of jobs")
         ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        written.append(_save(fig, directory / "fleet.png", plt))
+    fig.tight_layout()
+    return _save(fig, directory / "waits.png", plt)
 
-    if report.sweep:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        intervals = [i for i, _r in report.sweep]
-        summaries = [summarise(r) for _i, r in report.sweep]
-        ax.plot(intervals, [s.goodput * 100 for s in summaries], "o-", label="goodput (% of held GPU time)")
-        ax.set_xscale("log")
-        ax.set_xlabel("checkpoint interval (s)")
-        ax.set_ylabel("goodput %")
-        cost = ax.twinx()
-        cost.plot(intervals, [s.cost_per_video or 0.0 for s in summaries], "s--", color="tab:red", label="$ per video")
-        cost.set_ylabel("$ per video")
-        ax.set_title("checkpoint interval: goodput and cost")
+
+def _draw_timeline(runs: list[tuple[str, RunResult]], directory: Path, plt: Any) -> Path:
+    """Queue, busy GPUs and the free tier's ETA over time."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.8 * len(runs)), squeeze=False)
+    for ax, (name, result) in zip(axes[:, 0], runs, strict=True):
+        series = result.series
+        t = [p[0] / 60 for p in series]
+        ax.plot(t, [p[1] for p in series], label="waiting paid")
+        ax.plot(t, [p[2] for p in series], label="waiting free")
+        ax.plot(t, [p[3] for p in series], label="GPUs busy")
+        ax.plot(t, [p[4] for p in series], label="GPUs serving")
+        ax.axvspan(result.scenario.warmup_seconds / 60, result.scenario.horizon_seconds / 60, alpha=0.08)
+        ax.set_title(f"{name}: queue and fleet (shaded: measured window)")
+        ax.set_xlabel("minutes")
         ax.grid(alpha=0.3)
-        fig.legend(loc="lower center", fontsize=7)
-        fig.tight_layout()
-        written.append(_save(fig, directory / "checkpoint.png", plt))
-    return written
+        eta = ax.twinx()
+        eta.plot(t, [p[5] if p[5] is not None else float("nan") for p in series], "k:", label="free ETA (s)")
+        eta.set_ylabel("free wait told (s)")
+        ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    return _save(fig, directory / "timeline.png", plt)
+
+
+def _draw_fleet(report: Report, directory: Path, plt: Any) -> Path:
+    """The fleet search: the worst tier's wait against the GPUs tried, per class."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for search in report.searches:
+        runs_sorted = sorted(search.runs)
+        ax.plot([g for g, _w, _m in runs_sorted], [w or 0.0 for _g, w, _m in runs_sorted], "o-", label=search.gpu_class)
+        if search.gpus is not None:
+            ax.axvline(search.gpus, ls="--", alpha=0.5)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("worst tier's target-percentile wait (s)")
+    ax.set_title("fleet search")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, directory / "fleet.png", plt)
+
+
+def _draw_sweep(report: Report, directory: Path, plt: Any) -> Path:
+    """The checkpoint-interval sweep: goodput and cost per video."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    intervals = [i for i, _r in report.sweep]
+    summaries = [summarise(r) for _i, r in report.sweep]
+    ax.plot(intervals, [s.goodput * 100 for s in summaries], "o-", label="goodput (% of held GPU time)")
+    ax.set_xscale("log")
+    ax.set_xlabel("checkpoint interval (s)")
+    ax.set_ylabel("goodput %")
+    cost = ax.twinx()
+    cost.plot(intervals, [s.cost_per_video or 0.0 for s in summaries], "s--", color="tab:red", label="$ per video")
+    cost.set_ylabel("$ per video")
+    ax.set_title("checkpoint interval: goodput and cost")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="lower center", fontsize=7)
+    fig.tight_layout()
+    return _save(fig, directory / "checkpoint.png", plt)
 
 
 def _save(fig: object, path: Path, plt: object) -> Path:

@@ -311,6 +311,15 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
     )
     report.lines += describe(search.result, f"the fleet of {fleet:,} GPUs")[1:]
 
+    _seed_reclaim(report, scenario, settings, gpu_class, fleet, progress)
+    _seed_cost(report, scenario, settings, search.result, fleet, q, progress)
+    _seed_checkpoints(report, scenario, settings, gpu_class, fleet, search.result, progress)
+    return report
+
+
+def _seed_reclaim(
+    report: Report, scenario: Scenario, settings: Settings, gpu_class: str, fleet: int, progress: Callable[[str], None]
+) -> None:
     # 2. A third of the preemptible GPUs reclaimed in ten minutes.
     progress("2. reclaim ...")
     start = scenario.warmup_seconds + 300.0
@@ -332,13 +341,23 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
     )
     report.lines += describe(reclaim, "the 20 minutes from the reclaim's start")[1:]
 
+
+def _seed_cost(
+    report: Report,
+    scenario: Scenario,
+    settings: Settings,
+    fleet_result: RunResult,
+    fleet: int,
+    q: float,
+    progress: Callable[[str], None],
+) -> None:
     # 3. Cost per video at 70 % spot (and all reserved, for comparison).
     progress("3. cost ...")
     report.lines.append("## 3. Cost per video")
     given_share = _spot_share(scenario)
     for share in (given_share, 0.0):
         if share == given_share:
-            result = search.result  # the fleet's own run (plotted as "fleet")
+            result = fleet_result  # the fleet's own run (plotted as "fleet")
         else:
             data = scenario.model_dump()
             spot: dict[str, Any] = next((p for p in data["pools"] if p["purchase"] == "preemptible"), {})
@@ -354,6 +373,16 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
             f"{_s(max((w[1] or 0.0) for w in s.waits.values()))}"
         )
 
+
+def _seed_checkpoints(
+    report: Report,
+    scenario: Scenario,
+    settings: Settings,
+    gpu_class: str,
+    fleet: int,
+    fleet_result: RunResult,
+    progress: Callable[[str], None],
+) -> None:
     # 4. The checkpoint interval.
     progress("4. checkpoint interval ...")
     report.lines.append("## 4. Checkpoint interval (2 s per checkpoint write, 5 s per resume)")
@@ -362,8 +391,8 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
     )
     fleet_scenario = scaled(scenario, gpu_class, fleet)
     for interval in CHECKPOINT_SWEEP_SECONDS:
-        if interval == search.result.checkpoint_interval:
-            result = search.result
+        if interval == fleet_result.checkpoint_interval:
+            result = fleet_result
         else:
             result = simulate(fleet_scenario, settings, checkpoint_interval=interval)
         report.sweep.append((interval, result))
@@ -377,4 +406,3 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
         "(GPUs busy: what Little's law sizes the fleet for at that interval; $/video busy: the GPU time a video "
         "keeps busy, at the fleet's blended price)"
     )
-    return report
