@@ -353,13 +353,32 @@ def _next_attempt(api: Api, run: str, job: str, after: int) -> int | None:
     raise CliFailure(f"no new attempt of {job} after {NEXT_ATTEMPT_WAIT_SECONDS:.0f}s", Exit.UNREACHABLE)
 
 
+def _combinations(api: Api, run: str, job: str) -> list[tuple[str, str]]:
+    """(id, name) of each combination when ``job`` is a matrix job, else nothing."""
+    found = api.call("GET", f"/v1/runs/{run}/jobs/{job}")
+    if not found.get("combinations"):
+        return []
+    names = {j.get("id"): str(j.get("name", "")) for j in api.call("GET", f"/v1/runs/{run}").get("jobs", [])}
+    return [(str(c), names.get(c, str(c))) for c in found["combinations"]]
+
+
 @command
 def cmd_logs(args: argparse.Namespace) -> int:
     api = api_from(args)
     out = _LogOut(args.json)
-    if not args.follow:
-        return _page_logs(api, args, out)
-    return follow_logs(api, args.run, args.job, args.attempt, out, args.reconnect_for)
+    combinations = _combinations(api, args.run, args.job)
+    if combinations and args.follow:
+        listed = ", ".join(f"{cid} ({name})" for cid, name in combinations)
+        raise CliFailure(f"{args.job} is a matrix job; follow one of its combinations: {listed}", Exit.USAGE)
+    if not combinations:
+        if not args.follow:
+            return _page_logs(api, args, out)
+        return follow_logs(api, args.run, args.job, args.attempt, out, args.reconnect_for)
+    # A matrix job has no log of its own: each combination's, in order, under its name.
+    for cid, name in combinations:
+        note(f"== {name} ({cid})")
+        _page_logs(api, argparse.Namespace(**{**vars(args), "job": cid}), out)
+    return int(Exit.OK)
 
 
 def add_commands(sub: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
@@ -238,6 +238,11 @@ class JobOut(BaseModel):
     # Why it has not started: only on jobs not started yet, and only where the answer read
     # what they wait for (``GET /v1/runs/{id}`` and ``GET /v1/runs/{id}/jobs/{job}``).
     queue: JobQueueOut | None = None
+    # A matrix job runs as its combinations (their job ids, in order; it has no log of its
+    # own); a combination names its matrix job and carries its values.
+    combinations: list[str] = Field(default_factory=list)
+    matrix_of: str | None = None
+    matrix: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def from_state(cls, job: JobState, queue: JobQueueOut | None = None) -> JobOut:
