@@ -203,7 +203,7 @@ def _shell(ctx: FileContext, value: Any, line: int | None, key: str) -> str:
             key,
             f"unsupported shell {text!r} (supported: bash, sh, python, or a custom 'command [options] {{0}}')",
         )
-    # Kept as written: quoted arguments are split when the step runs (``job.split_arguments``).
+    # Kept as written: quoted arguments are split when the step runs (``actions_language.shells.split_arguments``).
     return text
 
 

@@ -38,7 +38,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from actions_language.commands import WorkflowCommands
+from actions_language.environment_files import MAX_PATH_ENTRIES, read_output_file, read_path_file
 from actions_language.masking import ADD_MASK, StreamMasker
+from actions_language.shells import shell_argv
 from activities.ci.action_steps import ActionRunner, SandboxRun
 from activities.ci.actions import ActionSource
 from activities.ci.cache import CacheError, CICache, read_scopes, ref_scope, workspace_paths
@@ -143,100 +145,8 @@ class _Stop:
         self.message: str | None = None
 
 
-def shell_argv(shell: str, script: str) -> list[str]:
-    """The command a step's ``shell`` runs its script with, as GitHub spells each shell."""
-    if shell == "bash":
-        return ["bash", "--noprofile", "--norc", "-eo", "pipefail", script]
-    if shell == "sh":
-        return ["sh", "-e", script]
-    if shell == "python":
-        return ["python3", script]
-    # A custom 'command [options] {0}' (validated by the parser): the first word is the
-    # command, the rest its arguments with {0} replaced, split as GitHub's runner splits them.
-    command, _, rest = shell.partition(" ")
-    return [command, *split_arguments(rest.replace("{0}", script))]
-
-
-def split_arguments(text: str) -> list[str]:
-    """An argument string split as the .NET runtime splits one for a new process (GitHub's
-    runner passes a custom shell's arguments that way): whitespace separates arguments outside
-    double quotes; ``\\"`` is a literal quote, ``""`` inside quotes one quote; 2n backslashes
-    before a quote are n backslashes (and the quote opens or closes), other backslashes are
-    literal; single quotes are ordinary characters."""
-    args: list[str] = []
-    current: list[str] = []
-    in_arg = quoted = False
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            run = len(text[i:]) - len(text[i:].lstrip("\\"))
-            if i + run < len(text) and text[i + run] == '"':
-                current.append("\\" * (run // 2))
-                if run % 2:
-                    current.append('"')
-                    i += run + 1
-                else:
-                    i += run
-            else:
-                current.append("\\" * run)
-                i += run
-            in_arg = True
-            continue
-        if c == '"':
-            if quoted and text.startswith('""', i):
-                current.append('"')
-                i += 2
-                continue
-            quoted = not quoted
-            in_arg = True
-        elif c in " \t" and not quoted:
-            if in_arg:
-                args.append("".join(current))
-                current, in_arg = [], False
-        else:
-            current.append(c)
-            in_arg = True
-        i += 1
-    if in_arg:
-        args.append("".join(current))
-    return args
-
-
-# At most this many directories a job may add to PATH through $GITHUB_PATH.
-MAX_PATH_ENTRIES = 64
-
-
 def _step_file_text(files: StepFiles, name: str) -> str:
     return files.read(name, MAX_OUTPUT_FILE_BYTES).decode(errors="replace")
-
-
-def _read_path_file(text: str) -> list[str]:
-    """Directories a step appended to ``$GITHUB_PATH``, one per line, in order."""
-    entries = [line.strip() for line in text.splitlines()]
-    return [e for e in entries if e and "\0" not in e][:MAX_PATH_ENTRIES]
-
-
-def _read_output_file(text: str) -> dict[str, str]:
-    """``name=value`` and ``name<<DELIM`` blocks (``$GITHUB_OUTPUT``, ``$GITHUB_ENV``)."""
-    values: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
-            name, delim = line.split("<<", 1)
-            body: list[str] = []
-            while i < len(lines) and lines[i] != delim:
-                body.append(lines[i])
-                i += 1
-            i += 1
-            values[name.strip()] = "\n".join(body)
-        elif "=" in line:
-            name, value = line.split("=", 1)
-            values[name.strip()] = value
-    return values
 
 
 def _shown_name(name: str) -> str:
@@ -1090,17 +1000,17 @@ class _Attempt:
         for note in proc.finish():
             self.log.line(f"[leasehold] {label}: {note}")
         self._keep_summary(label, files)
-        state = _read_output_file(_step_file_text(files, "state"))
+        state = read_output_file(_step_file_text(files, "state"))
         # ``::save-state`` lines printed during this process join its $GITHUB_STATE file.
         state.update(self.commands.state.pop(self.commands.step, {}))
         run = SandboxRun(
             outcome=StepStatus.SUCCESS,
             exit_code=code,
-            outputs=_read_output_file(_step_file_text(files, "output")),
-            env=_read_output_file(_step_file_text(files, "env")),
+            outputs=read_output_file(_step_file_text(files, "output")),
+            env=read_output_file(_step_file_text(files, "env")),
             state=state,
         )
-        added = _read_path_file(_step_file_text(files, "path"))
+        added = read_path_file(_step_file_text(files, "path"))
         self.path_entries = [*self.path_entries, *added][-MAX_PATH_ENTRIES:]
         if stop.reason == AttemptStatus.CANCELLED:
             self.log.line("[leasehold] step cancelled")

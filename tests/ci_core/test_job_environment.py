@@ -22,7 +22,8 @@ import pytest
 
 from actions_language.parser import parse_workflow
 from actions_language.schema import WorkflowSpecError
-from activities.ci.job import MAX_STEP_SUMMARY_BYTES, shell_argv
+from actions_language.shells import shell_argv
+from activities.ci.job import MAX_STEP_SUMMARY_BYTES
 from clients.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from workflows.ci.event import (
