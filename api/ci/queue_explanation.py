@@ -266,95 +266,130 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
     )
 
     if job.status == JobStatus.WAITING:
-        if run_waits_for_group(state):
-            assert state.concurrency_group is not None
-            out.concurrency_group = state.concurrency_group
-            message = _group_message(
-                facts.groups.get(state.concurrency_group, UNAVAILABLE), state.concurrency_group, "the run"
-            )
-            blockers.append(QueueBlockerOut(reason=QueueReason.CONCURRENCY_GROUP, message=message))
-        unfinished = [n for n in job.needs if (need := state.job(n)) is None or need.status not in JOB_FINAL_STATUSES]
-        out.needs = unfinished
-        if unfinished:
-            named = ", ".join(f"{n} ({_status_of(state, n)})" for n in unfinished[:MAX_NAMED])
-            more = f" and {len(unfinished) - MAX_NAMED} more" if len(unfinished) > MAX_NAMED else ""
-            blockers.append(QueueBlockerOut(reason=QueueReason.NEEDS, message=f"waiting for {named}{more}"))
-        elif job.matrix_of and not blockers:
-            blockers.append(
-                QueueBlockerOut(
-                    reason=QueueReason.MAX_PARALLEL,
-                    message=f"waiting for other combinations of {job.matrix_of} to finish (max-parallel)",
-                )
-            )
-        elif not blockers:
-            blockers.append(QueueBlockerOut(reason=QueueReason.STARTING, message="ready; the run is queueing it"))
+        blockers += _waiting_blockers(state, job, facts, out)
     elif job.status == JobStatus.AWAITING_APPROVAL:
-        env = job.environment or "its environment"
+        blockers += _approval_blockers(job)
+    else:
+        blockers += _queued_blockers(state, job, facts, out, holder, key, slot_key)
+    blockers += _worker_blockers(job, facts, out, blockers)
+
+    if not blockers:
+        unknown = "the engine did not answer in time; ask again in a moment"
+        blockers.append(QueueBlockerOut(reason=QueueReason.UNKNOWN, message=unknown))
+    out.waiting_for = blockers
+    out.reason, out.message = blockers[0].reason, blockers[0].message
+    return out
+
+
+def _waiting_blockers(state: CIRunState, job: JobState, facts: Facts, out: JobQueueOut) -> list[QueueBlockerOut]:
+    """What a job waiting inside its run waits for: the run's group, its needs, or its matrix."""
+    blockers: list[QueueBlockerOut] = []
+    if run_waits_for_group(state):
+        assert state.concurrency_group is not None
+        out.concurrency_group = state.concurrency_group
+        message = _group_message(
+            facts.groups.get(state.concurrency_group, UNAVAILABLE), state.concurrency_group, "the run"
+        )
+        blockers.append(QueueBlockerOut(reason=QueueReason.CONCURRENCY_GROUP, message=message))
+    unfinished = [n for n in job.needs if (need := state.job(n)) is None or need.status not in JOB_FINAL_STATUSES]
+    out.needs = unfinished
+    if unfinished:
+        named = ", ".join(f"{n} ({_status_of(state, n)})" for n in unfinished[:MAX_NAMED])
+        more = f" and {len(unfinished) - MAX_NAMED} more" if len(unfinished) > MAX_NAMED else ""
+        blockers.append(QueueBlockerOut(reason=QueueReason.NEEDS, message=f"waiting for {named}{more}"))
+    elif job.matrix_of and not blockers:
         blockers.append(
             QueueBlockerOut(
-                reason=QueueReason.APPROVAL,
-                message=f"waiting for an approval to deploy to {env!r} (POST .../approve or .../reject)",
+                reason=QueueReason.MAX_PARALLEL,
+                message=f"waiting for other combinations of {job.matrix_of} to finish (max-parallel)",
             )
         )
-    else:
-        in_group_queue = False
-        # Let in by its group (or it has none): what it asks for next is a slot.
-        admitted = not job.concurrency_group
-        if job.concurrency_group:
-            group = facts.groups.get(job.concurrency_group, UNAVAILABLE)
-            admitted = isinstance(group, GroupState) and _same(group.running, holder, key)
-            if isinstance(group, GroupState) and _same(group.pending, holder, key):
-                in_group_queue = True
-                blockers.append(
-                    QueueBlockerOut(
-                        reason=QueueReason.CONCURRENCY_GROUP,
-                        message=_group_message(group, job.concurrency_group, "this job"),
-                    )
-                )
-        sem = facts.semaphore
-        if job.run_slot_wait:
-            # Its run holds or has asked for as many slots as the cap leaves it: the job takes the
-            # next slot a job of the run gives back, after the run's requests still waiting in the
-            # tenant's queue (and every job ahead of those) and the run's jobs queued before it.
-            ahead = _run_queue_place(state, job)
-            in_use = ""
-            if isinstance(sem, SemaphoreState):
-                out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
-                in_use = f" ({len(sem.holders)} of {sem.limit} slots in use)"
-                mine = [i for i, r in enumerate(sem.pending) if r.holder == holder]
-                ahead += mine[-1] + 1 if mine else 0
-            out.position, out.ahead = ahead + 1, ahead
-            where = "next in line" if ahead == 0 else f"{ahead} of your jobs ahead of it"
-            message = f"waiting for a slot of your tenant's cap{in_use}: the next one its run gives back; {where}"
-            blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=message))
-        elif isinstance(sem, SemaphoreState):
-            out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
-            place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == slot_key), None)
-            if place is not None:
-                out.position, out.ahead = place + 1, place
-                blockers.append(
-                    QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place, holder))
-                )
-            elif not in_group_queue and not any(h.holder == holder and h.key == slot_key for h in sem.holders):
-                # Neither waiting nor holding: its request (or its grant) is in flight right now,
-                # to its concurrency group first when it has one that has not let it in yet.
-                in_use = f"{len(sem.holders)} of {sem.limit} slots of your tenant in use"
-                asking = (
-                    f"asking for a slot ({in_use})"
-                    if admitted
-                    else f"asking for its place in concurrency group {job.concurrency_group!r} ({in_use})"
-                )
-                blockers.append(QueueBlockerOut(reason=QueueReason.STARTING, message=asking))
-            elif in_group_queue and len(sem.holders) >= sem.limit:
-                # It asks for a slot once its group lets it in; the cap is full meanwhile.
-                blockers.append(
-                    QueueBlockerOut(
-                        reason=QueueReason.TENANT_CAP,
-                        message=f"then a slot: {len(sem.holders)} of {sem.limit} slots of your tenant in use",
-                    )
-                )
+    elif not blockers:
+        blockers.append(QueueBlockerOut(reason=QueueReason.STARTING, message="ready; the run is queueing it"))
+    return blockers
 
-    # Where it will run, for every job not started (a queued one waits for it last).
+
+def _approval_blockers(job: JobState) -> list[QueueBlockerOut]:
+    """A job held for a deployment's approval."""
+    blockers: list[QueueBlockerOut] = []
+    env = job.environment or "its environment"
+    blockers.append(
+        QueueBlockerOut(
+            reason=QueueReason.APPROVAL,
+            message=f"waiting for an approval to deploy to {env!r} (POST .../approve or .../reject)",
+        )
+    )
+    return blockers
+
+
+def _queued_blockers(
+    state: CIRunState, job: JobState, facts: Facts, out: JobQueueOut, holder: str, key: str, slot_key: str
+) -> list[QueueBlockerOut]:
+    """What a job the run has queued waits for: its concurrency group, then a slot of the cap."""
+    blockers: list[QueueBlockerOut] = []
+    in_group_queue = False
+    # Let in by its group (or it has none): what it asks for next is a slot.
+    admitted = not job.concurrency_group
+    if job.concurrency_group:
+        group = facts.groups.get(job.concurrency_group, UNAVAILABLE)
+        admitted = isinstance(group, GroupState) and _same(group.running, holder, key)
+        if isinstance(group, GroupState) and _same(group.pending, holder, key):
+            in_group_queue = True
+            blockers.append(
+                QueueBlockerOut(
+                    reason=QueueReason.CONCURRENCY_GROUP,
+                    message=_group_message(group, job.concurrency_group, "this job"),
+                )
+            )
+    sem = facts.semaphore
+    if job.run_slot_wait:
+        # Its run holds or has asked for as many slots as the cap leaves it: the job takes the
+        # next slot a job of the run gives back, after the run's requests still waiting in the
+        # tenant's queue (and every job ahead of those) and the run's jobs queued before it.
+        ahead = _run_queue_place(state, job)
+        in_use = ""
+        if isinstance(sem, SemaphoreState):
+            out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
+            in_use = f" ({len(sem.holders)} of {sem.limit} slots in use)"
+            mine = [i for i, r in enumerate(sem.pending) if r.holder == holder]
+            ahead += mine[-1] + 1 if mine else 0
+        out.position, out.ahead = ahead + 1, ahead
+        where = "next in line" if ahead == 0 else f"{ahead} of your jobs ahead of it"
+        message = f"waiting for a slot of your tenant's cap{in_use}: the next one its run gives back; {where}"
+        blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=message))
+    elif isinstance(sem, SemaphoreState):
+        out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
+        place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == slot_key), None)
+        if place is not None:
+            out.position, out.ahead = place + 1, place
+            blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place, holder)))
+        elif not in_group_queue and not any(h.holder == holder and h.key == slot_key for h in sem.holders):
+            # Neither waiting nor holding: its request (or its grant) is in flight right now,
+            # to its concurrency group first when it has one that has not let it in yet.
+            in_use = f"{len(sem.holders)} of {sem.limit} slots of your tenant in use"
+            asking = (
+                f"asking for a slot ({in_use})"
+                if admitted
+                else f"asking for its place in concurrency group {job.concurrency_group!r} ({in_use})"
+            )
+            blockers.append(QueueBlockerOut(reason=QueueReason.STARTING, message=asking))
+        elif in_group_queue and len(sem.holders) >= sem.limit:
+            # It asks for a slot once its group lets it in; the cap is full meanwhile.
+            blockers.append(
+                QueueBlockerOut(
+                    reason=QueueReason.TENANT_CAP,
+                    message=f"then a slot: {len(sem.holders)} of {sem.limit} slots of your tenant in use",
+                )
+            )
+    return blockers
+
+
+def _worker_blockers(
+    job: JobState, facts: Facts, out: JobQueueOut, before: list[QueueBlockerOut]
+) -> list[QueueBlockerOut]:
+    """Where it will run, for every job not started (a queued one waits for a worker last, when
+    nothing in ``before`` holds it)."""
+    blockers: list[QueueBlockerOut] = []
     if concrete(job.runs_on):
         labels = label_set(job.runs_on)
         served = facts.served.get(labels, UNAVAILABLE)
@@ -368,20 +403,14 @@ def explain_job(state: CIRunState, job: JobState, facts: Facts, checked_at: date
                     message=f"no worker serves runs-on [{', '.join(labels)}]; label sets served: {offered}",
                 )
             )
-        elif job.status == JobStatus.QUEUED and not blockers and served is True:
+        elif job.status == JobStatus.QUEUED and not before and served is True:
             blockers.append(
                 QueueBlockerOut(
                     reason=QueueReason.WORKER,
                     message=f"waiting for a free worker serving [{', '.join(labels)}]",
                 )
             )
-
-    if not blockers:
-        unknown = "the engine did not answer in time; ask again in a moment"
-        blockers.append(QueueBlockerOut(reason=QueueReason.UNKNOWN, message=unknown))
-    out.waiting_for = blockers
-    out.reason, out.message = blockers[0].reason, blockers[0].message
-    return out
+    return blockers
 
 
 def _group_message(group: GroupState | Unavailable | None, name: str, who: str) -> str:
