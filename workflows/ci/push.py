@@ -26,8 +26,10 @@ with workflow.unsafe.imports_passed_through():
         CIPushInput,
         CIPushState,
         ListWorkflowsInput,
+        ListWorkflowsResult,
         PushStatus,
         RunRef,
+        WorkflowFile,
     )
     from workflows.ci.types.run import CIRunInput, RunStatus
     from workflows.queues import (
@@ -113,42 +115,46 @@ class CIPushWorkflow:
             if not file.triggered:
                 self._state.not_triggered.append(file.path)
                 continue
-            rid = run_id(inp.push.repo_id, inp.push.commit_sha, file.path, inp.push.event, inp.push.dispatch_key)
-            wid = run_workflow_id(rid)
-            created = True
-            try:
-                await workflow.start_child_workflow(
-                    CIRunWorkflow.run,
-                    CIRunInput(
-                        push=inp.push,
-                        run_id=rid,
-                        workflow_path=file.path,
-                        created_at=workflow.now(),
-                        spec=file.spec,
-                        spec_error=file.error,
-                        push_id=self._state.push_id,
-                        environments=listing.environments,
-                        run_number=listing.run_numbers.get(file.path),
-                    ),
-                    id=wid,
-                    task_queue=orchestration_queue(inp.push.queue_prefix),
-                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                    search_attributes=TypedSearchAttributes(
-                        [
-                            SearchAttributePair(sa.TENANT_ID, inp.push.tenant_id),
-                            SearchAttributePair(sa.REPO_ID, inp.push.repo_id),
-                            SearchAttributePair(sa.COMMIT_SHA, inp.push.commit_sha),
-                            SearchAttributePair(sa.RUN_STATE, RunStatus.QUEUED.value),
-                        ]
-                    ),
-                )
-            except WorkflowAlreadyStartedError:
-                created = False
-            self._state.runs.append(RunRef(run_id=rid, workflow_id=wid, workflow_path=file.path, created=created))
+            await self._start_run(inp, listing, file)
         self._state.status = PushStatus.DONE
         await self._close_snapshots()
         return self._state
+
+    async def _start_run(self, inp: CIPushInput, listing: ListWorkflowsResult, file: WorkflowFile) -> None:
+        """Start the run of one triggered workflow file (once: a redelivered push finds it started)."""
+        rid = run_id(inp.push.repo_id, inp.push.commit_sha, file.path, inp.push.event, inp.push.dispatch_key)
+        wid = run_workflow_id(rid)
+        created = True
+        try:
+            await workflow.start_child_workflow(
+                CIRunWorkflow.run,
+                CIRunInput(
+                    push=inp.push,
+                    run_id=rid,
+                    workflow_path=file.path,
+                    created_at=workflow.now(),
+                    spec=file.spec,
+                    spec_error=file.error,
+                    push_id=self._state.push_id,
+                    environments=listing.environments,
+                    run_number=listing.run_numbers.get(file.path),
+                ),
+                id=wid,
+                task_queue=orchestration_queue(inp.push.queue_prefix),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.TENANT_ID, inp.push.tenant_id),
+                        SearchAttributePair(sa.REPO_ID, inp.push.repo_id),
+                        SearchAttributePair(sa.COMMIT_SHA, inp.push.commit_sha),
+                        SearchAttributePair(sa.RUN_STATE, RunStatus.QUEUED.value),
+                    ]
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            created = False
+        self._state.runs.append(RunRef(run_id=rid, workflow_id=wid, workflow_path=file.path, created=created))
 
     async def _write_snapshot(self, version: int) -> None:
         push = self._inp.push

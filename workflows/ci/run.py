@@ -229,6 +229,46 @@ def _display_title(inp: CIRunInput, run_name: str | None) -> str:
         return ""
 
 
+def _initial_state(inp: CIRunInput) -> CIRunState:
+    """The run's state at its start: every job of the file pending."""
+    spec = inp.spec
+    pr = inp.push.pull_request
+    from_fork = pr is not None and pr.from_fork
+    return CIRunState(
+        run_id=inp.run_id,
+        tenant_id=inp.push.tenant_id,
+        repo_id=inp.push.repo_id,
+        repo_full_name=inp.push.repo_full_name,
+        commit_sha=inp.push.commit_sha,
+        ref=inp.push.ref,
+        workflow_path=inp.workflow_path,
+        workflow_name=spec.name if spec else inp.workflow_path,
+        created_at=inp.created_at,
+        event=inp.push.event,
+        pull_request=pr,
+        secrets_allowed=not from_fork,
+        isolation=inp.push.isolation,
+        display_title=_display_title(inp, spec.run_name if spec else None),
+        notice=(
+            f"pull request #{pr.number} comes from a fork ({pr.head_repo}): its jobs run without secrets"
+            if pr is not None and from_fork
+            else None
+        ),
+        jobs=[
+            JobState(
+                job_id=j.id,
+                name=j.name,
+                needs=list(j.needs),
+                runs_on=list(j.runs_on),
+                idempotency_key=idempotency_key(inp.run_id, j.id),
+                environment=j.environment,
+                secret_names=list(j.secrets),
+            )
+            for j in (spec.jobs if spec else [])
+        ],
+    )
+
+
 # Pinned (the orchestration worker's default): a run finishes on the build that started it,
 # and stays open for its retry window, so that build's workers drain that long
 # (docs/versioning.md).
@@ -241,41 +281,7 @@ class CIRunWorkflow:
         self._inp = inp
         spec = inp.spec
         self._jobs: dict[str, JobSpec] = {j.id: j for j in spec.jobs} if spec else {}
-        pr = inp.push.pull_request
-        from_fork = pr is not None and pr.from_fork
-        self._state = CIRunState(
-            run_id=inp.run_id,
-            tenant_id=inp.push.tenant_id,
-            repo_id=inp.push.repo_id,
-            repo_full_name=inp.push.repo_full_name,
-            commit_sha=inp.push.commit_sha,
-            ref=inp.push.ref,
-            workflow_path=inp.workflow_path,
-            workflow_name=spec.name if spec else inp.workflow_path,
-            created_at=inp.created_at,
-            event=inp.push.event,
-            pull_request=pr,
-            secrets_allowed=not from_fork,
-            isolation=inp.push.isolation,
-            display_title=_display_title(inp, spec.run_name if spec else None),
-            notice=(
-                f"pull request #{pr.number} comes from a fork ({pr.head_repo}): its jobs run without secrets"
-                if pr is not None and from_fork
-                else None
-            ),
-            jobs=[
-                JobState(
-                    job_id=j.id,
-                    name=j.name,
-                    needs=list(j.needs),
-                    runs_on=list(j.runs_on),
-                    idempotency_key=idempotency_key(inp.run_id, j.id),
-                    environment=j.environment,
-                    secret_names=list(j.secrets),
-                )
-                for j in (spec.jobs if spec else [])
-            ],
-        )
+        self._state = _initial_state(inp)
         self._handles: dict[str, workflow.ActivityHandle[JobResult]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Jobs whose running activity was asked to cancel (their attempts must not start).
