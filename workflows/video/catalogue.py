@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,9 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 _REQUIRED = ("family", "sizes", "default_size", "min_seconds", "max_seconds", "default_seconds", "fps", "default_steps")
 
+# Builds the error of one field of the entry being read (its message names the entry).
+_Fail = Callable[[str, str], CatalogueError]
+
 
 def load_catalogue(path: Path | None) -> dict[str, VideoModelSpec]:
     """The catalogue in ``path``; the embedded default (``procedural-v1``) when ``None``."""
@@ -122,18 +126,7 @@ def _entry(where: str, name: str, table: Any, base: Path) -> VideoModelSpec:
         raise CatalogueError(f"{here}: the name must be 1-64 letters, digits, '.', '_' or '-'")
     if not isinstance(table, dict):
         raise CatalogueError(f"{here}: must be a table")
-    for field, value in table.items():
-        expected = _FIELDS.get(field)
-        if expected is None:
-            raise fail(field, f"unknown field (known: {', '.join(sorted(_FIELDS))})")
-        # bool is an int in Python; a flag is never a number here, nor the other way round.
-        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
-            raise fail(field, f"expected {_type_name(expected)}, got {type(value).__name__}")
-        if isinstance(value, str) and len(value) > _MAX_FIELD_CHARS:
-            raise fail(field, f"longer than {_MAX_FIELD_CHARS} characters")
-    for field in _REQUIRED:
-        if field not in table:
-            raise fail(field, "required")
+    _check_fields(table, fail)
 
     family = table["family"]
     if family not in FAMILIES:
@@ -141,18 +134,7 @@ def _entry(where: str, name: str, table: Any, base: Path) -> VideoModelSpec:
     if family == "procedural" and name != PROCEDURAL_V1.name:
         raise fail("family", f"the procedural stand-in is served only as {PROCEDURAL_V1.name!r}")
 
-    weights, hub_id = table.get("weights"), table.get("hub_id")
-    if family == "procedural":
-        if weights is not None or hub_id is not None:
-            raise fail("weights", "the procedural stand-in has no weights")
-    elif (weights is None) == (hub_id is None):
-        raise fail("weights", "give exactly one of weights (a local folder) or hub_id")
-    if weights is not None:
-        folder = Path(weights).expanduser()
-        folder = (folder if folder.is_absolute() else base / folder).resolve()
-        weights = str(folder)
-    if hub_id is not None and not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", hub_id):
-        raise fail("hub_id", "expected owner/name")
+    weights, hub_id = _weights(family, table, base, fail)
 
     dtype = table.get("dtype", "float32")
     if dtype not in DTYPES:
@@ -161,43 +143,12 @@ def _entry(where: str, name: str, table: Any, base: Path) -> VideoModelSpec:
     if scheduler not in SCHEDULERS:
         raise fail("scheduler", f"{scheduler!r} is not one of {', '.join(SCHEDULERS)}")
 
-    sizes = table["sizes"]
-    if not sizes or not all(isinstance(s, str) for s in sizes):
-        raise fail("sizes", "expected a non-empty list of WIDTHxHEIGHT strings")
-    multiple = SIZE_MULTIPLE[family]
-    for size in sizes:
-        try:
-            width, height = parse_size(size)
-        except ValueError as exc:
-            raise fail("sizes", str(exc)) from None
-        if not (0 < width <= _MAX_SIDE and 0 < height <= _MAX_SIDE):
-            raise fail("sizes", f"{size}: each side must be 1..{_MAX_SIDE}")
-        if width % multiple or height % multiple:
-            raise fail("sizes", f"{size}: {family} needs width and height divisible by {multiple}")
-    if table["default_size"] not in sizes:
-        raise fail("default_size", f"{table['default_size']!r} is not one of sizes")
+    sizes = _sizes(family, table, fail)
 
     min_s, max_s, default_s = table["min_seconds"], table["max_seconds"], table["default_seconds"]
-    if not 1 <= min_s <= max_s <= 600:
-        raise fail("max_seconds", "need 1 <= min_seconds <= max_seconds <= 600")
-    if not min_s <= default_s <= max_s:
-        raise fail("default_seconds", f"must be between min_seconds ({min_s}) and max_seconds ({max_s})")
-    if not 1 <= table["fps"] <= 120:
-        raise fail("fps", "must be 1..120")
-    max_steps = table.get("max_steps", max(table["default_steps"], 1))
-    if not 1 <= max_steps <= 10_000:
-        raise fail("max_steps", "must be 1..10000")
-    if not 1 <= table["default_steps"] <= max_steps:
-        raise fail("default_steps", f"must be between 1 and max_steps ({max_steps})")
-    for field in ("min_gpu_memory_gib", "memory_bytes_per_frame_pixel", "guidance_scale"):
-        if table.get(field, 0) < 0:
-            raise fail(field, "must not be negative")
+    max_steps = _check_limits(table, fail)
 
-    created = table.get("created", 0)
-    if isinstance(created, dt.datetime):
-        created = int((created if created.tzinfo else created.replace(tzinfo=dt.UTC)).timestamp())
-    elif isinstance(created, dt.date):
-        created = int(dt.datetime(created.year, created.month, created.day, tzinfo=dt.UTC).timestamp())
+    created = _created(table)
 
     if family == "procedural":
         # The stand-in's sampler is code: only the request limits are the operator's to set.
@@ -230,6 +181,89 @@ def _entry(where: str, name: str, table: Any, base: Path) -> VideoModelSpec:
         created=created or (base_spec.created if base_spec else 0),
         owned_by=table.get("owned_by", "leasehold"),
     )
+
+
+def _check_fields(table: dict[str, Any], fail: _Fail) -> None:
+    """Every field known and of its type; every required one present."""
+    for field, value in table.items():
+        expected = _FIELDS.get(field)
+        if expected is None:
+            raise fail(field, f"unknown field (known: {', '.join(sorted(_FIELDS))})")
+        # bool is an int in Python; a flag is never a number here, nor the other way round.
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+            raise fail(field, f"expected {_type_name(expected)}, got {type(value).__name__}")
+        if isinstance(value, str) and len(value) > _MAX_FIELD_CHARS:
+            raise fail(field, f"longer than {_MAX_FIELD_CHARS} characters")
+    for field in _REQUIRED:
+        if field not in table:
+            raise fail(field, "required")
+
+
+def _weights(family: str, table: dict[str, Any], base: Path, fail: _Fail) -> tuple[str | None, str | None]:
+    """``(weights, hub_id)``: exactly one for a real model (a local folder resolved against ``base``)."""
+    weights, hub_id = table.get("weights"), table.get("hub_id")
+    if family == "procedural":
+        if weights is not None or hub_id is not None:
+            raise fail("weights", "the procedural stand-in has no weights")
+    elif (weights is None) == (hub_id is None):
+        raise fail("weights", "give exactly one of weights (a local folder) or hub_id")
+    if weights is not None:
+        folder = Path(weights).expanduser()
+        folder = (folder if folder.is_absolute() else base / folder).resolve()
+        weights = str(folder)
+    if hub_id is not None and not re.match(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", hub_id):
+        raise fail("hub_id", "expected owner/name")
+    return weights, hub_id
+
+
+def _sizes(family: str, table: dict[str, Any], fail: _Fail) -> list[str]:
+    """The offered sizes, each within bounds and a multiple the family needs; the default among them."""
+    sizes = table["sizes"]
+    if not sizes or not all(isinstance(s, str) for s in sizes):
+        raise fail("sizes", "expected a non-empty list of WIDTHxHEIGHT strings")
+    multiple = SIZE_MULTIPLE[family]
+    for size in sizes:
+        try:
+            width, height = parse_size(size)
+        except ValueError as exc:
+            raise fail("sizes", str(exc)) from None
+        if not (0 < width <= _MAX_SIDE and 0 < height <= _MAX_SIDE):
+            raise fail("sizes", f"{size}: each side must be 1..{_MAX_SIDE}")
+        if width % multiple or height % multiple:
+            raise fail("sizes", f"{size}: {family} needs width and height divisible by {multiple}")
+    if table["default_size"] not in sizes:
+        raise fail("default_size", f"{table['default_size']!r} is not one of sizes")
+    return sizes
+
+
+def _check_limits(table: dict[str, Any], fail: _Fail) -> int:
+    """Durations, fps, steps and memory figures in range; ``max_steps`` (given or defaulted)."""
+    min_s, max_s, default_s = table["min_seconds"], table["max_seconds"], table["default_seconds"]
+    if not 1 <= min_s <= max_s <= 600:
+        raise fail("max_seconds", "need 1 <= min_seconds <= max_seconds <= 600")
+    if not min_s <= default_s <= max_s:
+        raise fail("default_seconds", f"must be between min_seconds ({min_s}) and max_seconds ({max_s})")
+    if not 1 <= table["fps"] <= 120:
+        raise fail("fps", "must be 1..120")
+    max_steps = table.get("max_steps", max(table["default_steps"], 1))
+    if not 1 <= max_steps <= 10_000:
+        raise fail("max_steps", "must be 1..10000")
+    if not 1 <= table["default_steps"] <= max_steps:
+        raise fail("default_steps", f"must be between 1 and max_steps ({max_steps})")
+    for field in ("min_gpu_memory_gib", "memory_bytes_per_frame_pixel", "guidance_scale"):
+        if table.get(field, 0) < 0:
+            raise fail(field, "must not be negative")
+    return max_steps
+
+
+def _created(table: dict[str, Any]) -> int:
+    """``created`` as a Unix timestamp (TOML may give a date or a date-time)."""
+    created = table.get("created", 0)
+    if isinstance(created, dt.datetime):
+        created = int((created if created.tzinfo else created.replace(tzinfo=dt.UTC)).timestamp())
+    elif isinstance(created, dt.date):
+        created = int(dt.datetime(created.year, created.month, created.day, tzinfo=dt.UTC).timestamp())
+    return created
 
 
 def _type_name(expected: type | tuple[type, ...]) -> str:
