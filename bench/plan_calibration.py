@@ -47,9 +47,9 @@ from activities.video.definitions import GENERATE_VIDEO
 from bench.video_admission import FULL, Bench, Profile, User
 from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary
 from planning.engine import simulate
-from planning.results import RunResult
 from planning.report import percentile
-from planning.scenario import parse_scenario
+from planning.results import RunResult
+from planning.scenario import Scenario, parse_scenario
 from workflows import search_attributes
 
 log = logging.getLogger("bench.plan_calibration")
@@ -249,37 +249,7 @@ def compare(bench: CalibrationBench) -> None:
     real_share, real_contended = _contended_share(bench)
     start_up = statistics.mean(bench.start_up[WORKERS:]) if len(bench.start_up) > WORKERS else 20.0
 
-    kills = [{"at_seconds": at, "warned": False, "replaced": True} for at in KILLS_AT]
-    reclaimed = WORKERS // 3
-    notices = [{"at_seconds": RECLAIM_AT, "warned": True, "replaced": False} for _ in range(reclaimed)]
-    scenario = parse_scenario(
-        {
-            "name": "calibration",
-            "seed": 1,
-            "horizon_seconds": window,
-            "warmup_seconds": 0.0,
-            "drain_seconds": PROFILE.drain_timeout_seconds,
-            "tiers": [
-                {"tier": "paid", "per_second": PAID_PER_SECOND, "users": 3},
-                {"tier": "free", "per_second": FREE_PER_SECOND, "users": 3},
-            ],
-            "shapes": [{"name": "tiny", "share": 1.0, "gpu_seconds": run_mean, "cv": run_cv}],
-            "pools": [
-                {
-                    "gpu_class": "cpu",
-                    "purchase": "preemptible",
-                    "gpus": WORKERS,
-                    "usd_per_gpu_hour": 1.0,
-                    "warning_seconds": 30.0,
-                    "replace_seconds": start_up,
-                    "preemptions": kills + notices,
-                }
-            ],
-            "checkpoint_write_seconds": 0.05,
-            "resume_seconds": 0.5,
-        },
-        "calibration",
-    )
+    scenario = _calibration_scenario(window, run_mean, run_cv, start_up)
     result: RunResult = simulate(scenario, bench.settings, trace=bench.trace)
     sim_completed = result.completed_in_window
     sim_held = sum(result.held_gpu_seconds.values())
@@ -321,6 +291,42 @@ def compare(bench: CalibrationBench) -> None:
         f"{sim_429:>4} / {sim_503:<3}  (reported, no bound)"
     )
     print(f"{'generated in the window':34} {len(completed):10d} {sim_completed:10d}")
+
+
+def _calibration_scenario(window: float, run_mean: float, run_cv: float, start_up: float) -> Scenario:
+    """The planner's scenario of the real run: its rates, fleet, kills and reclaim notices, with
+    the run time and worker start-up measured."""
+    kills = [{"at_seconds": at, "warned": False, "replaced": True} for at in KILLS_AT]
+    reclaimed = WORKERS // 3
+    notices = [{"at_seconds": RECLAIM_AT, "warned": True, "replaced": False} for _ in range(reclaimed)]
+    return parse_scenario(
+        {
+            "name": "calibration",
+            "seed": 1,
+            "horizon_seconds": window,
+            "warmup_seconds": 0.0,
+            "drain_seconds": PROFILE.drain_timeout_seconds,
+            "tiers": [
+                {"tier": "paid", "per_second": PAID_PER_SECOND, "users": 3},
+                {"tier": "free", "per_second": FREE_PER_SECOND, "users": 3},
+            ],
+            "shapes": [{"name": "tiny", "share": 1.0, "gpu_seconds": run_mean, "cv": run_cv}],
+            "pools": [
+                {
+                    "gpu_class": "cpu",
+                    "purchase": "preemptible",
+                    "gpus": WORKERS,
+                    "usd_per_gpu_hour": 1.0,
+                    "warning_seconds": 30.0,
+                    "replace_seconds": start_up,
+                    "preemptions": kills + notices,
+                }
+            ],
+            "checkpoint_write_seconds": 0.05,
+            "resume_seconds": 0.5,
+        },
+        "calibration",
+    )
 
 
 async def main(seed: int) -> None:

@@ -414,24 +414,7 @@ class Bench:
                 f"from the end of generation to the job's close (worker already free): median "
                 f"{statistics.median(tails):.1f} s, p90 {percentile(tails, 0.9):.1f} s"
             )
-        # Where the ETA's error comes from: its expected start vs the real one, and its
-        # expected run time vs the real one (from the start of the attempt that finished).
-        parts = [
-            (
-                abs(j.eta_start - (j.generation_started - j.submitted)) / (j.done - j.submitted),
-                abs((j.eta - j.eta_start) - (j.done - j.generation_started)) / (j.done - j.submitted),
-            )
-            for j in jobs
-            if j.eta is not None and j.eta_start is not None and j.generation_started is not None and j.done
-        ]
-        if parts:
-            wait_part = [w for w, _ in parts]
-            run_part = [r for _, r in parts]
-            print(
-                f"ETA error split (median / p90 of |error| / real time): "
-                f"wait part {100 * statistics.median(wait_part):.0f}% / {100 * percentile(wait_part, 0.9):.0f}%, "
-                f"run part {100 * statistics.median(run_part):.0f}% / {100 * percentile(run_part, 0.9):.0f}%"
-            )
+        _report_eta_split(jobs)
         # Dispatch share while both tiers had jobs waiting.
         starts = sorted((j.started, j.tier) for j in jobs if j.started is not None)
         contended = {"paid": 0, "free": 0}
@@ -465,6 +448,11 @@ class Bench:
                 if baseline
                 else ""
             )
+        self._report_calm(jobs)
+        print("* share of dispatches made while both tiers had jobs waiting (weights 4:1 -> 80%/20%)")
+
+    def _report_calm(self, jobs: list[Job]) -> None:
+        """The ETA's error of the jobs whose wait saw no change of the fleet."""
         calm = [j for j in jobs if j.done is not None and not any(j.submitted < t < j.done for t in self.fleet_changes)]
         ours = _errors(calm, "eta")
         naive = _errors(calm, "naive")
@@ -485,7 +473,27 @@ class Bench:
                         f"  {tier}: {len(tier_errors)}, ETA median {100 * statistics.median(tier_errors):.0f}% "
                         f"p90 {100 * percentile(tier_errors, 0.9):.0f}%"
                     )
-        print("* share of dispatches made while both tiers had jobs waiting (weights 4:1 -> 80%/20%)")
+
+
+def _report_eta_split(jobs: list[Job]) -> None:
+    """Where the ETA's error comes from: its expected start vs the real one, and its expected
+    run time vs the real one (from the start of the attempt that finished)."""
+    parts = [
+        (
+            abs(j.eta_start - (j.generation_started - j.submitted)) / (j.done - j.submitted),
+            abs((j.eta - j.eta_start) - (j.done - j.generation_started)) / (j.done - j.submitted),
+        )
+        for j in jobs
+        if j.eta is not None and j.eta_start is not None and j.generation_started is not None and j.done
+    ]
+    if parts:
+        wait_part = [w for w, _ in parts]
+        run_part = [r for _, r in parts]
+        print(
+            f"ETA error split (median / p90 of |error| / real time): "
+            f"wait part {100 * statistics.median(wait_part):.0f}% / {100 * percentile(wait_part, 0.9):.0f}%, "
+            f"run part {100 * statistics.median(run_part):.0f}% / {100 * percentile(run_part, 0.9):.0f}%"
+        )
 
 
 async def main(profile: Profile, seed: int, dump: Path | None, keep: Path | None = None) -> None:
