@@ -667,7 +667,6 @@ class _Attempt:
         }
 
     def _run_steps(self) -> tuple[AttemptStatus, int | None, str | None, list[StepResult], dict[str, str]]:
-        inp = self.inp
         job = self.job
         env_ctx: dict[str, str] = {}
         steps_ctx: dict[str, Any] = {}
@@ -679,11 +678,7 @@ class _Attempt:
         error: str | None = None
         job_deadline = time.monotonic() + job.timeout_minutes * 60
         try:
-            ctx = self._context(env_ctx, steps_ctx, "success")
-            for k, v in inp.workflow_env.items():
-                env_ctx[k] = interpolate(v, ctx)
-            for k, v in job.env.items():
-                env_ctx[k] = interpolate(v, self._context(env_ctx, steps_ctx, "success"))
+            self._job_env(env_ctx, steps_ctx)
         except ExpressionError as exc:
             return AttemptStatus.FAILURE, None, f"env: {exc}", results, {}
         extra_env: dict[str, str] = {}
@@ -722,21 +717,9 @@ class _Attempt:
                     steps_ctx[step.id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
                 continue
             step_started = datetime.now(UTC)
-            if step.uses is not None and step.builtin:
-                outcome, code, values, env_file = self._run_action(step, inputs)
-            elif step.uses is not None:
-                self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
-                if step.uses_sha:
-                    self.log.line(
-                        f"[leasehold] {step.uses} is commit {step.uses_sha} (pinned when the push was listed)"
-                    )
-                deadline = job_deadline
-                if step.timeout_minutes is not None:
-                    deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
-                run = self.actions.run(f"step {step.index + 1}", step, inputs, step_env, deadline, failed)
-                outcome, code, values, env_file = run.outcome, run.exit_code, run.outputs, run.env
-            else:
-                outcome, code, values, env_file = self._run_step(step, script, workdir, step_env, job_deadline)
+            outcome, code, values, env_file = self._execute(
+                step, script, workdir, inputs, step_env, job_deadline, failed
+            )
             # ``::set-output`` (deprecated, still honoured); $GITHUB_OUTPUT wins a clash.
             values = {**self.commands.step_outputs(step.index), **values}
             extra_env.update(env_file)
@@ -745,18 +728,7 @@ class _Attempt:
             conclusion = StepStatus.SUCCESS if outcome != StepStatus.SUCCESS and step.continue_on_error else outcome
             if outcome == StepStatus.TIMED_OUT and time.monotonic() >= job_deadline:
                 timed_out = True
-            results.append(
-                StepResult(
-                    index=step.index,
-                    name=step.name,
-                    status=conclusion,
-                    exit_code=code,
-                    outcome=outcome,
-                    started_at=step_started,
-                    finished_at=datetime.now(UTC),
-                    annotations=self.commands.step_annotations(step.index),
-                )
-            )
+            results.append(self._finished(step, conclusion, outcome, code, step_started))
             if step.id:
                 steps_ctx[step.id] = {"outputs": values, "outcome": outcome.value, "conclusion": conclusion.value}
             if conclusion != StepStatus.SUCCESS:
@@ -770,19 +742,68 @@ class _Attempt:
         if post is not None and not failed:
             failed, exit_code, error = True, post.exit_code, f"a post step failed ({post.outcome.value})"
         outputs = self._job_outputs(step_outputs, steps_ctx, env_ctx)
+        status, exit_code, error = self._verdict(failed, timed_out, exit_code, error)
+        return status, exit_code, error, results, outputs
+
+    def _finished(
+        self, step: StepSpec, conclusion: StepStatus, outcome: StepStatus, code: int | None, started: datetime
+    ) -> StepResult:
+        """The result of a step that ran, with the annotations its commands made."""
+        return StepResult(
+            index=step.index,
+            name=step.name,
+            status=conclusion,
+            exit_code=code,
+            outcome=outcome,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            annotations=self.commands.step_annotations(step.index),
+        )
+
+    def _job_env(self, env_ctx: dict[str, str], steps_ctx: dict[str, Any]) -> None:
+        """The workflow's then the job's ``env``, interpolated into ``env_ctx`` (each sees the
+        ones before it)."""
+        ctx = self._context(env_ctx, steps_ctx, "success")
+        for k, v in self.inp.workflow_env.items():
+            env_ctx[k] = interpolate(v, ctx)
+        for k, v in self.job.env.items():
+            env_ctx[k] = interpolate(v, self._context(env_ctx, steps_ctx, "success"))
+
+    def _execute(
+        self,
+        step: StepSpec,
+        script: str,
+        workdir: str | None,
+        inputs: dict[str, str],
+        step_env: dict[str, str],
+        job_deadline: float,
+        failed: bool,
+    ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
+        """Run one step that is to run: a built-in action, an action, or a ``run:`` script."""
+        if step.uses is not None and step.builtin:
+            return self._run_action(step, inputs)
+        if step.uses is None:
+            return self._run_step(step, script, workdir, step_env, job_deadline)
+        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+        if step.uses_sha:
+            self.log.line(f"[leasehold] {step.uses} is commit {step.uses_sha} (pinned when the push was listed)")
+        deadline = job_deadline
+        if step.timeout_minutes is not None:
+            deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
+        run = self.actions.run(f"step {step.index + 1}", step, inputs, step_env, deadline, failed)
+        return run.outcome, run.exit_code, run.outputs, run.env
+
+    def _verdict(
+        self, failed: bool, timed_out: bool, exit_code: int | None, error: str | None
+    ) -> tuple[AttemptStatus, int | None, str | None]:
+        """The attempt's status, exit code and error once its steps (and post steps) are done."""
         if self.cancelled:
-            return AttemptStatus.CANCELLED, exit_code, error or "cancelled", results, outputs
+            return AttemptStatus.CANCELLED, exit_code, error or "cancelled"
         if timed_out:
-            return (
-                AttemptStatus.TIMED_OUT,
-                exit_code,
-                f"job exceeded timeout-minutes ({job.timeout_minutes})",
-                results,
-                outputs,
-            )
+            return AttemptStatus.TIMED_OUT, exit_code, f"job exceeded timeout-minutes ({self.job.timeout_minutes})"
         if failed:
-            return AttemptStatus.FAILURE, exit_code, error, results, outputs
-        return AttemptStatus.SUCCESS, 0, None, results, outputs
+            return AttemptStatus.FAILURE, exit_code, error
+        return AttemptStatus.SUCCESS, 0, None
 
     # What actions need of the attempt (``activities.ci.action_steps.StepHost``) -------------
 
