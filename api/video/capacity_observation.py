@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
-from activities.video.definitions import PROJECT_VIDEO_JOB
-from activities.video.generation import GENERATE_VIDEO
+from activities.video.definitions import GENERATE_VIDEO, PROJECT_VIDEO_JOB
 from api.video.open_jobs import OpenJob
 from api.video.views import PendingGeneration
 from video_policy.eta import JobCosts, JobShape, QueuedJob, RunningJob
