@@ -32,7 +32,7 @@ class PushFilter(BaseModel):
     tags_ignore: list[str] | None = None
     # ``on.pull_request.types`` (only for pull-request filters); None means the default three.
     types: list[str] | None = None
-    # ``paths`` / ``paths-ignore`` globs over the changed files (``activities.ci.spec.paths_match``).
+    # ``paths`` / ``paths-ignore`` globs over the changed files (``actions_language.triggers.paths_match``).
     paths: list[str] | None = None
     paths_ignore: list[str] | None = None
     # Line of the ``paths``/``paths-ignore`` key, for a refusal that names it.
