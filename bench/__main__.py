@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import ci, goodput, lost_work, scheduling, submit_latency
+from bench import checkpoint_overhead, ci, goodput, lost_work, scheduling, submit_latency
 from bench.report import Table, machine
 from leasehold.temporal import connect
 from testing.stack import start_embedded, stop_embedded
@@ -35,7 +35,7 @@ async def _bench(args: argparse.Namespace, tables: list[Table]) -> None:
     full = args.full
     show = lambda table: print(table.text() + "\n", flush=True)  # noqa: E731
 
-    overhead = await asyncio.to_thread(goodput.measure, 600 if full else 250)
+    overhead = await asyncio.to_thread(checkpoint_overhead.measure, 600 if full else 250)
     tables.append(overhead)
     show(overhead)
     # Goodput runs its own two stacks (checkpointing off and on), before the shared one starts.

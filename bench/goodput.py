@@ -1,8 +1,5 @@
-"""Checkpoint overhead, and goodput under real preemptions against restart-from-zero.
-
-Overhead (``measure``): the same job run twice in this process through the real generation
-activity and the real model, once checkpointing at the default interval and once never (the
-baseline).
+"""Goodput under real preemptions, checkpointing against restart-from-zero (what checkpointing
+costs a job that is never preempted is ``bench.checkpoint_overhead``'s).
 
 Goodput (``run``): useful GPU-seconds / worker-busy seconds of batches of identical jobs on
 the one GPU worker of a real embedded stack (``leasehold up``), whose worker is preempted for
@@ -39,13 +36,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 import os
 import random
 import signal
 import tempfile
 import time
-from datetime import UTC, timedelta
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +49,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import ActivityEnvironment
 
-from activities.video.checkpoints import JobCheckpoints
 from activities.video.definitions import GENERATE_VIDEO
-from activities.video.generation import VideoGenerationActivities, job_fingerprint, resolve_job
 from bench.report import Table, mean, percentile
-from leasehold.settings import Settings
-from leasehold.storage import LocalObjectStore
 from leasehold.temporal import connect
 from testing.checker import History
 from testing.stack import (
@@ -72,78 +63,8 @@ from testing.stack import (
     start_embedded,
     stop_embedded,
 )
-from worker_gpu.encoding import H264Encoder
-from worker_gpu.models.procedural import ProceduralVideoModel
 from workflows.video.job import VideoJobWorkflow
-from workflows.video.types import GenerateInput, GenerateProgress, GenerateResult, VideoRequest
-
-
-def _generate(
-    model: ProceduralVideoModel, store: LocalObjectStore, request: VideoRequest, job: str, interval: float
-) -> GenerateResult:
-    env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=600))
-    activities = VideoGenerationActivities(model, H264Encoder(), store)
-    result: GenerateResult = env.run(
-        activities.generate_video,
-        GenerateInput(job_id=job, request=request, object_prefix=job, checkpoint_interval_seconds=interval),
-    )
-    return result
-
-
-def measure(steps: int) -> Table:
-    interval = Settings().checkpoint_interval_seconds
-    model = ProceduralVideoModel(device="cpu", threads=1)
-    model.load()
-    request = VideoRequest(
-        prompt="a blue kite over a green forest",
-        model="procedural-v1",
-        seconds=2,
-        width=256,
-        height=256,
-        seed=3,
-        steps=steps,
-    )
-    with tempfile.TemporaryDirectory(prefix="leasehold-bench-") as tmp:
-        store = LocalObjectStore(Path(tmp), b"bench", "http://127.0.0.1:1")
-        plain = _generate(model, store, request, "plain", 1e9)
-        checkpointed = _generate(model, store, request, "ckpt", interval)
-        # Restore cost: find, verify and load the newest checkpoint, as a new attempt does.
-        job = resolve_job(
-            model.name, GenerateInput(job_id="x", request=request, object_prefix="x", checkpoint_interval_seconds=1)
-        )
-        checkpoints = JobCheckpoints(store, "ckpt-restore", 1)
-        state = model.init_state(job)
-        model.step(state)
-        checkpoints.commit(state.step, steps, job_fingerprint(model, job), model.save_state(state))
-        started = time.perf_counter()
-        JobCheckpoints(store, "ckpt-restore", 2).newest_valid(
-            job_fingerprint(model, job), lambda d: model.load_state(job, d)
-        )
-        restore = time.perf_counter() - started
-    count = max(1, math.floor(plain.gpu_seconds / interval))
-    step_seconds = plain.gpu_seconds / steps
-    commit_seconds = checkpointed.checkpoint_seconds / count
-    share = checkpointed.checkpoint_seconds / checkpointed.gpu_seconds
-    table = Table(
-        f"Checkpoint overhead at the default interval ({interval:g} s)",
-        ["run", "job seconds", "checkpoint seconds", "share"],
-        [
-            ["no checkpoints (baseline)", f"{plain.gpu_seconds:.2f}", "0", "0 %"],
-            [
-                f"every {interval:g} s",
-                f"{checkpointed.gpu_seconds:.2f}",
-                f"{checkpointed.checkpoint_seconds:.3f}",
-                f"{share * 100:.2f} %",
-            ],
-        ],
-        [
-            f"256x256, 16 frames, {steps} steps on this CPU; step {step_seconds * 1000:.1f} ms, "
-            f"checkpoint commit {commit_seconds * 1000:.1f} ms, restore {restore * 1000:.1f} ms."
-        ],
-    )
-    return table
-
+from workflows.video.types import GenerateProgress
 
 # Goodput under real preemptions -------------------------------------------------------------
 
