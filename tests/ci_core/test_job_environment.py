@@ -23,7 +23,7 @@ import pytest
 from actions_language.parser import parse_workflow
 from actions_language.schema import WorkflowSpecError
 from actions_language.shells import shell_argv
-from activities.ci.attempt import MAX_STEP_SUMMARY_BYTES
+from activities.ci.step_runner import MAX_STEP_SUMMARY_BYTES
 from clients.ci import start as ci_start
 from tests.ci_core.conftest import CIStack
 from workflows.ci.event import (
