@@ -39,22 +39,41 @@ from typing import cast
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
 from planning.results import Attempt, RunResult, TierFigures
-from planning.scenario import Pool, Scenario, ScheduledPreemption
+from planning.scenario import Scenario, ScheduledPreemption
 from planning.sim_capacity import SimulatedCapacity
+from planning.sim_events import (
+    ARRIVAL,
+    FINISH,
+    GONE,
+    JOIN,
+    PREEMPT,
+    RECLAIM,
+    REFRESH,
+    RELEASE,
+    RESTORE,
+    RETRY,
+    SCHEDULED,
+)
+from planning.sim_fleet import (
+    gone,
+    held,
+    join,
+    next_preemption,
+    preempt_random,
+    queue_name,
+    reclaim,
+    restore,
+    scheduled_preemption,
+    start_pools,
+)
 from planning.sim_snapshot import idle_snapshot, observe, probe_wait
 from planning.sim_state import PLAN_STEPS, TIERS, Gpu, KnownCosts, SimJob, SimQueue
 from video_policy.admission import Admission, TooManyQueued, admit, check_queued_cap, queued_limit
 from video_policy.eta import JobShape as EtaShape
 from video_policy.queue_plan import next_pass, plan
-from workflows.queues import VIDEO_GENERATE_RETRY
 
 # Backfill looks this far down the backlog for jobs that fit before a waiting gang.
 BACKFILL_LOOKAHEAD = 64
-# A pool whose GPUs are all gone checks again for preemptions this often.
-IDLE_POOL_RECHECK_SECONDS = 60.0
-
-# Event kinds, in tie order at one instant: GPUs leave and join before work moves.
-_GONE, _JOIN, _RECLAIM, _RESTORE, _PREEMPT, _SCHEDULED, _FINISH, _RELEASE, _RETRY, _ARRIVAL, _REFRESH = range(11)
 
 
 class Simulation:
@@ -89,7 +108,7 @@ class Simulation:
                 self.queues[name] = SimQueue(name, pool.gpu_class, pool.region)
         self.pool_gpus: list[list[Gpu]] = [[] for _ in scenario.pools]
         self.pool_target: list[int] = [p.gpus for p in scenario.pools]
-        self._gpu_ids = 0
+        self.gpu_ids = 0
         self._job_ids = 0
         self.capacity = SimulatedCapacity(self)
         self.user_waiting: dict[str, int] = {}
@@ -139,151 +158,68 @@ class Simulation:
 
     # Event plumbing ------------------------------------------------------------------------
 
-    def _at(self, at: float, kind: int, a: object = None, b: object = None) -> None:
+    def at(self, at: float, kind: int, a: object = None, b: object = None) -> None:
+        """Schedule an event of ``kind`` (``planning.sim_events``) at ``at``."""
         self._seq += 1
         heapq.heappush(self.events, (at, kind, self._seq, a, b))
 
     def run(self) -> RunResult:
         """Run to the horizon, then drain; return the figures."""
-        for i, pool in enumerate(self.sc.pools):
-            for _ in range(pool.gpus):
-                self._join(i)
-            if pool.purchase == "preemptible" and pool.preemptions_per_gpu_hour > 0:
-                self._next_preemption(i)
-            for scheduled in pool.preemptions:
-                self._at(scheduled.at_seconds, _SCHEDULED, i, scheduled)
-            for wave in pool.reclaims:
-                count = round(pool.gpus * wave.share)
-                if count <= 0:
-                    continue
-                step = wave.over_seconds / count
-                for n in range(count):
-                    self._at(wave.at_seconds + n * step, _RECLAIM, i, None)
-                if wave.restore_after_seconds is not None:
-                    self._at(wave.at_seconds + wave.over_seconds + wave.restore_after_seconds, _RESTORE, i, count)
+        start_pools(self)
         if self.trace is not None:
             for at, tier, user in self.trace:
-                self._at(at, _ARRIVAL, -1, (tier, user))
+                self.at(at, ARRIVAL, -1, (tier, user))
         else:
             for index, load in enumerate(self.sc.tiers):
                 if load.per_second > 0:
-                    self._at(self.load_rng.expovariate(load.per_second), _ARRIVAL, index, None)
-        self._at(0.0, _REFRESH)
+                    self.at(self.load_rng.expovariate(load.per_second), ARRIVAL, index, None)
+        self.at(0.0, REFRESH)
         end = self.sc.horizon_seconds + self.sc.drain_seconds
         while self.events:
             at, kind, _seq, a, b = heapq.heappop(self.events)
             if at > end:
                 break
             self.now = at
-            if kind == _ARRIVAL:
+            if kind == ARRIVAL:
                 if b is not None:
                     self._submit(*cast(tuple[str, str], b))
                 else:
                     self._arrival(cast(int, a))
-            elif kind == _FINISH:
+            elif kind == FINISH:
                 self._finish(cast(SimJob, a), cast(int, b))
-            elif kind == _RELEASE:
+            elif kind == RELEASE:
                 self._release(cast(list[Gpu], a))
-            elif kind == _RETRY:
+            elif kind == RETRY:
                 self._enqueue(cast(SimJob, a))
-            elif kind == _PREEMPT:
-                self._preempt_random(cast(int, a), replace=True)
-                self._next_preemption(cast(int, a))
-            elif kind == _SCHEDULED:
-                scheduled = cast(ScheduledPreemption, b)
-                if not scheduled.replaced:
-                    self.pool_target[cast(int, a)] -= 1
-                self._preempt_random(cast(int, a), replace=scheduled.replaced, warned=scheduled.warned)
-            elif kind == _RECLAIM:
-                self.pool_target[cast(int, a)] -= 1
-                self._preempt_random(cast(int, a), replace=False)
-            elif kind == _RESTORE:
-                self.pool_target[cast(int, a)] += cast(int, b)
-                for _ in range(cast(int, b)):
-                    self._at(self.now + self.sc.pools[cast(int, a)].replace_seconds, _JOIN, a, None)
-            elif kind == _JOIN:
-                gpu = self._join(cast(int, a))
+            elif kind == PREEMPT:
+                preempt_random(self, cast(int, a), replace=True)
+                next_preemption(self, cast(int, a))
+            elif kind == SCHEDULED:
+                scheduled_preemption(self, cast(int, a), cast(ScheduledPreemption, b))
+            elif kind == RECLAIM:
+                reclaim(self, cast(int, a))
+            elif kind == RESTORE:
+                restore(self, cast(int, a), cast(int, b))
+            elif kind == JOIN:
+                gpu = join(self, cast(int, a))
                 self._dispatch(self.queues[gpu.queue])
-            elif kind == _GONE:
-                self._gone(cast(Gpu, a))
-            elif kind == _REFRESH:
+            elif kind == GONE:
+                gone(self, cast(Gpu, a))
+            elif kind == REFRESH:
                 self._refresh()
                 if self.now < self.sc.horizon_seconds or self._open_jobs():
-                    self._at(self.now + self.refresh, _REFRESH)
+                    self.at(self.now + self.refresh, REFRESH)
         return self._finish_run(min(self.now, end))
 
     def _open_jobs(self) -> bool:
         return self.result.accepted_total > self.result.completed_total + self.result.failed_total
-
-    # The fleet -----------------------------------------------------------------------------
-
-    def _join(self, pool_index: int) -> Gpu:
-        pool = self.sc.pools[pool_index]
-        self._gpu_ids += 1
-        gpu = Gpu(self._gpu_ids, pool_index, queue_name(pool.gpu_class, pool.region), self.now)
-        members = self.pool_gpus[pool_index]
-        gpu.slot = len(members)
-        members.append(gpu)
-        queue = self.queues[gpu.queue]
-        queue.alive += 1
-        queue.idle[gpu.id] = gpu
-        return gpu
-
-    def _next_preemption(self, pool_index: int) -> None:
-        pool = self.sc.pools[pool_index]
-        alive = len(self.pool_gpus[pool_index])
-        if alive == 0:
-            self._at(self.now + IDLE_POOL_RECHECK_SECONDS, _PREEMPT, pool_index, None)
-            return
-        rate = pool.preemptions_per_gpu_hour * alive / 3600.0
-        self._at(self.now + self.rng.expovariate(rate), _PREEMPT, pool_index, None)
-
-    def _preempt_random(self, pool_index: int, replace: bool, warned: bool | None = None) -> None:
-        """The cloud takes one GPU of the pool back (a notice, or a kill without one)."""
-        members = self.pool_gpus[pool_index]
-        if not members:
-            return
-        # A busy GPU if there is one when the time is scheduled (a calibration kills a worker
-        # that is generating); at random otherwise.
-        busy = [g for g in members if g.job is not None] if warned is not None else []
-        gpu = (busy or members)[self.rng.randrange(len(busy or members))]
-        pool = self.sc.pools[pool_index]
-        if warned is None:
-            warned = self.rng.random() < pool.warned_share
-        warned = warned and pool.warning_seconds >= self.sc.checkpoint_write_seconds
-        self._take_back(gpu, pool, warned)
-        if replace:
-            self._at(self.now + pool.replace_seconds, _JOIN, pool_index, None)
-
-    def _take_back(self, gpu: Gpu, pool: Pool, warned: bool) -> None:
-        members = self.pool_gpus[gpu.pool]
-        last = members.pop()
-        if last is not gpu:
-            members[gpu.slot] = last
-            last.slot = gpu.slot
-        gpu.leaving = True
-        queue = self.queues[gpu.queue]
-        queue.alive -= 1
-        queue.idle.pop(gpu.id, None)
-        job = gpu.job
-        if job is not None:
-            self._interrupt(job, gpu, warned)
-        # Paid for until the machine is gone: the warning's length, or now.
-        self._at(self.now + (pool.warning_seconds if warned else 0.0), _GONE, gpu, None)
-
-    def _gone(self, gpu: Gpu) -> None:
-        self._held(gpu, self.now)
-        gpu.job = None
-
-    def _held(self, gpu: Gpu, until: float) -> None:
-        self.result.held_gpu_seconds[gpu.pool] += self._overlap(gpu.joined, until)
 
     # Jobs ----------------------------------------------------------------------------------
 
     def _arrival(self, tier_index: int) -> None:
         load = self.sc.tiers[tier_index]
         if self.now < self.sc.horizon_seconds:
-            self._at(self.now + self.load_rng.expovariate(load.per_second), _ARRIVAL, tier_index, None)
+            self.at(self.now + self.load_rng.expovariate(load.per_second), ARRIVAL, tier_index, None)
         else:
             return
         count = load.burst.jobs if self.load_rng.random() < load.burst.share else 1
@@ -392,7 +328,7 @@ class Simulation:
         return self.eta_shapes[job.shape]
 
     def _waiting_changed(self, delta: int) -> None:
-        self._waiting_area += self._waiting_now * self._overlap(self._waiting_since, self.now)
+        self._waiting_area += self._waiting_now * self.overlap(self._waiting_since, self.now)
         self._waiting_since = self.now
         self._waiting_now += delta
 
@@ -488,9 +424,9 @@ class Simulation:
                 if job.predicted_wait is not None:
                     figures.predicted.append(job.predicted_wait)
                     figures.eta_errors.append(job.predicted_wait - wait)
-        self._at(job.attempt_end, _FINISH, job, job.token)
+        self.at(job.attempt_end, FINISH, job, job.token)
 
-    def _progress(self, job: SimJob) -> tuple[float, float]:
+    def progress(self, job: SimJob) -> tuple[float, float]:
         """(work done in this attempt, of which saved in a checkpoint) at ``now``."""
         elapsed = self.now - job.attempt_started - job.penalty
         if job.attempt_resumes:
@@ -504,12 +440,12 @@ class Simulation:
         done = min(left, saved + min(elapsed - cycles * cycle, self.ckpt))
         return done, saved
 
-    def _account(self, job: SimJob, until: float, useful: float, lost: float) -> None:
+    def account(self, job: SimJob, until: float, useful: float, lost: float) -> None:
         """Book an attempt's GPU time: useful steps, thrown-away steps, the rest overhead."""
         span = until - job.attempt_started
         if span <= 0:
             return
-        share = self._overlap(job.attempt_started, until) / span
+        share = self.overlap(job.attempt_started, until) / span
         gpus = job.gpus
         result = self.result
         result.busy_gpu_seconds += span * share * gpus
@@ -521,19 +457,21 @@ class Simulation:
         if token != job.token or job.outcome != "open":
             return  # a stale attempt's end: it was preempted
         left = job.work - job.done
-        self._account(job, self.now, left, 0.0)
-        self._record_attempt(job, "completed", 0.0)
+        self.account(job, self.now, left, 0.0)
+        self.record_attempt(job, "completed", 0.0)
         job.done = job.work
-        self._close(job, "completed")
+        self.close(job, "completed")
         self._release(job.workers)
 
-    def _record_attempt(self, job: SimJob, outcome: str, lost: float) -> None:
+    def record_attempt(self, job: SimJob, outcome: str, lost: float) -> None:
+        """Keep the attempt that ends now, when the run records attempts."""
         if self.record_attempts:
             self.result.attempts.append(
                 Attempt(job.id, job.gpus, len(job.workers), job.attempt_started, self.now, outcome, lost, self.ckpt)
             )
 
-    def _close(self, job: SimJob, outcome: str) -> None:
+    def close(self, job: SimJob, outcome: str) -> None:
+        """``job`` ends now (``completed`` or ``failed``); count it."""
         job.outcome = outcome
         job.ended = self.now
         self.queues[job.queue].running.discard(job)
@@ -563,52 +501,6 @@ class Simulation:
         for name in sorted(queues):
             self._dispatch(self.queues[name])
 
-    def _interrupt(self, job: SimJob, gpu: Gpu, warned: bool) -> None:
-        """``gpu`` of a running ``job`` is taken back: with a notice the attempt checkpoints
-        and fails at once; without one the work since the last checkpoint is lost and the
-        server notices after the heartbeat timeout."""
-        done, saved = self._progress(job)
-        self.result.preemptions += 1
-        if job.preemptions == 0 and job.measured:
-            self.result.jobs_preempted += 1
-        job.preemptions += 1
-        write = self.sc.checkpoint_write_seconds
-        others = [g for g in job.workers if g is not gpu]
-        # Every member stops working for this attempt now; the others poll again once they
-        # learn it (``_RELEASE``), and a second notice to one of them interrupts nothing.
-        for member in job.workers:
-            member.job = None
-        if warned:
-            # The notice's checkpoint saves everything done; its write is the cost.
-            lost = 0.0
-            self._account(job, self.now + write, done, 0.0)
-            job.done += done
-            retry_at = self.now + write
-            release_at = self.now + write
-        else:
-            lost = done - saved
-            self._account(job, self.now, saved, lost)
-            job.done += saved
-            # The attempt times out after the heartbeat timeout; a gang's other members learn
-            # it then (their time meanwhile is overhead).
-            timeout = self.settings.video_heartbeat_timeout_seconds
-            retry_at = self.now + timeout
-            release_at = self.now + timeout
-            idling = len(others) * self._overlap(self.now, release_at)
-            self.result.overhead_gpu_seconds += idling
-            self.result.busy_gpu_seconds += idling
-        self.result.lost_per_preemption.append(lost)
-        self._record_attempt(job, "preempted" if warned else "killed", lost)
-        self.queues[job.queue].running.discard(job)
-        job.token += 1  # its pending finish is stale now
-        job.workers = []
-        if others:
-            self._at(release_at, _RELEASE, others, None)
-        if job.attempts >= VIDEO_GENERATE_RETRY.maximum_attempts > 0:
-            self._close(job, "failed")
-            return
-        self._at(retry_at + retry_delay(job.attempts), _RETRY, job, None)
-
     # Refresh: what the capacity leader measures, and the plan behind ETAs and admission ----
 
     def _refresh(self) -> None:
@@ -635,7 +527,7 @@ class Simulation:
             queue.snapshot = idle_snapshot(queue, self.now)
             queue.expected = {tier: 0.0 for tier in TIERS}
             return
-        snapshot, shadow = observe(queue, self.now, self._progress, self._eta_shape)
+        snapshot, shadow = observe(queue, self.now, self.progress, self._eta_shape)
         queue.snapshot = snapshot
         caps = {"paid": self.settings.video_paid_max_queued, "free": self.settings.video_free_max_queued}
         streams = queue.arrivals.streams(self.costs, caps, self.now)
@@ -650,19 +542,20 @@ class Simulation:
 
     # The end -------------------------------------------------------------------------------
 
-    def _overlap(self, start: float, end: float) -> float:
+    def overlap(self, start: float, end: float) -> float:
+        """Seconds of ``start``..``end`` inside the measured window."""
         return max(0.0, min(end, self.window_end) - max(start, self.window_start))
 
     def _finish_run(self, end: float) -> RunResult:
         result = self.result
         for members in self.pool_gpus:
             for gpu in members:
-                self._held(gpu, self.window_end)
-        # GPUs on their way out whose _GONE is still pending were counted by their event, or
+                held(self, gpu, self.window_end)
+        # GPUs on their way out whose GONE is still pending were counted by their event, or
         # (past the end) are counted here up to the window's end.
         for _at, kind, _seq, a, _b in self.events:
-            if kind == _GONE:
-                self._held(cast(Gpu, a), self.window_end)
+            if kind == GONE:
+                held(self, cast(Gpu, a), self.window_end)
         for job in self.jobs:
             if job.outcome == "open":
                 result.open_at_end += 1
@@ -681,19 +574,6 @@ class Simulation:
             seconds / 3600.0 * self.sc.pools[i].usd_per_gpu_hour for i, seconds in result.held_gpu_seconds.items()
         )
         return result
-
-
-def queue_name(gpu_class: str, region: str) -> str:
-    """The task queue of a GPU class in a region."""
-    return f"{gpu_class}@{region}"
-
-
-def retry_delay(failed_attempts: int) -> float:
-    """Seconds before the next attempt after ``failed_attempts`` (``VIDEO_GENERATE_RETRY``)."""
-    policy = VIDEO_GENERATE_RETRY
-    initial = policy.initial_interval.total_seconds()
-    most = policy.maximum_interval.total_seconds() if policy.maximum_interval else 100 * initial
-    return min(most, initial * policy.backoff_coefficient ** max(0, failed_attempts - 1))
 
 
 def _cumulative(shares: list[float]) -> Iterable[float]:
