@@ -19,11 +19,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from actions_language.commands import WorkflowCommands
-from actions_language.masking import ADD_MASK, StreamMasker
+from actions_language.masking import StreamMasker
 from activities.ci.action_steps import ActionRunner, SandboxRun
-from activities.ci.cache import CacheError, read_scopes, ref_scope, workspace_paths
+from activities.ci.builtin_actions import BuiltinActions
 from activities.ci.git import CommitNotFound, GitError, InvalidRequest
-from activities.ci.job_context import JobContext, resolve_step_limits
+from activities.ci.job_context import JobContext, resolve_step_limits, shown_name
 from activities.ci.jobroot import JobRoot, JobTreeError, remove_layout
 from activities.ci.logs import LogShipper
 from activities.ci.run_records import TrustedRun
@@ -51,7 +51,7 @@ from workflows.ci.types.job import (
     StepResult,
     StepStatus,
 )
-from workflows.ci.types.spec import ACTION_CACHE, ACTION_CHECKOUT, ActionSpec, StepSpec
+from workflows.ci.types.spec import ActionSpec, StepSpec
 
 if TYPE_CHECKING:
     from activities.ci.job import CIJobActivities
@@ -63,13 +63,6 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SHARE = 0.25
 HEARTBEAT_MIN_SECONDS = 1.0
 SUMMARY_STORE_SECONDS = 30.0
-
-
-def _shown_name(name: str) -> str:
-    """A step name for the log: a default name made of an ``::add-mask::`` command line must
-    not print the value before the command has run."""
-    cut = name.find(ADD_MASK.decode())
-    return name if cut == -1 else name[: cut + len(ADD_MASK)] + "***"
 
 
 class JobAttempt:
@@ -103,8 +96,6 @@ class JobAttempt:
         # Values of the secrets the job references (missing ones empty); they exist only in
         # this attempt's memory and sandbox, and the masker hides them from its log.
         self.secrets: dict[str, str] = {}
-        # actions/cache steps whose key missed: saved after the job succeeds (the post step).
-        self.cache_saves: list[tuple[str, list[str]]] = []
         # Workflow commands (annotations, groups, stop-commands) are read from the same
         # stream the masker sees; annotations are masked with every value it knows.
         self.commands = WorkflowCommands(lambda text: self.masker.mask_text(text))
@@ -121,6 +112,7 @@ class JobAttempt:
             masker=self.masker,
             retry_seconds=owner._config.log_retry_seconds,
         )
+        self.builtins = BuiltinActions(owner._cache, trusted, inp.push, self.mount, self.tree, self.log, self.heartbeat)
         self.job_context = JobContext(inp, attempt, self.mount, owner._config.identity)
         self.runner = StepRunner(
             self,
@@ -167,7 +159,7 @@ class JobAttempt:
                 self._prepare()
                 status, exit_code, error, steps, outputs = self._run_steps()
             if status == AttemptStatus.SUCCESS and not self.shutdown:
-                self._save_caches()
+                self.builtins.save_caches()
         except (InvalidRequest, CommitNotFound) as exc:
             self.log.line(f"[leasehold] checkout failed: {exc}")
             self.log.close(AttemptStatus.ERROR, None, self.heartbeat)
@@ -436,10 +428,10 @@ class JobAttempt:
     ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
         """Run one step that is to run: a built-in action, an action, or a ``run:`` script."""
         if step.uses is not None and step.builtin:
-            return self._run_action(step, inputs)
+            return self.builtins.run(step, inputs)
         if step.uses is None:
             return self._run_step(step, script, workdir, step_env, job_deadline)
-        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+        self.log.line(f"[leasehold] step {step.index + 1}: {shown_name(step.name)}")
         if step.uses_sha:
             self.log.line(f"[leasehold] {step.uses} is commit {step.uses_sha} (pinned when the push was listed)")
         deadline = job_deadline
@@ -498,67 +490,6 @@ class JobAttempt:
         except (JobTreeError, SandboxError) as exc:
             raise ExpressionError(f"hashFiles: {exc}") from None
 
-    def _run_action(
-        self, step: StepSpec, inputs: dict[str, str]
-    ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
-        """A built-in ``uses:`` action, run by the worker itself (nothing of it is sandboxed:
-        it only moves the job's own files between the workspace and the tenant's cache)."""
-        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
-        if step.action == ACTION_CHECKOUT:
-            self.log.line(f"[leasehold] {step.uses}: the workspace already holds {self.inp.push.commit_sha}")
-            return StepStatus.SUCCESS, 0, {}, {}
-        assert step.action == ACTION_CACHE
-        inp = self.inp
-        key = inputs.get("key", "").strip()
-        restore_keys = [k.strip() for k in inputs.get("restore-keys", "").splitlines() if k.strip()]
-        try:
-            if not key or len(key) > 512 or "\n" in key:
-                raise CacheError("the cache key must be one line of at most 512 characters")
-            paths = workspace_paths(inputs.get("path", ""), self.mount)
-            found = self.o._cache.lookup(
-                self.trusted.tenant_id,
-                self.trusted.repo_id,
-                read_scopes(inp.push.ref, inp.push.default_branch),
-                key,
-                restore_keys,
-            )
-            if found.entry is not None:
-                size = self.o._cache.restore(found.entry, self.tree, paths, self.heartbeat)
-                how = "hit" if found.exact else f"restored from {found.entry.key!r}"
-                self.log.line(f"[leasehold] cache {how}: {size} bytes into {', '.join(paths)}")
-            else:
-                self.log.line(f"[leasehold] cache miss for key {key!r}")
-        except Exception as exc:
-            # As on GitHub, a cache problem (a bad path, a broken archive, the store down) is a
-            # warning: the job goes on without the cache.
-            self.log.line(f"[leasehold] warning: cache not restored: {exc}")
-            return StepStatus.SUCCESS, 0, {"cache-hit": "false"}, {}
-        if not found.exact:
-            self.cache_saves.append((key, paths))
-        return StepStatus.SUCCESS, 0, {"cache-hit": "true" if found.exact else "false"}, {}
-
-    def _save_caches(self) -> None:
-        """The post step of each missed actions/cache step: save into this ref's own scope."""
-        inp = self.inp
-        for key, paths in self.cache_saves:
-            try:
-                size = self.o._cache.save(
-                    self.trusted.tenant_id,
-                    self.trusted.repo_id,
-                    ref_scope(inp.push.ref),
-                    key,
-                    self.tree,
-                    paths,
-                    self.heartbeat,
-                )
-            except Exception as exc:
-                self.log.line(f"[leasehold] warning: cache {key!r} not saved: {exc}")
-                continue
-            if size is None:
-                self.log.line(f"[leasehold] cache {key!r} not saved: none of its paths exist")
-            else:
-                self.log.line(f"[leasehold] cache {key!r} saved ({size} bytes)")
-
     def _job_outputs(
         self, step_outputs: dict[str, str], steps_ctx: dict[str, Any], env: dict[str, str]
     ) -> dict[str, str]:
@@ -593,7 +524,7 @@ class JobAttempt:
         step_env: dict[str, str],
         job_deadline: float,
     ) -> tuple[StepStatus, int | None, dict[str, str], dict[str, str]]:
-        self.log.line(f"[leasehold] step {step.index + 1}: {_shown_name(step.name)}")
+        self.log.line(f"[leasehold] step {step.index + 1}: {shown_name(step.name)}")
         deadline = job_deadline
         if step.timeout_minutes is not None:
             deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)

@@ -8,6 +8,7 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
+from actions_language.masking import ADD_MASK
 from workflows.ci.event import push_actor, push_event, push_github_context
 from workflows.ci.expressions import github_context, truthy
 from workflows.ci.ids import idempotency_key
@@ -34,6 +35,13 @@ def resolve_step_limits(step: StepSpec, context: dict[str, Any]) -> StepSpec:
     if step.continue_on_error_expr:
         update["continue_on_error"] = truthy(evaluate_value(step.continue_on_error_expr, dict(context)))
     return step.model_copy(update=update) if update else step
+
+
+def shown_name(name: str) -> str:
+    """A step name for the log: a default name made of an ``::add-mask::`` command line must
+    not print the value before the command has run."""
+    cut = name.find(ADD_MASK.decode())
+    return name if cut == -1 else name[: cut + len(ADD_MASK)] + "***"
 
 
 @dataclass(frozen=True)
