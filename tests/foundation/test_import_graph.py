@@ -36,8 +36,21 @@ PACKAGES = (
 
 # Workflow definition modules: what activities must not import (they would load the
 # workflow's code, and its sandbox rules, into the worker that runs side effects).
+RUN_PARTS = (
+    "run",
+    "run_fields",
+    "run_projection",
+    "run_attempts",
+    "run_graph",
+    "run_slots",
+    "run_groups",
+    "run_rounds",
+    "run_scheduling",
+)
 WORKFLOW_DEFINITIONS = frozenset(
-    {"workflows.video.job", "workflows.ci.run", "workflows.ci.push", "workflows.ci.semaphore", "workflows.ci.reconcile"}
+    {"workflows.video.job", "workflows.ci.push", "workflows.ci.semaphore", "workflows.ci.reconcile"}
+    # The run workflow and the parts its class is built from.
+    | {f"workflows.ci.{m}" for m in RUN_PARTS}
 )
 # The activity modules a workflow may import (inside ``imports_passed_through``): activity
 # definitions, for typed calls, and nothing that runs side effects at import.
