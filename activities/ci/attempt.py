@@ -1,7 +1,7 @@
 """One attempt of a CI job: fetch the mirror and extract the commit into a new workspace, run
-each step as its own sandboxed process while shipping output in numbered chunks and
-heartbeating, then return a ``JobResult``. Cancellation arrives through heartbeats; the step's
-process tree gets SIGTERM, then SIGKILL after the grace period.
+each step as its own sandboxed process (``activities.ci.step_runner``) while shipping output in
+numbered chunks and heartbeating, then return a ``JobResult``. Cancellation arrives through
+heartbeats; the step's process tree gets SIGTERM, then SIGKILL after the grace period.
 """
 
 from __future__ import annotations

@@ -55,12 +55,15 @@ class JobContext:
     identity: str
 
     def actor(self) -> str:
+        """``github.actor``: who pushed."""
         return push_actor(self.inp.push)
 
     def event(self) -> dict[str, Any]:
+        """The webhook-shaped event payload (``$GITHUB_EVENT_PATH``)."""
         return push_event(self.inp.push)
 
     def runner(self) -> dict[str, str]:
+        """The ``runner`` context (also the ``RUNNER_*`` variables)."""
         m = self.mount
         # A stable name per worker that does not reveal its host.
         name = "leasehold-" + hashlib.sha256(self.identity.encode()).hexdigest()[:8]
@@ -86,6 +89,7 @@ class JobContext:
         }
 
     def base_env(self) -> dict[str, str]:
+        """The variables every sandboxed process of the attempt starts with."""
         inp = self.inp
         gh = github_context(inp.push.commit_sha, inp.push.ref, inp.push.repo_full_name, inp.run_id, inp.workflow_name)
         m = self.mount
@@ -126,6 +130,7 @@ class JobContext:
     def context(
         self, env: dict[str, str], steps_ctx: dict[str, Any], job_status: str, secrets: dict[str, str]
     ) -> dict[str, Any]:
+        """The contexts an expression of a step sees, with ``env``, ``steps`` and the job's status."""
         inp = self.inp
         push = inp.push
         github = push_github_context(push, inp.run_id, inp.workflow_name)
