@@ -51,28 +51,36 @@ REPO = Path(__file__).resolve().parent.parent
 TOTAL = "run_job (whole activity)"
 
 # (label, module, class, method): a phase is the wall time of calls to that method. Nested
-# phases are printed indented under their parent.
+# phases are printed indented under their parent. A label may name the method where each tree
+# keeps it (the baseline's ``activities.ci.job._Attempt``, this tree's modules); a place a tree
+# lacks is skipped.
 PHASES: list[tuple[str, str, str, str]] = [
     ("  job (after the grant)", "activities.ci.attempt", "JobAttempt", "run"),
+    ("  job (after the grant)", "activities.ci.job", "_Attempt", "run"),
     ("  prepare: root, uid, checkout", "activities.ci.attempt", "JobAttempt", "_prepare"),
+    ("  prepare: root, uid, checkout", "activities.ci.job", "_Attempt", "_prepare"),
     ("    sandbox.prepare (uid + layout)", "worker_ci.job_users", "JobUserPool", "lease_root"),
+    ("    sandbox.prepare (uid + layout)", "worker_ci.sandbox", "JobUserPool", "lease_root"),
     ("    mirror.tree (shared tree)", "activities.ci.git", "GitMirror", "tree"),
     ("    unpack as the job (helper)", "activities.ci.attempt", "JobAttempt", "_unpack"),
+    ("    unpack as the job (helper)", "activities.ci.job", "_Attempt", "_unpack"),
     ("    worktree.attach (overlay/copy)", "worker_ci.overlay", "OverlayTree", "attach"),
     ("    worktree.attach (copy)", "activities.ci.git", "CopiedTree", "attach"),
     ("    hand_over (chown)", "activities.ci.job", "", "hand_over"),
     ("  step (as the worker times it)", "activities.ci.step_runner", "StepRunner", "run_in_sandbox"),
+    ("  step (as the worker times it)", "activities.ci.job", "_Attempt", "run_in_sandbox"),
     ("    fresh io dir", "activities.ci.job", "", "_fresh_io_dir"),
     ("    step files", "activities.ci.jobroot", "StepFiles", "__init__"),
     ("    sandbox.start", "worker_ci.sandbox", "BubblewrapSandbox", "start"),
     ("      cgroup create", "worker_ci.cgroups", "CgroupLimiter", "create"),
     ("      cgroup lease (pool)", "worker_ci.cgroups", "CgroupPool", "lease"),
     ("    supervise (process runs)", "activities.ci.step_runner", "StepRunner", "_supervise"),
+    ("    supervise (process runs)", "activities.ci.job", "_Attempt", "_supervise"),
     ("      kill_tree after exit", "worker_ci.sandbox", "_BwrapProcess", "kill_tree"),
     ("        cgroup kill_all", "worker_ci.cgroups", "StepCgroup", "kill_all"),
     ("    finish (cgroup, network)", "worker_ci.sandbox", "_BwrapProcess", "finish"),
     ("      cgroup remove", "worker_ci.cgroups", "StepCgroup", "remove"),
-    ("  release checkout (umount)", "activities.ci.attempt", "JobAttempt", "_release_checkout"),
+    ("  release checkout (umount)", "activities.ci.job", "_Attempt", "_release_checkout"),
     ("  remove job root", "activities.ci.job", "", "_remove_tree"),
     ("  remove job root (helper)", "activities.ci.jobroot", "JobRoot", "remove"),
     ("  log close (end-of-job flush)", "activities.ci.logs", "LogShipper", "close"),
@@ -222,7 +230,7 @@ def report(columns: list[tuple[str, list[dict[str, Any]]]], jobs: int) -> str:
         f"CI worker-side phases of one trivial job (one `run: true` step, bubblewrap), {jobs} jobs per tree",
         f"{'phase (median per job, ms)':<44}" + "".join(f"{name:>18}" for name, _ in columns),
     ]
-    for label in [TOTAL] + [p[0] for p in PHASES]:
+    for label in [TOTAL, *dict.fromkeys(p[0] for p in PHASES)]:
         cells = []
         for _, rounds in columns:
             values = [job[label] for r in rounds for job in r["jobs"][1:] if label in job]
