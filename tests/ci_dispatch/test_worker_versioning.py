@@ -7,12 +7,9 @@ session's ``leasehold`` deployment is left alone.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from temporalio import workflow
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior
 from temporalio.testing import WorkflowEnvironment
@@ -21,36 +18,10 @@ from temporalio.worker import Worker
 from leasehold.settings import Settings
 from leasehold.worker_versioning import current_version, deployment_config, promote
 from orchestrator.main import build_worker
-from workflows.ci.semaphore import SIGNAL_ACQUIRE, SIGNAL_GRANTED_MANY, SIGNAL_RELEASE, CITenantSemaphoreWorkflow
-from workflows.ci.types.semaphore import SemaphoreState, SlotGrants, SlotRelease, SlotRequest
+from tests.ci_dispatch.test_semaphore_transfer import GrantHolder, until
+from workflows.ci.semaphore import SIGNAL_ACQUIRE, SIGNAL_RELEASE, CITenantSemaphoreWorkflow
+from workflows.ci.types.semaphore import SemaphoreState, SlotRelease, SlotRequest
 from workflows.version import BUILD_ID
-
-
-@workflow.defn(sandboxed=False)
-class PinnedHolder:
-    """Stands for a run: keeps the keys it is granted."""
-
-    def __init__(self) -> None:
-        self.keys: list[str] = []
-
-    @workflow.run
-    async def run(self) -> None:
-        await workflow.wait_condition(lambda: False)
-
-    @workflow.signal(name=SIGNAL_GRANTED_MANY)
-    def granted(self, grants: SlotGrants) -> None:
-        self.keys.extend(grants.keys)
-
-    @workflow.query
-    def seen(self) -> list[str]:
-        return self.keys
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def build_of(client: Client, workflow_id: str) -> tuple[str, str]:
@@ -83,20 +54,20 @@ async def test_a_semaphore_moves_to_the_new_build_at_its_next_task(temporal_env:
     settings = Settings(worker_deployment_name=f"sem-{tag}")
     old = deployment_config(settings, "1", routed=True)
     new = deployment_config(settings, "2", routed=True)
-    workflows = [CITenantSemaphoreWorkflow, PinnedHolder]
+    workflows = [CITenantSemaphoreWorkflow, GrantHolder]
     async with Worker(client, task_queue=queue, workflows=workflows, deployment_config=old):
         await promote(client, old.version, "test")
         assert await current_version(client, old.version.deployment_name) == "1"
         # Promoting the current version again changes nothing.
         await promote(client, old.version, "test")
-        holder = await client.start_workflow(PinnedHolder.run, id=f"{queue}-run", task_queue=queue)
+        holder = await client.start_workflow(GrantHolder.run, id=f"{queue}-run", task_queue=queue)
         sem = await client.start_workflow(
             CITenantSemaphoreWorkflow.run, SemaphoreState(tenant_id="t", limit=1), id=f"{queue}-sem", task_queue=queue
         )
         await sem.signal(SIGNAL_ACQUIRE, SlotRequest(holder=holder.id, key="j1#0", limit=1))
 
         async def granted(key: str) -> bool:
-            return key in await holder.query(PinnedHolder.seen)
+            return key in await holder.query(GrantHolder.seen)
 
         await until(lambda: granted("j1#0"), "the first grant")
         first_run, build = await build_of(client, sem.id)
