@@ -42,6 +42,8 @@ from workflows.version import BUILD_ID
 log = logging.getLogger(__name__)
 
 CONTROL_CONCURRENCY = 2
+# How long a stopping worker waits for finished jobs' roots to be emptied.
+REAP_DRAIN_SECONDS = 30.0
 
 
 def _job_config(settings: Settings, ci_dir: Path) -> JobConfig:
@@ -133,6 +135,9 @@ async def serve(settings: Settings) -> None:
         await stop.wait()
         state["ready"] = False
         log.info("ci worker shutting down")
+    # Finished jobs' roots still being emptied: the next start's sweep takes what is left.
+    if not await asyncio.to_thread(jobs.reaper.drain, REAP_DRAIN_SECONDS):
+        log.warning("job roots left to empty at exit; the next start-up sweep removes them")
     server.shutdown()
 
 

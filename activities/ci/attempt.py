@@ -170,8 +170,9 @@ class JobAttempt:
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
             if self.owner is not None:
-                self.tree.remove()
-                self.o._sandbox.release(self.root)
+                # No process of the job runs any more: the reaper empties the root as the job
+                # and then frees its uid, while the result goes back to the run.
+                self.o.reaper.dispose(self.tree.detached(), self.root)
             else:
                 remove_layout(self.root)
         if self.shutdown and status != AttemptStatus.SUCCESS:

@@ -31,6 +31,7 @@ from activities.ci.attempt import JobAttempt
 from activities.ci.cache import CICache
 from activities.ci.definitions import CIJobDefinition
 from activities.ci.git import GitMirror
+from activities.ci.reaper import RootReaper
 from activities.ci.run_records import RunRecords, UntrustedRun
 from activities.ci.sandbox import (
     Sandbox,
@@ -77,6 +78,9 @@ class JobConfig:
     # Largest cache archive a job may save (bytes before compression).
     cache_max_bytes: int = 2 << 30
     identity: str = field(default_factory=lambda: f"{os.uname().nodename}-{os.getpid()}")
+    # Finished jobs' roots that may wait to be emptied in the background; past that an attempt
+    # empties its own before it returns (0: always before).
+    reap_backlog: int = 8
 
 
 class CIJobActivities(CIJobDefinition):
@@ -105,6 +109,8 @@ class CIJobActivities(CIJobDefinition):
         self._client = client
         self._loop = loop
         self._cache = CICache(store, config.cache_max_bytes)
+        # Finished jobs' roots, emptied off the critical path (``activities.ci.reaper``).
+        self.reaper = RootReaper(sandbox, config.reap_backlog)
 
     # Fencing ------------------------------------------------------------------------------
 

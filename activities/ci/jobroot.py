@@ -218,6 +218,11 @@ class JobRoot:
         self._heartbeat = heartbeat
         self._seq = 0
 
+    def detached(self) -> JobRoot:
+        """The same root for work after the attempt's activity has returned (the reaper's):
+        there is no activity left to heartbeat."""
+        return JobRoot(self.path, self._sandbox, self._limits, lambda: None)
+
     # Root's own files -----------------------------------------------------------------
 
     def write_runner(self, name: str, data: bytes) -> None:

@@ -184,7 +184,10 @@ def run_audited(env: ActivityEnvironment, activities: CIJobActivities, inp: JobA
     RECORDER.seen.clear()
     RECORDER.on = True
     try:
-        return env.run(activities.run_job, inp)
+        result = env.run(activities.run_job, inp)
+        # The root is emptied after the result (activities.ci.reaper): audited too.
+        assert activities.reaper.drain(60), "the job root was not emptied"
+        return result
     finally:
         RECORDER.on = False
 

@@ -86,9 +86,15 @@ async def run_commit(stack: CIStack, repo: Repo, sha: str) -> tuple[RunStatus, s
     return state.status, log + (f"\n{attempt.error}" if attempt is not None and attempt.error else "")
 
 
-def assert_no_workspace_left(stack: CIStack) -> None:
+def assert_no_workspace_left(stack: CIStack, within: float = 30.0) -> None:
+    # A finished job's root is emptied just after its result (activities.ci.reaper).
     workspaces = Path(stack.settings.data_dir) / "ci" / "workspaces"
-    left = [p.name for p in workspaces.iterdir()] if workspaces.exists() else []
+    deadline = time.monotonic() + within
+    while True:
+        left = [p.name for p in workspaces.iterdir()] if workspaces.exists() else []
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert left == [], left
 
 
