@@ -6,20 +6,26 @@ and is killed (whole group) when the test ends.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from leasehold.devserver import free_port
 from leasehold.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 # This file is testing/harness.py in a source checkout (tests run from one).
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -204,3 +210,24 @@ def register_repo_row(settings: Settings, tenant_id: str, repo_id: str, name: st
                     id=repo_id, tenant_id=tenant_id, name=name, clone_url=clone_url, webhook_secret="test-secret-0"
                 )
             )
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI) -> AsyncIterator[str]:
+    """Serve ``app`` over real HTTP in this event loop, on a free loopback port; yields its URL
+    once the server accepts connections, and stops it on exit."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert not task.done(), "the API did not start"
+        assert time.monotonic() < deadline, "the API did not start in 30 s"
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -11,42 +11,24 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
-import uvicorn
-from fastapi import FastAPI
 from prometheus_client import REGISTRY
 
 from api.app import create_app
 from leasehold.database import init_database
-from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
+from testing.harness import serving
 from testing.postgres import PrivatePostgres
 
 MODEL = "procedural-v1"
 BODY = {"prompt": "a red kite over the sea", "model": MODEL, "seconds": "1", "size": "180x320", "steps": 4}
 RETRY_AFTER = 1
 OUTAGE_SECONDS = 4.0
-
-
-@contextlib.asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert not task.done() and time.monotonic() < deadline, "the API did not start"
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @contextlib.contextmanager

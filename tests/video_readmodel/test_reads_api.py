@@ -24,7 +24,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution
@@ -41,13 +40,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.app import create_app
 from api.video.live import LIVE_TTL_SECONDS, LiveProgress
 from leasehold.database import init_database
-from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.records.versioned import LIFECYCLE_VERSION, write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from testing.harness import ManagedProcess, start_worker
+from testing.harness import serving as serve_app
 from tests.conftest import sqlite_url
 from workflows.video.ids import workflow_id
 from workflows.video.types import VideoJobState, VideoStatus
@@ -117,22 +116,11 @@ def stack(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path, lo
 @contextlib.asynccontextmanager
 async def serving(app: FastAPI, calls: EngineCalls) -> AsyncIterator[str]:
     """Serve ``app`` over real HTTP in this event loop; its reads use a client counted by ``calls``."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert not task.done(), "the API did not start"
-        assert time.monotonic() < deadline, "the API did not start in 30 s"
-        await asyncio.sleep(0.05)
-    counted = Client(**{**app.state.temporal.config(), "interceptors": [calls]})
-    app.state.temporal = counted
-    app.state.video_live = LiveProgress(counted)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with serve_app(app) as url:
+        counted = Client(**{**app.state.temporal.config(), "interceptors": [calls]})
+        app.state.temporal = counted
+        app.state.video_live = LiveProgress(counted)
+        yield url
 
 
 async def wait_video(http: httpx.AsyncClient, video_id: str, done: Any, within: float = 120.0) -> dict[str, Any]:

@@ -7,10 +7,8 @@ disagreement itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,8 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
@@ -31,11 +27,11 @@ from activities.video.projection import VideoProjectionActivities
 from api.app import create_app
 from api.video.live import LIVE_TTL_SECONDS
 from leasehold.database import init_database
-from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.records.versioned import write_versioned
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
+from testing.harness import serving
 from tests.conftest import sqlite_url
 from tests.video_core.jobs import request, start_job
 from workflows.queues import orchestration_queue
@@ -47,22 +43,6 @@ from workflows.video.types import VideoJobState, VideoStatus
 def api_settings(request: pytest.FixtureRequest, settings: Settings, tmp_path: Path) -> Settings:
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else sqlite_url(tmp_path)
     return settings.model_copy(update={"database_url": url})
-
-
-@contextlib.asynccontextmanager
-async def serving(app: FastAPI) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert not task.done() and time.monotonic() < deadline, "the API did not start"
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 def write_row(db: sessionmaker, state: VideoJobState, version: int) -> None:

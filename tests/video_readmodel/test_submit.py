@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
@@ -36,10 +35,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.app import create_app
 from leasehold.database import init_database
-from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
+from testing.harness import serving as serve_app
 from tests.conftest import sqlite_url
 from workflows.video.ids import workflow_id
 
@@ -100,22 +99,11 @@ class _Counting(OutboundInterceptor):
 @contextlib.asynccontextmanager
 async def serving(app: FastAPI, calls: EngineCalls | None = None) -> AsyncIterator[str]:
     """Serve ``app`` over real HTTP in this event loop; requests use a client counted by ``calls``."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert not task.done(), "the API did not start"
-        assert time.monotonic() < deadline, "the API did not start in 30 s"
-        await asyncio.sleep(0.05)
-    if calls is not None:
-        # Requests take the client from app.state; the background tasks keep the original one.
-        app.state.temporal = Client(**{**app.state.temporal.config(), "interceptors": [calls]})
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with serve_app(app) as url:
+        if calls is not None:
+            # Requests take the client from app.state; the background tasks keep the original one.
+            app.state.temporal = Client(**{**app.state.temporal.config(), "interceptors": [calls]})
+        yield url
 
 
 def _key(settings: Settings, tenant: str, user: str = "user", tier: str = "paid") -> str:
