@@ -7,11 +7,11 @@ import asyncio
 
 from fastapi import APIRouter
 
+from api.ci.repos import require_repo
 from api.deps import DbDep, PrincipalDep
-from api.errors import invalid, not_found
+from api.errors import invalid
 from api.schemas.ci.runs import EnvironmentList, EnvironmentOut, EnvironmentPut
 from leasehold.records.ci.environments import EnvironmentError, EnvironmentRecord, list_environments, set_environment
-from leasehold.records.ci.repos import get_repo
 
 router = APIRouter(tags=["ci"])
 
@@ -31,8 +31,7 @@ async def put_environment(
     repo_id: str, name: str, body: EnvironmentPut, principal: PrincipalDep, db: DbDep
 ) -> EnvironmentOut:
     """Create or change an environment's protection; applies to runs pushed after it."""
-    if await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id) is None:
-        raise not_found("repository")
+    await require_repo(db, principal.tenant_id, repo_id)
     try:
         record = await asyncio.to_thread(
             set_environment, db, principal.tenant_id, repo_id, name, body.required_approval, body.approvers
@@ -45,7 +44,6 @@ async def put_environment(
 @router.get("/v1/repos/{repo_id}/environments")
 async def get_environments(repo_id: str, principal: PrincipalDep, db: DbDep) -> EnvironmentList:
     """The repository's environments and their protection."""
-    if await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id) is None:
-        raise not_found("repository")
+    await require_repo(db, principal.tenant_id, repo_id)
     records = await asyncio.to_thread(list_environments, db, principal.tenant_id, repo_id)
     return EnvironmentList(data=[_out(r) for r in records])

@@ -19,6 +19,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from api.ci.queue_explanation import QueueExplainerDep
+from api.ci.repos import require_repo
 from api.ci.runs import (
     QUERY_TIMEOUT_SECONDS,
     RUN_UNAVAILABLE,
@@ -44,7 +45,6 @@ from api.schemas.ci.runs import (
 )
 from clients.ci.start import cancel_run, decide_job, retry_job, run_state
 from leasehold.records.api_keys import Principal
-from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.runs import RunCursor, annotations_of_attempt
 from leasehold.records.ci.runs import list_runs as list_run_records
 from leasehold.storage import ObjectNotFound
@@ -186,8 +186,7 @@ async def list_runs(
     after: str | None = Query(None, max_length=512, description="next_cursor of the previous page"),
 ) -> RunList:
     """The caller's runs, newest first, from the read model."""
-    if repo is not None and await asyncio.to_thread(get_repo, db, principal.tenant_id, repo) is None:
-        raise not_found("repository")
+    await require_repo(db, principal.tenant_id, repo)
     if status is not None and status not in {s.value for s in RunStatus}:
         raise invalid("status", f"status must be one of {', '.join(s.value for s in RunStatus)}")
     cursor = decode_cursor(after) if after is not None else None

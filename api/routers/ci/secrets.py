@@ -11,19 +11,14 @@ import asyncio
 from fastapi import APIRouter, Response
 from sqlalchemy.orm import sessionmaker
 
+from api.ci.repos import require_repo
 from api.deps import DbDep, KeyringDep, PrincipalDep
 from api.errors import invalid, not_found
 from api.schemas.ci.secrets import SecretList, SecretOut, SecretPut
 from leasehold.records.api_keys import Principal
-from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.secrets import Keyring, SecretError, delete_secret, list_secrets, put_secret
 
 router = APIRouter(tags=["ci"])
-
-
-async def _check_repo(db: sessionmaker, principal: Principal, repo_id: str | None) -> None:
-    if repo_id is not None and await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id) is None:
-        raise not_found("repository")
 
 
 async def _put(
@@ -35,7 +30,7 @@ async def _put(
     body: SecretPut,
     response: Response,
 ) -> SecretOut:
-    await _check_repo(db, principal, repo_id)
+    await require_repo(db, principal.tenant_id, repo_id)
     try:
         info, created = await asyncio.to_thread(
             put_secret, db, keyring, principal.tenant_id, repo_id, name, body.value.get_secret_value()
@@ -47,7 +42,7 @@ async def _put(
 
 
 async def _delete(db: sessionmaker, principal: Principal, repo_id: str | None, name: str) -> Response:
-    await _check_repo(db, principal, repo_id)
+    await require_repo(db, principal.tenant_id, repo_id)
     try:
         removed = await asyncio.to_thread(delete_secret, db, principal.tenant_id, repo_id, name)
     except SecretError:
@@ -98,7 +93,7 @@ async def put_repo_secret(
 
 @router.get("/v1/repos/{repo_id}/secrets")
 async def get_repo_secrets(repo_id: str, principal: PrincipalDep, db: DbDep) -> SecretList:
-    await _check_repo(db, principal, repo_id)
+    await require_repo(db, principal.tenant_id, repo_id)
     infos = await asyncio.to_thread(list_secrets, db, principal.tenant_id, repo_id)
     return SecretList(data=[SecretOut.from_info(i) for i in infos])
 

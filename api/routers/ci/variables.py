@@ -9,25 +9,20 @@ import asyncio
 from fastapi import APIRouter, Response
 from sqlalchemy.orm import sessionmaker
 
+from api.ci.repos import require_repo
 from api.deps import DbDep, PrincipalDep
 from api.errors import invalid, not_found
 from api.schemas.ci.variables import VariableList, VariableOut, VariablePut
 from leasehold.records.api_keys import Principal
-from leasehold.records.ci.repos import get_repo
 from leasehold.records.ci.variables import VariableError, delete_variable, list_variables, put_variable
 
 router = APIRouter(tags=["ci"])
 
 
-async def _check_repo(db: sessionmaker, principal: Principal, repo_id: str | None) -> None:
-    if repo_id is not None and await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id) is None:
-        raise not_found("repository")
-
-
 async def _put(
     db: sessionmaker, principal: Principal, repo_id: str | None, name: str, body: VariablePut, response: Response
 ) -> VariableOut:
-    await _check_repo(db, principal, repo_id)
+    await require_repo(db, principal.tenant_id, repo_id)
     try:
         info, created = await asyncio.to_thread(put_variable, db, principal.tenant_id, repo_id, name, body.value)
     except VariableError as exc:
@@ -37,13 +32,13 @@ async def _put(
 
 
 async def _list(db: sessionmaker, principal: Principal, repo_id: str | None) -> VariableList:
-    await _check_repo(db, principal, repo_id)
+    await require_repo(db, principal.tenant_id, repo_id)
     infos = await asyncio.to_thread(list_variables, db, principal.tenant_id, repo_id)
     return VariableList(data=[VariableOut.from_info(i) for i in infos])
 
 
 async def _delete(db: sessionmaker, principal: Principal, repo_id: str | None, name: str) -> Response:
-    await _check_repo(db, principal, repo_id)
+    await require_repo(db, principal.tenant_id, repo_id)
     try:
         removed = await asyncio.to_thread(delete_variable, db, principal.tenant_id, repo_id, name)
     except VariableError:
