@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,3 +114,25 @@ def open_database(settings: Settings) -> sessionmaker:
     except OSError as exc:
         raise UsageError(f"data dir {settings.data_dir} is not writable: {exc.strerror or exc}") from None
     return init_database(settings.resolved_database_url)
+
+
+def check_scope(factory: sessionmaker, args: argparse.Namespace) -> None:
+    """``--tenant`` is a valid tenant name and ``--repo``, when given, one of its repositories
+    (the scope a secret or a variable is written to)."""
+    from leasehold.records.api_keys import validate_name
+    from leasehold.records.ci.repos import get_repo
+
+    try:
+        validate_name("tenant", args.tenant)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.repo is not None and get_repo(factory, args.tenant, args.repo) is None:
+        raise UsageError(f"repository {args.repo!r} is not registered for tenant {args.tenant!r}")
+
+
+def read_stdin_value() -> str:
+    """A value piped in: a trailing newline comes from `echo` or a file, not from the value."""
+    value = sys.stdin.read()
+    if value.endswith("\n"):
+        value = value[:-1].removesuffix("\r")
+    return value

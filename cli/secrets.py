@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, check_scope, open_database, read_stdin_value
 
 
 def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -21,27 +21,12 @@ def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return open_database(settings), Keyring.from_settings(settings)
 
 
-def _check_scope(factory: Any, args: argparse.Namespace) -> None:
-    from leasehold.records.api_keys import validate_name
-    from leasehold.records.ci.repos import get_repo
-
-    try:
-        validate_name("tenant", args.tenant)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.repo is not None and get_repo(factory, args.tenant, args.repo) is None:
-        raise UsageError(f"repository {args.repo!r} is not registered for tenant {args.tenant!r}")
-
-
 def cmd_secrets_set(args: argparse.Namespace) -> int:
     from leasehold.records.ci.secrets import SecretError, put_secret
 
     factory, keyring = _open(args)
-    _check_scope(factory, args)
-    value = sys.stdin.read()
-    # A trailing newline comes from `echo` or a file, not from the secret.
-    if value.endswith("\n"):
-        value = value[:-1].removesuffix("\r")
+    check_scope(factory, args)
+    value = read_stdin_value()
     try:
         info, created = put_secret(factory, keyring, args.tenant, args.repo, args.name, value)
     except SecretError as exc:
@@ -55,7 +40,7 @@ def cmd_secrets_list(args: argparse.Namespace) -> int:
     from leasehold.records.ci.secrets import list_secrets
 
     factory, _ = _open(args)
-    _check_scope(factory, args)
+    check_scope(factory, args)
     for info in list_secrets(factory, args.tenant, args.repo):
         print(json.dumps({"name": info.name, "repo_id": info.repo_id, "updated_at": info.updated_at.isoformat()}))
     return 0
@@ -65,7 +50,7 @@ def cmd_secrets_delete(args: argparse.Namespace) -> int:
     from leasehold.records.ci.secrets import SecretError, delete_secret
 
     factory, _ = _open(args)
-    _check_scope(factory, args)
+    check_scope(factory, args)
     try:
         removed = delete_secret(factory, args.tenant, args.repo, args.name)
     except SecretError as exc:

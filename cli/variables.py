@@ -11,8 +11,7 @@ import json
 import sys
 from typing import Any
 
-from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
-from cli.secrets import _check_scope
+from cli.common import UsageError, add_data_dir_arguments, admin_settings, check_scope, open_database, read_stdin_value
 
 
 def _open(args: argparse.Namespace) -> Any:
@@ -23,12 +22,8 @@ def cmd_vars_set(args: argparse.Namespace) -> int:
     from leasehold.records.ci.variables import VariableError, put_variable
 
     factory = _open(args)
-    _check_scope(factory, args)
-    value = args.value
-    if value == "-":
-        value = sys.stdin.read()
-        if value.endswith("\n"):
-            value = value[:-1].removesuffix("\r")
+    check_scope(factory, args)
+    value = read_stdin_value() if args.value == "-" else args.value
     try:
         info, created = put_variable(factory, args.tenant, args.repo, args.name, value)
     except VariableError as exc:
@@ -42,7 +37,7 @@ def cmd_vars_list(args: argparse.Namespace) -> int:
     from leasehold.records.ci.variables import list_variables
 
     factory = _open(args)
-    _check_scope(factory, args)
+    check_scope(factory, args)
     for info in list_variables(factory, args.tenant, args.repo):
         shown = {"name": info.name, "value": info.value, "repo_id": info.repo_id}
         print(json.dumps({**shown, "updated_at": info.updated_at.isoformat()}))
@@ -53,7 +48,7 @@ def cmd_vars_delete(args: argparse.Namespace) -> int:
     from leasehold.records.ci.variables import VariableError, delete_variable
 
     factory = _open(args)
-    _check_scope(factory, args)
+    check_scope(factory, args)
     try:
         removed = delete_variable(factory, args.tenant, args.repo, args.name)
     except VariableError as exc:
