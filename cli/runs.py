@@ -355,11 +355,9 @@ def _next_attempt(api: Api, run: str, job: str, after: int) -> int | None:
 
 def _combinations(api: Api, run: str, job: str) -> list[tuple[str, str]]:
     """(id, name) of each combination when ``job`` is a matrix job, else nothing."""
-    found = api.call("GET", f"/v1/runs/{run}/jobs/{job}")
-    if not found.get("combinations"):
-        return []
-    names = {j.get("id"): str(j.get("name", "")) for j in api.call("GET", f"/v1/runs/{run}").get("jobs", [])}
-    return [(str(c), names.get(c, str(c))) for c in found["combinations"]]
+    jobs = {j.get("id"): j for j in api.call("GET", f"/v1/runs/{run}").get("jobs", [])}
+    combinations = (jobs.get(job) or {}).get("combinations") or []
+    return [(str(c), str((jobs.get(c) or {}).get("name") or c)) for c in combinations]
 
 
 @command
