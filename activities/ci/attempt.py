@@ -172,7 +172,7 @@ class JobAttempt:
             if self.owner is not None:
                 # No process of the job runs any more: the reaper empties the root as the job
                 # and then frees its uid, while the result goes back to the run.
-                self.o.reaper.dispose(self.tree.detached(), self.root)
+                self.o.reaper.dispose(self.tree.detached())
             else:
                 remove_layout(self.root)
         if self.shutdown and status != AttemptStatus.SUCCESS:

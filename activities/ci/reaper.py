@@ -33,13 +33,13 @@ class RootReaper:
     def __init__(self, sandbox: Releases, backlog: int) -> None:
         self._sandbox = sandbox
         self._backlog = max(0, backlog)
-        self._queue: queue.SimpleQueue[tuple[JobRoot, Path]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[JobRoot] = queue.SimpleQueue()
         self._pending = 0
         self._done = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def dispose(self, tree: JobRoot, root: Path) -> None:
-        """Empty ``tree`` and release ``root``'s uid: later, or now when the backlog is full."""
+    def dispose(self, tree: JobRoot) -> None:
+        """Empty ``tree`` and release its uid: later, or now when the backlog is full."""
         with self._done:
             inline = self._pending >= self._backlog
             if not inline:
@@ -48,9 +48,9 @@ class RootReaper:
                     self._thread = threading.Thread(target=self._loop, name="ci-root-reaper", daemon=True)
                     self._thread.start()
         if inline:
-            self._reap(tree, root)
+            self._reap(tree)
         else:
-            self._queue.put((tree, root))
+            self._queue.put(tree)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until every root handed over is gone; ``False`` if some are left at ``timeout``."""
@@ -59,18 +59,18 @@ class RootReaper:
 
     def _loop(self) -> None:
         while True:
-            tree, root = self._queue.get()
+            tree = self._queue.get()
             try:
-                self._reap(tree, root)
+                self._reap(tree)
             finally:
                 with self._done:
                     self._pending -= 1
                     self._done.notify_all()
 
-    def _reap(self, tree: JobRoot, root: Path) -> None:
+    def _reap(self, tree: JobRoot) -> None:
         try:
             tree.remove()
         except Exception:  # the next start-up sweep retries what is left
-            log.exception("could not remove the job root %s", root)
+            log.exception("could not remove the job root %s", tree.path)
         finally:
-            self._sandbox.release(root)
+            self._sandbox.release(tree.path)

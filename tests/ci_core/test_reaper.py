@@ -13,8 +13,8 @@ from activities.ci.reaper import RootReaper
 
 
 class Tree:
-    def __init__(self, gate: threading.Event | None = None, fail: bool = False) -> None:
-        self.gate, self.fail, self.removed_on = gate, fail, ""
+    def __init__(self, path: str, gate: threading.Event | None = None, fail: bool = False) -> None:
+        self.path, self.gate, self.fail, self.removed_on = Path(path), gate, fail, ""
 
     def remove(self) -> None:
         if self.gate is not None:
@@ -39,8 +39,8 @@ def tree(t: Tree) -> JobRoot:
 def test_a_root_is_emptied_later_and_its_uid_released_after() -> None:
     sandbox, gate = Sandbox(), threading.Event()
     reaper = RootReaper(sandbox, backlog=4)
-    slow = Tree(gate)
-    reaper.dispose(tree(slow), Path("/r/1"))
+    slow = Tree("/r/1", gate)
+    reaper.dispose(tree(slow))
     # The attempt did not wait: the root is still being emptied and its uid still held.
     assert sandbox.released == [] and not reaper.drain(0.2)
     gate.set()
@@ -51,9 +51,9 @@ def test_a_root_is_emptied_later_and_its_uid_released_after() -> None:
 def test_a_full_backlog_makes_the_attempt_empty_its_own_root() -> None:
     sandbox, gate = Sandbox(), threading.Event()
     reaper = RootReaper(sandbox, backlog=1)
-    waiting, own = Tree(gate), Tree()
-    reaper.dispose(tree(waiting), Path("/r/1"))
-    reaper.dispose(tree(own), Path("/r/2"))
+    waiting, own = Tree("/r/1", gate), Tree("/r/2")
+    reaper.dispose(tree(waiting))
+    reaper.dispose(tree(own))
     assert own.removed_on == threading.current_thread().name and sandbox.released == [Path("/r/2")]
     gate.set()
     assert reaper.drain(10) and sandbox.released == [Path("/r/2"), Path("/r/1")]
@@ -62,7 +62,7 @@ def test_a_full_backlog_makes_the_attempt_empty_its_own_root() -> None:
 def test_a_root_that_cannot_be_emptied_still_releases_its_uid() -> None:
     sandbox = Sandbox()
     reaper = RootReaper(sandbox, backlog=2)
-    reaper.dispose(tree(Tree(fail=True)), Path("/r/1"))
-    reaper.dispose(tree(Tree()), Path("/r/2"))
+    reaper.dispose(tree(Tree("/r/1", fail=True)))
+    reaper.dispose(tree(Tree("/r/2")))
     assert reaper.drain(10)
     assert sandbox.released == [Path("/r/1"), Path("/r/2")]
