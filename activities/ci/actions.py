@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from actions_language.action_refs import ActionRef, is_builtin, parse_uses
@@ -138,24 +138,17 @@ def _check_inputs(step: StepSpec, spec: ActionSpec) -> None:
             raise ActionNotUsable(f"input {name!r} is required and has no default: give it in 'with:'")
 
 
+@dataclass(eq=False)
 class ActionResolver:
     """Resolves every action of one workflow file at one commit (``resolve_workflow``)."""
 
-    def __init__(
-        self,
-        source: ActionSource | None,
-        repo_mirror: GitMirror,
-        mirror: Path,
-        commit_sha: str,
-        heartbeat: Callable[[], None] | None = None,
-    ) -> None:
-        self._source = source
-        self._repo_mirror = repo_mirror
-        self._mirror = mirror
-        self._sha = commit_sha
-        self._heartbeat = heartbeat
-        self._done: dict[tuple[str, ...], ActionSpec] = {}
-        self._count = 0
+    source: ActionSource | None
+    repo_mirror: GitMirror
+    mirror: Path
+    commit_sha: str
+    heartbeat: Callable[[], None] | None = None
+    _done: dict[tuple[str, ...], ActionSpec] = field(default_factory=dict, init=False)
+    _count: int = field(default=0, init=False)
 
     def resolve_workflow(self, spec: WorkflowSpec) -> WorkflowSpec:
         """Attach each action's definition and commit to its steps; raises ``WorkflowSpecError``
@@ -195,11 +188,11 @@ class ActionResolver:
             raise ActionNotUsable(str(exc)) from None
         key: tuple[str, ...]
         if ref.local:
-            mirror, sha, key = self._mirror, self._sha, ("local", ref.path)
+            mirror, sha, key = self.mirror, self.commit_sha, ("local", ref.path)
         else:
-            if self._source is None:
+            if self.source is None:
                 raise ActionNotUsable("no actions source is configured on this deployment")
-            mirror, sha = self._source.resolve(ref, self._heartbeat)
+            mirror, sha = self.source.resolve(ref, self.heartbeat)
             key = ("remote", ref.repository.lower(), sha, ref.path)
         if key in chain:
             raise ActionNotUsable("actions use each other in a cycle")
@@ -232,7 +225,7 @@ class ActionResolver:
         for name in ACTION_FILES:
             path = f"{ref.path}/{name}" if ref.path else name
             try:
-                data = self._repo_mirror.read_file(mirror, sha, path, MAX_ACTION_BYTES)
+                data = self.repo_mirror.read_file(mirror, sha, path, MAX_ACTION_BYTES)
             except GitError:
                 raise ActionNotUsable(f"could not read {where}") from None
             if data is None:

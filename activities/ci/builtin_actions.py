@@ -5,6 +5,7 @@ cache, through the job's tree (as the job), so nothing of them is sandboxed."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from activities.ci.cache import CacheError, CICache, read_scopes, ref_scope, workspace_paths
 from activities.ci.job_context import shown_name
@@ -16,29 +17,20 @@ from workflows.ci.types.push import PushContext
 from workflows.ci.types.spec import ACTION_CACHE, ACTION_CHECKOUT, StepSpec
 
 
+@dataclass(eq=False)
 class BuiltinActions:
     """An attempt's built-in action steps, and the cache saves they leave for the job's end."""
 
-    def __init__(
-        self,
-        cache: CICache,
-        trusted: TrustedRun,
-        push: PushContext,
-        mount: str,
-        tree: JobRoot,
-        log: LogShipper,
-        heartbeat: Callable[[], None],
-    ) -> None:
-        self.cache = cache
-        # Tenant and repository as the records say them: the cache's scope.
-        self.trusted = trusted
-        self.push = push
-        self.mount = mount
-        self.tree = tree
-        self.log = log
-        self.heartbeat = heartbeat
-        # actions/cache steps whose key missed: saved after the job succeeds (the post step).
-        self.saves: list[tuple[str, list[str]]] = []
+    cache: CICache
+    # Tenant and repository as the records say them: the cache's scope.
+    trusted: TrustedRun
+    push: PushContext
+    mount: str
+    tree: JobRoot
+    log: LogShipper
+    heartbeat: Callable[[], None]
+    # actions/cache steps whose key missed: saved after the job succeeds (the post step).
+    saves: list[tuple[str, list[str]]] = field(default_factory=list, init=False)
 
     def run(
         self, step: StepSpec, inputs: dict[str, str]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
@@ -40,24 +41,17 @@ EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule
 RunNumbers = Callable[[str, str, str, str], int]
 
 
+@dataclass(eq=False)
 class CIListingActivities(CIListingDefinition):
     """Runs on CI workers (they hold the git mirrors), on the control queue."""
 
-    def __init__(
-        self,
-        mirror: GitMirror,
-        environments: EnvironmentRules | None = None,
-        actions: ActionSource | None = None,
-        run_numbers: RunNumbers | None = None,
-        failover_seconds: float = DEFAULT_FAILOVER_SECONDS,
-    ) -> None:
-        self._mirror = mirror
-        self._environments = environments
-        self._run_numbers = run_numbers
-        # The database reads (environments, run numbers) wait out a failover this long, in place.
-        self._failover_seconds = failover_seconds
-        # Where `owner/repo@ref` actions come from; None: only local `./path` actions resolve.
-        self._actions = actions
+    mirror: GitMirror
+    environments: EnvironmentRules | None = None
+    # Where `owner/repo@ref` actions come from; None: only local `./path` actions resolve.
+    actions: ActionSource | None = None
+    run_numbers: RunNumbers | None = None
+    # The database reads (environments, run numbers) wait out a failover this long, in place.
+    failover_seconds: float = DEFAULT_FAILOVER_SECONDS
 
     @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
     def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
@@ -66,8 +60,8 @@ class CIListingActivities(CIListingDefinition):
         if inp.event == "workflow_dispatch":
             return self._list_dispatch(inp)
         try:
-            mirror = self._mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
-            found = self._mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
+            mirror = self.mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
+            found = self.mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
         except InvalidRequest as exc:
             raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
         except GitError as exc:
@@ -80,9 +74,9 @@ class CIListingActivities(CIListingDefinition):
             if not diff:
                 if inp.event == "pull_request":
                     base = f"refs/heads/{inp.base_ref}" if inp.base_ref else None
-                    diff.append(self._mirror.changed_files(mirror, inp.commit_sha, base, MAX_DIFF_FILES, True))
+                    diff.append(self.mirror.changed_files(mirror, inp.commit_sha, base, MAX_DIFF_FILES, True))
                 else:
-                    diff.append(self._mirror.changed_files(mirror, inp.commit_sha, inp.before, MAX_DIFF_FILES))
+                    diff.append(self.mirror.changed_files(mirror, inp.commit_sha, inp.before, MAX_DIFF_FILES))
             return diff[0]
 
         files = []
@@ -94,9 +88,9 @@ class CIListingActivities(CIListingDefinition):
             try:
                 spec = parse_workflow(path, content)
                 # Each file's actions on their own: a bad action fails only the file using it.
-                ActionResolver(
-                    self._actions, self._mirror, mirror, inp.commit_sha, activity.heartbeat
-                ).resolve_workflow(spec)
+                ActionResolver(self.actions, self.mirror, mirror, inp.commit_sha, activity.heartbeat).resolve_workflow(
+                    spec
+                )
             except WorkflowSpecError as exc:
                 # The run is still created, and fails with this message.
                 files.append(WorkflowFile(path=path, error=exc.error))
@@ -117,9 +111,9 @@ class CIListingActivities(CIListingDefinition):
 
     def _numbers(self, inp: ListWorkflowsInput, sha: str, files: list[WorkflowFile]) -> dict[str, int]:
         """Each run's ``github.run_number``, by the run id the push workflow will derive."""
-        if self._run_numbers is None or not inp.tenant_id:
+        if self.run_numbers is None or not inp.tenant_id:
             return {}
-        numbers, tenant = self._run_numbers, inp.tenant_id
+        numbers, tenant = self.run_numbers, inp.tenant_id
 
         def read() -> dict[str, int]:
             # Kept by run id: reading them again after a lost connection gives the same numbers.
@@ -131,27 +125,27 @@ class CIListingActivities(CIListingDefinition):
                 if f.triggered
             }
 
-        return in_activity(read, self._failover_seconds, f"run numbers of {inp.repo_id}", log)
+        return in_activity(read, self.failover_seconds, f"run numbers of {inp.repo_id}", log)
 
     def _rules(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, EnvironmentRule]:
         named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
-        if not named or not inp.tenant_id or self._environments is None:
+        if not named or not inp.tenant_id or self.environments is None:
             return {}
         # Read with the listing, so the run carries its protection rules from the start.
-        rules, tenant = self._environments, inp.tenant_id
+        rules, tenant = self.environments, inp.tenant_id
         what = f"environments of {inp.repo_id}"
-        return in_activity(lambda: rules(tenant, inp.repo_id, named), self._failover_seconds, what, log)
+        return in_activity(lambda: rules(tenant, inp.repo_id, named), self.failover_seconds, what, log)
 
     def _list_dispatch(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
         """A ``workflow_dispatch``: the ref's commit, the one file asked for, its inputs checked
         against its ``on.workflow_dispatch``. What the caller got wrong fails the dispatch
         (``DISPATCH_REJECTED``, naming the field) instead of creating a run."""
         try:
-            resolved = self._mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
+            resolved = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
             if resolved is None:
                 raise _rejected("ref", f"the repository has no branch or tag {inp.ref!r}")
             mirror, ref, sha = resolved
-            found = self._mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES)
+            found = self.mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES)
         except InvalidRequest as exc:
             raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
         except GitError as exc:
@@ -174,7 +168,7 @@ class CIListingActivities(CIListingDefinition):
         except DispatchInputError as exc:
             raise _rejected(exc.field, exc.message) from None
         try:
-            ActionResolver(self._actions, self._mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
+            ActionResolver(self.actions, self.mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
             files = [WorkflowFile(path=path, spec=spec)]
         except WorkflowSpecError as exc:
             # As on a push: the run is created, and fails with the action's error.

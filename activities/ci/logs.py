@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from actions_language.masking import StreamMasker
@@ -49,38 +50,32 @@ def _join_beating(thread: threading.Thread, timeout: float, beat: Callable[[], N
             beat()
 
 
+@dataclass(eq=False)
 class LogShipper:
     """Thread-safe: the output reader calls ``write``; a background thread flushes."""
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        prefix: str,
-        attempt: int,
-        flush_seconds: float = 0.5,
-        chunk_bytes: int = 64 << 10,
-        max_bytes: int = 64 << 20,
-        masker: StreamMasker | None = None,
-        retry_seconds: float = DEFAULT_RETRY_SECONDS,
-    ) -> None:
-        self._store = store
-        self._retry_seconds = retry_seconds
-        # False after a write exhausted the retry window, until a write succeeds again.
-        self._store_up = True
-        # Every byte passes the job's secret masker before it is buffered, stored or streamed.
-        self._masker = masker
-        self._prefix = prefix
-        self._attempt = attempt
-        self._flush_seconds = flush_seconds
-        self._chunk_bytes = chunk_bytes
-        self._max_bytes = max_bytes
-        self._buffer = bytearray()
-        self._cond = threading.Condition()
-        self._closed = False
-        self._truncated = False
-        self._accepted = 0
-        self.summary = LogSummary(prefix=prefix)
-        self._thread = threading.Thread(target=self._run, name=f"log-{prefix}", daemon=True)
+    store: ObjectStore
+    prefix: str
+    attempt: int
+    flush_seconds: float = 0.5
+    chunk_bytes: int = 64 << 10
+    max_bytes: int = 64 << 20
+    # Every byte passes the job's secret masker before it is buffered, stored or streamed.
+    masker: StreamMasker | None = None
+    retry_seconds: float = DEFAULT_RETRY_SECONDS
+    summary: LogSummary = field(init=False)
+    # False after a write exhausted the retry window, until a write succeeds again.
+    _store_up: bool = field(default=True, init=False)
+    _buffer: bytearray = field(default_factory=bytearray, init=False)
+    _cond: threading.Condition = field(default_factory=threading.Condition, init=False)
+    _closed: bool = field(default=False, init=False)
+    _truncated: bool = field(default=False, init=False)
+    _accepted: int = field(default=0, init=False)
+    _thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.summary = LogSummary(prefix=self.prefix)
+        self._thread = threading.Thread(target=self._run, name=f"log-{self.prefix}", daemon=True)
         self._thread.start()
 
     def write(self, data: bytes) -> None:
@@ -89,28 +84,24 @@ class LogShipper:
         with self._cond:
             # Masked before anything else (truncation included), so no cut can split a secret
             # into pieces the masker no longer recognises.
-            self._append(self._masker.feed(data) if self._masker is not None else data)
+            self._append(self.masker.feed(data) if self.masker is not None else data)
 
     def _append(self, data: bytes) -> None:
         if data:
-            if self._accepted >= self._max_bytes:
+            if self._accepted >= self.max_bytes:
                 if not self._truncated:
                     self._truncated = True
-                    self._buffer += f"\n[leasehold: log truncated at {self._max_bytes} bytes]\n".encode()
+                    self._buffer += f"\n[leasehold: log truncated at {self.max_bytes} bytes]\n".encode()
                     self._cond.notify_all()
                 return
-            data = data[: self._max_bytes - self._accepted]
+            data = data[: self.max_bytes - self._accepted]
             self._accepted += len(data)
             deadline = time.monotonic() + 60
             while len(self._buffer) > MAX_BUFFERED_BYTES and not self._closed and time.monotonic() < deadline:
                 self._cond.wait(0.5)
             self._buffer += data
-            if len(self._buffer) >= self._chunk_bytes:
+            if len(self._buffer) >= self.chunk_bytes:
                 self._cond.notify_all()
-
-    @property
-    def masker(self) -> StreamMasker | None:
-        return self._masker
 
     def line(self, text: str) -> None:
         """A line of leasehold's own (step headers, results)."""
@@ -119,11 +110,11 @@ class LogShipper:
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._closed and len(self._buffer) < self._chunk_bytes:
-                    self._cond.wait(self._flush_seconds)
+                if not self._closed and len(self._buffer) < self.chunk_bytes:
+                    self._cond.wait(self.flush_seconds)
                 if self._closed and not self._buffer:
                     return
-                data = bytes(self._buffer[: self._chunk_bytes])
+                data = bytes(self._buffer[: self.chunk_bytes])
                 del self._buffer[: len(data)]
                 self._cond.notify_all()
             if data:
@@ -132,18 +123,18 @@ class LogShipper:
     def _write(self, what: str, write: Callable[[], object], between: Callable[[], None] | None = None) -> bool:
         """Run ``write`` until it succeeds or the retry window closes (``between`` before each
         retry); ``True`` on success."""
-        window = self._retry_seconds if self._store_up else 0.0
+        window = self.retry_seconds if self._store_up else 0.0
         self._store_up = retry_within(write, window, what, log, min_tries=PUT_MIN_ATTEMPTS, between=between) is None
         return self._store_up
 
     def _ship(self, data: bytes) -> None:
         seq = self.summary.next_seq
         self.summary.next_seq += 1
-        key = log_chunk_key(self._prefix, seq)
+        key = log_chunk_key(self.prefix, seq)
 
         def create() -> None:
             # A retry after a write that landed but timed out finds its own chunk: same bytes.
-            if not self._store.create(key, data, "text/plain"):
+            if not self.store.create(key, data, "text/plain"):
                 log.warning("log chunk %s already existed; kept the first", key)
 
         if self._write(f"log chunk {key}", create):
@@ -151,7 +142,7 @@ class LogShipper:
             return
         self.summary.gaps.append(seq)
         try:
-            self._store.put(log_gap_key(self._prefix, seq), f'{{"seq": {seq}, "bytes": {len(data)}}}'.encode())
+            self.store.put(log_gap_key(self.prefix, seq), f'{{"seq": {seq}, "bytes": {len(data)}}}'.encode())
         except Exception as exc:  # the gap is also in end.json and the run state
             log.warning("storing gap marker for %s failed: %s", key, exc)
 
@@ -164,14 +155,14 @@ class LogShipper:
         does not take a job that is only waiting for the store for a lost one and run it again.
         """
         with self._cond:
-            if self._masker is not None:
-                self._append(self._masker.flush())
+            if self.masker is not None:
+                self._append(self.masker.flush())
             self._closed = True
             self._cond.notify_all()
         # Long enough for chunks still waiting out an outage of the full retry window.
-        _join_beating(self._thread, self._retry_seconds + 60, beat)
+        _join_beating(self._thread, self.retry_seconds + 60, beat)
         end = LogEnd(
-            attempt=self._attempt,
+            attempt=self.attempt,
             next_seq=self.summary.next_seq,
             gaps=list(self.summary.gaps),
             status=status,
@@ -180,8 +171,8 @@ class LogShipper:
         )
         payload = end.model_dump_json().encode()
         if self._write(
-            f"end of log {self._prefix}",
-            lambda: self._store.put(log_end_key(self._prefix), payload, "application/json"),
+            f"end of log {self.prefix}",
+            lambda: self.store.put(log_end_key(self.prefix), payload, "application/json"),
             between=beat,
         ):
             self.summary.ended = True

@@ -13,6 +13,7 @@ import os
 import select
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -97,52 +98,41 @@ def _watch_cancel(over: threading.Event, wake: int) -> None:
         os.close(wake)
 
 
+@dataclass(eq=False)
 class StepRunner:
     """Runs an attempt's sandboxed processes, one at a time (one thread)."""
 
-    def __init__(
-        self,
-        host: RunnerHost,
-        context: JobContext,
-        sandbox: Sandbox,
-        tree: JobRoot,
-        log: LogShipper,
-        commands: WorkflowCommands,
-        *,
-        root: Path,
-        name_prefix: str,
-        network: bool,
-        limits: SandboxLimits,
-        disk_bytes: int,
-        grace_seconds: float,
-    ) -> None:
-        self.host = host
-        self.context = context
-        self.sandbox = sandbox
-        # Everything done inside the job's tree goes through here, as the job (the root rule).
-        self.tree = tree
-        self.log = log
-        self.commands = commands
-        self.root = root
-        self.mount = context.mount
-        # Each sandbox's name: the run's and job's ids, then the process's number.
-        self.name_prefix = name_prefix
-        self.network = network
-        self.limits = limits
-        self.disk_bytes = disk_bytes
-        self.grace_seconds = grace_seconds
-        # Consecutive disk measurements that could not be made.
-        self.disk_misses = 0
-        # Numbers each sandboxed process of the attempt (its script's name, its sandbox's).
-        self.process_seq = 0
-        # Directories steps added through $GITHUB_PATH, oldest first (the newest comes first
-        # in later steps' PATH, as on GitHub).
-        self.path_entries: list[str] = []
-        # Each step's $GITHUB_STEP_SUMMARY (raw; masked when stored), and their total size.
-        self.summaries: list[bytes] = []
-        self.summary_bytes = 0
-        # Whether the last byte of output ended a line (a command must start one).
-        self.output_ended_line = True
+    host: RunnerHost
+    context: JobContext
+    sandbox: Sandbox
+    # Everything done inside the job's tree goes through here, as the job (the root rule).
+    tree: JobRoot
+    log: LogShipper
+    commands: WorkflowCommands
+    _: KW_ONLY
+    root: Path
+    # Each sandbox's name: the run's and job's ids, then the process's number.
+    name_prefix: str
+    network: bool
+    limits: SandboxLimits
+    disk_bytes: int
+    grace_seconds: float
+    mount: str = field(init=False)
+    # Consecutive disk measurements that could not be made.
+    disk_misses: int = field(default=0, init=False)
+    # Numbers each sandboxed process of the attempt (its script's name, its sandbox's).
+    process_seq: int = field(default=0, init=False)
+    # Directories steps added through $GITHUB_PATH, oldest first (the newest comes first
+    # in later steps' PATH, as on GitHub).
+    path_entries: list[str] = field(default_factory=list, init=False)
+    # Each step's $GITHUB_STEP_SUMMARY (raw; masked when stored), and their total size.
+    summaries: list[bytes] = field(default_factory=list, init=False)
+    summary_bytes: int = field(default=0, init=False)
+    # Whether the last byte of output ended a line (a command must start one).
+    output_ended_line: bool = field(default=True, init=False)
+
+    def __post_init__(self) -> None:
+        self.mount = self.context.mount
 
     def _keep_summary(self, label: str, files: StepFiles) -> None:
         """Keep what a step wrote to $GITHUB_STEP_SUMMARY (GitHub's per-step cap)."""
