@@ -70,8 +70,8 @@ def make_engine(url: str) -> Engine:
 def init_database(url: str) -> sessionmaker:
     """Migrate the database to the newest revision and return a session factory.
 
-    Safe to call from several processes at once (they queue on a lock) and on a database made
-    by the old ``create_all`` (it is adopted at the baseline, then upgraded).
+    Safe to call from several processes at once (they queue on a lock); a database made before
+    leasehold 1.0 is refused (``leasehold.migrations.runner.DatabaseBefore1_0``).
     """
     # The table modules declare themselves on ``leasehold.records.base.Base``; they are
     # imported when the database is opened rather than when this module loads; the migrations

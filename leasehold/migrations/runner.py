@@ -7,6 +7,10 @@ in one database do not wait on each other), or on SQLite an ``flock`` on a file 
 database (SQLite's own locks do not cover Alembic's check-then-create). The first process
 migrates; the others find the database at head and do nothing.
 
+1.0 begins the migrations again from one baseline revision (``BASELINE``); a database made
+before it, at one of the pre-1.0 revisions or by the older ``create_all`` (leasehold's tables,
+no revision), is refused with one line that says so, rather than half-migrated.
+
 Alembic narrates each step at INFO (its context, each revision applied); a process starting
 says one line instead, ``database at revision N``, and Alembic's warnings still show.
 """
@@ -29,7 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCRIPT_LOCATION = Path(__file__).parent
-BASELINE = "0001"
+BASELINE = "1000"
+# The revisions before 1.0, which the baseline replaced; a database still at one is refused.
+PRE_1_0_REVISIONS = frozenset(f"{number:04d}" for number in range(1, 10))
 # Namespaces the advisory lock key, so no other user of pg_advisory_lock collides with it.
 LOCK_NAME = "leasehold.migrations:"
 
@@ -42,6 +48,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
     config.attributes["connection"] = connection
     return config
+
+
+class DatabaseBefore1_0(RuntimeError):
+    """The database was made by a leasehold before 1.0, whose revisions 1.0 does not carry."""
 
 
 def current_revision(connection: Connection) -> str | None:
@@ -69,8 +79,7 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
 def upgrade_to_head(engine: Engine) -> None:
     """Apply every revision the database lacks, in one transaction where the dialect allows.
 
-    A database made by the old ``create_all`` (tables, no ``alembic_version``) is adopted: the
-    baseline creates only its absent tables, then the later revisions run as usual.
+    Raises ``DatabaseBefore1_0`` for a database made before 1.0, and changes nothing in it.
     """
     sqlite = engine.dialect.name == "sqlite"
     lock = _sqlite_file_lock(engine) if sqlite else _no_lock()
@@ -79,14 +88,34 @@ def upgrade_to_head(engine: Engine) -> None:
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(hashtext(:name || current_schema()))"), {"name": LOCK_NAME}
             )
-        inspector = inspect(connection)
-        if not inspector.has_table("alembic_version") and inspector.get_table_names():
-            log.info("adopting a database made before migrations: stamping it at %s, then upgrading", BASELINE)
+        _refuse_before_1_0(connection)
         with _alembic_quiet():
             from alembic import command
 
             command.upgrade(alembic_config(connection), "head")
         log.info("database at revision %s", current_revision(connection))
+
+
+def _refuse_before_1_0(connection: Connection) -> None:
+    import leasehold.records.tables  # noqa: F401  (every table on Base)
+    from leasehold.records.base import Base
+
+    inspector = inspect(connection)
+    if inspector.has_table("alembic_version"):
+        found = current_revision(connection)
+        if found not in PRE_1_0_REVISIONS:
+            return
+        made_by = f"at revision {found}"
+    else:
+        ours = sorted(set(Base.metadata.tables) & set(inspector.get_table_names()))
+        if not ours:
+            return  # a new database (or one that holds only others' tables)
+        made_by = f"with leasehold tables ({', '.join(ours[:3])}{', ...' if len(ours) > 3 else ''}) and no revision"
+    raise DatabaseBefore1_0(
+        f"database {made_by} was made before leasehold 1.0, which does not migrate it (1.0 starts from "
+        f"revision {BASELINE}): start on a new database (a new data dir, or an empty Postgres database "
+        "or schema), or drop every table in this one"
+    )
 
 
 @contextmanager

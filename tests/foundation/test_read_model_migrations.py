@@ -1,6 +1,6 @@
 """The schema comes from Alembic migrations, on SQLite and Postgres: a new database, one made
-by the old ``create_all``, a second start, several processes starting at once, and the models
-never drifting from the migrations."""
+before 1.0 (refused), a second start, several processes starting at once, and the models never
+drifting from the migrations."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sqlalchemy import inspect, select, text
 
 import leasehold.records.tables  # noqa: F401  (every table on Base)
 from leasehold.database import init_database, make_engine
-from leasehold.migrations.runner import BASELINE, alembic_config
+from leasehold.migrations.runner import BASELINE, DatabaseBefore1_0, alembic_config
 from leasehold.records.api_keys import ApiKey, create_key, lookup
 from leasehold.records.base import Base
 from testing.harness import REPO_ROOT
@@ -29,8 +29,6 @@ from tests.conftest import sqlite_url
 READ_MODEL = {"video_jobs", "ci_pushes", "ci_runs", "ci_jobs", "ci_attempts"}
 SCRIPTS = ScriptDirectory.from_config(alembic_config())
 HEAD = SCRIPTS.get_current_head()
-# The tables of the baseline: what a database made by the old create_all can hold.
-BASELINE_TABLES: tuple[str, ...] = SCRIPTS.get_revision(BASELINE).module.TABLES  # type: ignore[union-attr]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -72,7 +70,7 @@ def test_revisions_form_one_line_from_the_baseline() -> None:
     # Two changes that each add a revision on the same parent make two heads: renumber one.
     assert len(SCRIPTS.get_heads()) == 1, SCRIPTS.get_heads()
     chain = [r.revision for r in SCRIPTS.walk_revisions()]  # head first
-    assert chain[-2:] == ["0002", BASELINE]
+    assert chain[-1] == BASELINE
     assert chain == sorted(chain, reverse=True)  # numbered in order
 
 
@@ -98,34 +96,38 @@ def test_the_drift_check_can_fail(db_url: str) -> None:
     assert op == "add_column" and rest[1] == "ci_tenant_plans"
 
 
-def test_a_database_made_by_create_all_is_adopted(db_url: str) -> None:
-    # What every process did before migrations: create_all of the tables it knew, no revision.
+def test_a_database_at_a_revision_from_before_1_0_is_refused(db_url: str) -> None:
+    # 1.0 squashed revisions 0001 to 0009 into its baseline; a database still at one is not touched.
     engine = make_engine(db_url)
-    baseline = [t for t in Base.metadata.sorted_tables if t.name in BASELINE_TABLES]
-    Base.metadata.create_all(engine, tables=baseline)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('0009')"))
     engine.dispose()
-    factory = sa.orm.sessionmaker(make_engine(db_url))
-    key = create_key(factory, "acme", "alice", "paid")
-    factory.kw["bind"].dispose()
-    assert "alembic_version" not in tables(db_url)
-
-    migrated = init_database(db_url)
-    assert revisions(db_url) == [HEAD]
-    assert READ_MODEL <= tables(db_url)
-    principal = lookup(migrated, key)
-    assert principal is not None and principal.user_id == "alice"
-    assert drift(db_url) == []
+    with pytest.raises(DatabaseBefore1_0) as refused:
+        init_database(db_url)
+    message = str(refused.value)
+    assert "\n" not in message and "revision 0009" in message and "new database" in message, message
+    assert revisions(db_url) == ["0009"] and tables(db_url) == {"alembic_version"}
 
 
-def test_a_partial_old_database_gets_its_missing_baseline_tables(db_url: str) -> None:
-    # create_all added tables as they appeared, so an old database may lack later baseline ones.
+def test_a_database_made_by_create_all_before_migrations_is_refused(db_url: str) -> None:
+    # What every process did before migrations: create_all of the tables it knew, no revision.
     engine = make_engine(db_url)
     ApiKey.__table__.create(engine)  # type: ignore[attr-defined]
     engine.dispose()
+    with pytest.raises(DatabaseBefore1_0, match=r"with leasehold tables \(api_keys\) and no revision"):
+        init_database(db_url)
+    assert tables(db_url) == {"api_keys"}
+
+
+def test_a_database_holding_only_other_tables_gets_the_schema(db_url: str) -> None:
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE someone_elses (id INTEGER PRIMARY KEY)"))
+    engine.dispose()
     init_database(db_url)
     assert revisions(db_url) == [HEAD]
-    assert set(Base.metadata.tables) <= tables(db_url)
-    assert drift(db_url) == []
+    assert set(Base.metadata.tables) | {"alembic_version", "someone_elses"} == tables(db_url)
 
 
 def test_migrating_twice_changes_nothing(db_url: str) -> None:
@@ -138,13 +140,13 @@ def test_migrating_twice_changes_nothing(db_url: str) -> None:
         assert len(session.scalars(select(ApiKey)).all()) == 1
 
 
-def test_downgrade_to_the_baseline_and_back(db_url: str) -> None:
+def test_downgrade_to_nothing_and_back(db_url: str) -> None:
     init_database(db_url)
     engine = make_engine(db_url)
     with engine.begin() as conn:
-        command.downgrade(alembic_config(conn), BASELINE)
-    assert not READ_MODEL & tables(db_url)
-    assert revisions(db_url) == [BASELINE]
+        command.downgrade(alembic_config(conn), "base")
+    assert tables(db_url) == {"alembic_version"}
+    assert revisions(db_url) == []
     engine.dispose()
     init_database(db_url)
     assert revisions(db_url) == [HEAD] and READ_MODEL <= tables(db_url)
