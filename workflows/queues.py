@@ -14,6 +14,19 @@ from temporalio.common import RetryPolicy
 ORCHESTRATION = "orchestration"
 
 
+def backoff(
+    initial: timedelta, maximum: timedelta, attempts: int = 0, non_retryable: list[str] | None = None
+) -> RetryPolicy:
+    """Retries whose interval doubles from ``initial`` up to ``maximum``; ``attempts`` 0: no limit."""
+    return RetryPolicy(
+        initial_interval=initial,
+        backoff_coefficient=2.0,
+        maximum_interval=maximum,
+        maximum_attempts=attempts,
+        non_retryable_error_types=non_retryable,
+    )
+
+
 def orchestration_queue(prefix: str = "") -> str:
     """Workflows and light housekeeping activities run here."""
     return f"{prefix}{ORCHESTRATION}"
@@ -48,32 +61,19 @@ VIDEO_GENERATE_SCHEDULE_TO_CLOSE = timedelta(hours=24)
 
 # Infra failures (lost worker, preemption, heartbeat timeout) retry quickly; a bad request or
 # a model that cannot handle the input fails the job at once.
-VIDEO_GENERATE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=50,
-    non_retryable_error_types=["InvalidRequest", "ModelMismatch", "GenerationFailed"],
+VIDEO_GENERATE_RETRY = backoff(
+    timedelta(seconds=1), timedelta(seconds=30), 50, ["InvalidRequest", "ModelMismatch", "GenerationFailed"]
 )
 
 # Deleting a job's checkpoints and leftovers (orchestration worker).
 VIDEO_HOUSEKEEPING_TIMEOUT = timedelta(minutes=2)
-VIDEO_HOUSEKEEPING_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=20,
-)
+VIDEO_HOUSEKEEPING_RETRY = backoff(timedelta(seconds=1), timedelta(seconds=30), 20)
 
 # Writing a job's snapshot to the read model (orchestration worker): one small SQL write, so a
 # short timeout; retried without limit, because the read model must converge on the outcome
 # even through a long database outage.
 VIDEO_PROJECTION_TIMEOUT = timedelta(seconds=10)
-VIDEO_PROJECTION_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=0,
-)
+VIDEO_PROJECTION_RETRY = backoff(timedelta(seconds=1), timedelta(seconds=30))
 
 # GPU workers send heartbeats at least this often (Temporal's default is 0.8 x heartbeat
 # timeout): cancellation and lease loss arrive in heartbeat responses, and a job must stop
@@ -123,11 +123,7 @@ CI_RECONCILE_REPOS_PER_RUN = 200
 # but a run's close is held up at most this long by its last write.
 CI_PROJECTION_TIMEOUT = timedelta(seconds=30)
 CI_PROJECTION_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
-CI_PROJECTION_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-)
+CI_PROJECTION_RETRY = backoff(timedelta(milliseconds=200), timedelta(seconds=30))
 
 
 # Lifecycle schedules (expiry, orphan sweeps, CI log compaction and retention) ---------------
@@ -136,19 +132,10 @@ CI_PROJECTION_RETRY = RetryPolicy(
 # done again (by a retry, or by the next tick of the schedule).
 LIFECYCLE_BATCH_TIMEOUT = timedelta(minutes=10)
 LIFECYCLE_BATCH_HEARTBEAT = timedelta(seconds=60)
-LIFECYCLE_BATCH_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=5,
-)
+LIFECYCLE_BATCH_RETRY = backoff(timedelta(seconds=2), timedelta(seconds=60), 5)
 
 # Completion webhooks (activities.video.webhooks): one attempt delivers to every endpoint of the
 # job's owner (each waits at most video_webhook_timeout_seconds); endpoints that failed are
 # tried again with back-off, about 40 minutes in all, then their delivery is marked failed.
 VIDEO_WEBHOOK_TIMEOUT = timedelta(minutes=5)
-VIDEO_WEBHOOK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=10),
-    maximum_attempts=12,
-)
+VIDEO_WEBHOOK_RETRY = backoff(timedelta(seconds=2), timedelta(minutes=10), 12)
