@@ -46,16 +46,7 @@ def push_filter(ctx: FileContext, on: Any, line: int | None) -> PushFilter:
     values: dict[str, list[str] | None] = {}
     for key in PUSH_KEYS:
         values[key] = _patterns(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
-    return PushFilter(
-        enabled=True,
-        branches=values["branches"],
-        branches_ignore=values["branches-ignore"],
-        tags=values["tags"],
-        tags_ignore=values["tags-ignore"],
-        paths=values["paths"],
-        paths_ignore=values["paths-ignore"],
-        paths_line=_paths_line(push),
-    )
+    return _enabled_filter(values, push)
 
 
 def _patterns(ctx: FileContext, value: Any, line: int | None, key: str) -> list[str]:
@@ -189,21 +180,19 @@ def pull_request_filter(ctx: FileContext, on: Any) -> PushFilter:
             raise ctx.fail(
                 pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
             )
-    return PushFilter(
-        enabled=True,
-        branches=values["branches"],
-        branches_ignore=values["branches-ignore"],
-        types=values["types"],
-        paths=values["paths"],
-        paths_ignore=values["paths-ignore"],
-        paths_line=_paths_line(pr),
-    )
+    return _enabled_filter(values, pr)
 
 
 def _paths_line(event: YamlMap) -> int | None:
     """The line of an event's ``paths`` (or ``paths-ignore``) filter, for errors about it."""
     key = "paths" if "paths" in event else "paths-ignore" if "paths-ignore" in event else None
     return event.key_lines.get(key) if key else None
+
+
+def _enabled_filter(values: dict[str, list[str] | None], event: YamlMap) -> PushFilter:
+    """An event's filter from its patterns by YAML key (``branches-ignore``: ``branches_ignore``)."""
+    fields = {key.replace("-", "_"): patterns for key, patterns in values.items()}
+    return PushFilter.model_validate({"enabled": True, "paths_line": _paths_line(event), **fields})
 
 
 def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool:
