@@ -10,6 +10,7 @@ listing resolves them (``activities.ci.actions``). Raises ``WorkflowSpecError`` 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -130,16 +131,24 @@ def _script(ctx: FileContext, runs: YamlMap, key: str) -> str:
     return "/".join(parts)
 
 
-def _inputs(ctx: FileContext, raw: Any, line: int | None) -> dict[str, ActionInput]:
+def _entries(
+    ctx: FileContext, raw: Any, line: int | None, section: str, noun: str
+) -> Iterator[tuple[str, Any, int | None, str]]:
+    """The entries of the ``inputs`` or ``outputs`` mapping (none where it is absent): each
+    name as text, its value, its line and its key path."""
     if raw is None:
-        return {}
+        return
     if not isinstance(raw, YamlMap):
-        raise ctx.fail(line, "inputs", "must be a mapping of input names")
-    inputs: dict[str, ActionInput] = {}
+        raise ctx.fail(line, section, f"must be a mapping of {noun} names")
     for name, value in raw.items():
         kline = raw.key_lines.get(name)
-        key = f"inputs.{name}"
-        text_name = scalar_text(ctx, name, kline, "inputs")
+        key = f"{section}.{name}"
+        yield scalar_text(ctx, name, kline, section), value, kline, key
+
+
+def _inputs(ctx: FileContext, raw: Any, line: int | None) -> dict[str, ActionInput]:
+    inputs: dict[str, ActionInput] = {}
+    for text_name, value, kline, key in _entries(ctx, raw, line, "inputs", "input"):
         if not text_name or "=" in text_name or "\0" in text_name or text_name.lower() in inputs:
             raise ctx.fail(kline, key, "input names must be unique (case-insensitive) and hold no '=' or NUL")
         if value is None:
@@ -161,15 +170,8 @@ def _inputs(ctx: FileContext, raw: Any, line: int | None) -> dict[str, ActionInp
 
 
 def _outputs(ctx: FileContext, raw: Any, line: int | None, composite: bool) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, YamlMap):
-        raise ctx.fail(line, "outputs", "must be a mapping of output names")
     outputs: dict[str, str] = {}
-    for name, value in raw.items():
-        kline = raw.key_lines.get(name)
-        key = f"outputs.{name}"
-        text_name = scalar_text(ctx, name, kline, "outputs")
+    for text_name, value, kline, key in _entries(ctx, raw, line, "outputs", "output"):
         if value is not None and not isinstance(value, YamlMap):
             raise ctx.fail(kline, key, "must be a mapping (description, value)")
         if composite:
