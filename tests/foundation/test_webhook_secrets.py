@@ -61,9 +61,9 @@ def test_registered_secrets_are_sealed_and_still_verify(db_url: str) -> None:
 
 
 def test_plain_text_rows_of_old_databases_verify_then_get_sealed(db_url: str) -> None:
-    # A database made before sealing: the repositories table only, secrets in plain text.
+    # A row written before sealing: the secret in plain text, no sealed row beside it.
+    factory = init_database(db_url)
     engine = make_engine(db_url)
-    Repository.__table__.create(engine)  # type: ignore[attr-defined]
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -73,7 +73,6 @@ def test_plain_text_rows_of_old_databases_verify_then_get_sealed(db_url: str) ->
             {"url": URL},
         )
     engine.dispose()
-    factory = init_database(db_url)  # adds repo_webhook_secrets to the old database
     ring = keyring("k1")
     # Before sealing (and with no keyring bound): the plain-text row still verifies.
     assert [c.webhook_secret for c in webhook_candidates(factory, "acme/old", None)] == ["legacy-plain-secret"]
