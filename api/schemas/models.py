@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from api.schemas.objects import ObjectList
 from workflows.video.models import VideoModelSpec
 
 
@@ -53,8 +54,5 @@ class ServedModel(BaseModel):
         )
 
 
-class ModelList(BaseModel):
+class ModelList(ObjectList[ServedModel]):
     """Answer of ``GET /v1/models``."""
-
-    object: Literal["list"] = "list"
-    data: list[ServedModel]

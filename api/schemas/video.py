@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api.schemas.objects import ObjectList
 from workflows.video.models import MAX_PROMPT_CHARS
 from workflows.video.types import VideoStatus
 
@@ -113,11 +114,9 @@ class Video(BaseModel):
     queue: VideoQueue | None = None
 
 
-class VideoList(BaseModel):
+class VideoList(ObjectList[Video]):
     """A cursor page of the caller's videos; ``after=last_id`` fetches the next one."""
 
-    object: Literal["list"] = "list"
-    data: list[Video]
     first_id: str | None = None
     last_id: str | None = None
     has_more: bool = False
@@ -170,8 +169,5 @@ class ModelCapacity(CapacityFigures):
     admitting_free: bool
 
 
-class CapacityList(BaseModel):
+class CapacityList(ObjectList[ModelCapacity]):
     """Answer of ``GET /v1/capacity``: every model version served here."""
-
-    object: Literal["list"] = "list"
-    data: list[ModelCapacity]

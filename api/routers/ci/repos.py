@@ -48,14 +48,14 @@ async def create_repo(body: RepoCreate, principal: PrincipalDep, db: DbDep, requ
         raise ApiError(409, "repo_exists", exc.message, param=exc.field) from None
     except RepoError as exc:
         raise invalid(exc.field, exc.message) from None
-    return RepoOut.from_record(record)
+    return RepoOut.model_validate(record)
 
 
 @router.get("/v1/repos")
 async def get_repos(principal: PrincipalDep, db: DbDep) -> RepoList:
     """The caller's repositories."""
     records = await asyncio.to_thread(list_repos, db, principal.tenant_id)
-    return RepoList(data=[RepoOut.from_record(r) for r in records])
+    return RepoList(data=[RepoOut.model_validate(r) for r in records])
 
 
 @router.get("/v1/repos/{repo_id}")
@@ -64,4 +64,4 @@ async def get_one_repo(repo_id: str, principal: PrincipalDep, db: DbDep) -> Repo
     record = await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id)
     if record is None:
         raise not_found("repository")
-    return RepoOut.from_record(record)
+    return RepoOut.model_validate(record)

@@ -6,14 +6,11 @@ shows names and times. Another tenant's repository answers 404 like a missing on
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Response
 from sqlalchemy.orm import sessionmaker
 
-from api.ci.repos import require_repo
+from api.ci.scoped import delete_in_scope, list_scope, put_in_scope
 from api.deps import DbDep, KeyringDep, PrincipalDep
-from api.errors import invalid, not_found
 from api.schemas.ci.secrets import SecretList, SecretOut, SecretPut
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.secrets import Keyring, SecretError, delete_secret, list_secrets, put_secret
@@ -30,26 +27,21 @@ async def _put(
     body: SecretPut,
     response: Response,
 ) -> SecretOut:
-    await require_repo(db, principal.tenant_id, repo_id)
-    try:
-        info, created = await asyncio.to_thread(
-            put_secret, db, keyring, principal.tenant_id, repo_id, name, body.value.get_secret_value()
-        )
-    except SecretError as exc:
-        raise invalid(exc.field, exc.message) from None
-    response.status_code = 201 if created else 200
-    return SecretOut.from_info(info)
+    value = body.value.get_secret_value()
+    info = await put_in_scope(
+        db,
+        principal,
+        repo_id,
+        response,
+        SecretError,
+        lambda: put_secret(db, keyring, principal.tenant_id, repo_id, name, value),
+    )
+    return SecretOut.model_validate(info)
 
 
-async def _delete(db: sessionmaker, principal: Principal, repo_id: str | None, name: str) -> Response:
-    await require_repo(db, principal.tenant_id, repo_id)
-    try:
-        removed = await asyncio.to_thread(delete_secret, db, principal.tenant_id, repo_id, name)
-    except SecretError:
-        removed = False
-    if not removed:
-        raise not_found("secret")
-    return Response(status_code=204)
+async def _list(db: sessionmaker, principal: Principal, repo_id: str | None) -> SecretList:
+    infos = await list_scope(db, principal, repo_id, list_secrets)
+    return SecretList(data=[SecretOut.model_validate(i) for i in infos])
 
 
 @router.put("/v1/secrets/{name}", status_code=201)
@@ -68,13 +60,12 @@ async def put_tenant_secret(
 @router.get("/v1/secrets")
 async def get_tenant_secrets(principal: PrincipalDep, db: DbDep) -> SecretList:
     """Names and update times of the tenant-wide secrets."""
-    infos = await asyncio.to_thread(list_secrets, db, principal.tenant_id, None)
-    return SecretList(data=[SecretOut.from_info(i) for i in infos])
+    return await _list(db, principal, None)
 
 
 @router.delete("/v1/secrets/{name}", status_code=204)
 async def delete_tenant_secret(name: str, principal: PrincipalDep, db: DbDep) -> Response:
-    return await _delete(db, principal, None, name)
+    return await delete_in_scope(db, principal, None, name, delete_secret, SecretError, "secret")
 
 
 @router.put("/v1/repos/{repo_id}/secrets/{name}", status_code=201)
@@ -93,11 +84,9 @@ async def put_repo_secret(
 
 @router.get("/v1/repos/{repo_id}/secrets")
 async def get_repo_secrets(repo_id: str, principal: PrincipalDep, db: DbDep) -> SecretList:
-    await require_repo(db, principal.tenant_id, repo_id)
-    infos = await asyncio.to_thread(list_secrets, db, principal.tenant_id, repo_id)
-    return SecretList(data=[SecretOut.from_info(i) for i in infos])
+    return await _list(db, principal, repo_id)
 
 
 @router.delete("/v1/repos/{repo_id}/secrets/{name}", status_code=204)
 async def delete_repo_secret(repo_id: str, name: str, principal: PrincipalDep, db: DbDep) -> Response:
-    return await _delete(db, principal, repo_id, name)
+    return await delete_in_scope(db, principal, repo_id, name, delete_secret, SecretError, "secret")

@@ -4,14 +4,11 @@ like a missing one. A change applies to runs pushed after it."""
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Response
 from sqlalchemy.orm import sessionmaker
 
-from api.ci.repos import require_repo
+from api.ci.scoped import delete_in_scope, list_scope, put_in_scope
 from api.deps import DbDep, PrincipalDep
-from api.errors import invalid, not_found
 from api.schemas.ci.variables import VariableList, VariableOut, VariablePut
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.variables import VariableError, delete_variable, list_variables, put_variable
@@ -22,30 +19,20 @@ router = APIRouter(tags=["ci"])
 async def _put(
     db: sessionmaker, principal: Principal, repo_id: str | None, name: str, body: VariablePut, response: Response
 ) -> VariableOut:
-    await require_repo(db, principal.tenant_id, repo_id)
-    try:
-        info, created = await asyncio.to_thread(put_variable, db, principal.tenant_id, repo_id, name, body.value)
-    except VariableError as exc:
-        raise invalid(exc.field, exc.message) from None
-    response.status_code = 201 if created else 200
-    return VariableOut.from_info(info)
+    info = await put_in_scope(
+        db,
+        principal,
+        repo_id,
+        response,
+        VariableError,
+        lambda: put_variable(db, principal.tenant_id, repo_id, name, body.value),
+    )
+    return VariableOut.model_validate(info)
 
 
 async def _list(db: sessionmaker, principal: Principal, repo_id: str | None) -> VariableList:
-    await require_repo(db, principal.tenant_id, repo_id)
-    infos = await asyncio.to_thread(list_variables, db, principal.tenant_id, repo_id)
-    return VariableList(data=[VariableOut.from_info(i) for i in infos])
-
-
-async def _delete(db: sessionmaker, principal: Principal, repo_id: str | None, name: str) -> Response:
-    await require_repo(db, principal.tenant_id, repo_id)
-    try:
-        removed = await asyncio.to_thread(delete_variable, db, principal.tenant_id, repo_id, name)
-    except VariableError:
-        removed = False
-    if not removed:
-        raise not_found("variable")
-    return Response(status_code=204)
+    infos = await list_scope(db, principal, repo_id, list_variables)
+    return VariableList(data=[VariableOut.model_validate(i) for i in infos])
 
 
 @router.put("/v1/variables/{name}", status_code=201)
@@ -63,7 +50,7 @@ async def get_tenant_variables(principal: PrincipalDep, db: DbDep) -> VariableLi
 
 @router.delete("/v1/variables/{name}", status_code=204)
 async def delete_tenant_variable(name: str, principal: PrincipalDep, db: DbDep) -> Response:
-    return await _delete(db, principal, None, name)
+    return await delete_in_scope(db, principal, None, name, delete_variable, VariableError, "variable")
 
 
 @router.put("/v1/repos/{repo_id}/variables/{name}", status_code=201)
@@ -81,4 +68,4 @@ async def get_repo_variables(repo_id: str, principal: PrincipalDep, db: DbDep) -
 
 @router.delete("/v1/repos/{repo_id}/variables/{name}", status_code=204)
 async def delete_repo_variable(repo_id: str, name: str, principal: PrincipalDep, db: DbDep) -> Response:
-    return await _delete(db, principal, repo_id, name)
+    return await delete_in_scope(db, principal, repo_id, name, delete_variable, VariableError, "variable")

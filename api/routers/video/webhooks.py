@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import DbDep, KeyringDep, PrincipalDep, SettingsDep
 from api.errors import ApiError, invalid, not_found
+from api.schemas.objects import ObjectList
 from leasehold.records.video.webhooks import (
     DeliveryInfo,
     EndpointInfo,
@@ -56,9 +57,8 @@ class WebhookEndpoint(BaseModel):
         return cls(id=info.id, url=info.url, created_at=int(info.created_at.timestamp()), secret=secret)
 
 
-class WebhookEndpointList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[WebhookEndpoint]
+class WebhookEndpointList(ObjectList[WebhookEndpoint]):
+    pass
 
 
 class WebhookEndpointDeleted(BaseModel):
@@ -100,9 +100,8 @@ class WebhookDelivery(BaseModel):
         )
 
 
-class WebhookDeliveryList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[WebhookDelivery]
+class WebhookDeliveryList(ObjectList[WebhookDelivery]):
+    pass
 
 
 def _attempt(entry: dict[str, Any]) -> dict[str, Any]:

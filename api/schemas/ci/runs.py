@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
-from leasehold.records.ci.repos import RepoRecord
+from api.schemas.objects import ObjectList, RecordView
 from workflows.ci.types.job import LogStored, StepSummary
 from workflows.ci.types.push import CIPushState, PullRequestInfo
 from workflows.ci.types.run import CIRunState, JobState, RetryJobResponse
@@ -30,7 +30,7 @@ class RepoCreate(BaseModel):
     github_id: int | None = Field(default=None, description="the host's numeric repository id, if known")
 
 
-class RepoOut(BaseModel):
+class RepoOut(RecordView):
     """A registered repository; the webhook secret is never part of it."""
 
     object: Literal["repository"] = "repository"
@@ -41,21 +41,9 @@ class RepoOut(BaseModel):
     github_id: int | None = None
     created_at: datetime
 
-    @classmethod
-    def from_record(cls, record: RepoRecord) -> RepoOut:
-        return cls(
-            id=record.id,
-            name=record.name,
-            clone_url=record.clone_url,
-            default_branch=record.default_branch,
-            github_id=record.github_id,
-            created_at=record.created_at,
-        )
 
-
-class RepoList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[RepoOut]
+class RepoList(ObjectList[RepoOut]):
+    pass
 
 
 # Pushes and webhooks -----------------------------------------------------------------------
@@ -308,11 +296,9 @@ class RunSummary(BaseModel):
     closed_at: datetime | None = None
 
 
-class RunList(BaseModel):
+class RunList(ObjectList[RunSummary]):
     """A page of runs, newest first; ask again with ``after=next_cursor`` while ``has_more``."""
 
-    object: Literal["list"] = "list"
-    data: list[RunSummary]
     has_more: bool = False
     next_cursor: str | None = None
 
@@ -415,9 +401,8 @@ class EnvironmentOut(BaseModel):
     updated_at: datetime
 
 
-class EnvironmentList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[EnvironmentOut]
+class EnvironmentList(ObjectList[EnvironmentOut]):
+    pass
 
 
 class DecisionIn(BaseModel):

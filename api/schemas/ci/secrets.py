@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
-from leasehold.records.ci.secrets import MAX_SECRET_BYTES, SecretInfo
+from api.schemas.objects import ObjectList, RecordView
+from leasehold.records.ci.secrets import MAX_SECRET_BYTES
 
 
 class SecretPut(BaseModel):
@@ -16,7 +17,7 @@ class SecretPut(BaseModel):
     value: SecretStr = Field(description="the secret value; never returned", max_length=MAX_SECRET_BYTES)
 
 
-class SecretOut(BaseModel):
+class SecretOut(RecordView):
     """A secret as listed: its name, scope and times, never its value."""
 
     object: Literal["ci.secret"] = "ci.secret"
@@ -25,11 +26,6 @@ class SecretOut(BaseModel):
     created_at: datetime
     updated_at: datetime
 
-    @classmethod
-    def from_info(cls, info: SecretInfo) -> SecretOut:
-        return cls(name=info.name, repo_id=info.repo_id, created_at=info.created_at, updated_at=info.updated_at)
 
-
-class SecretList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[SecretOut]
+class SecretList(ObjectList[SecretOut]):
+    pass

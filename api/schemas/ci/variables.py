@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from leasehold.records.ci.variables import MAX_VARIABLE_BYTES, VariableInfo
+from api.schemas.objects import ObjectList, RecordView
+from leasehold.records.ci.variables import MAX_VARIABLE_BYTES
 
 
 class VariablePut(BaseModel):
@@ -18,7 +19,7 @@ class VariablePut(BaseModel):
     value: str = Field(description="the value, as ${{ vars.NAME }} yields it", max_length=MAX_VARIABLE_BYTES)
 
 
-class VariableOut(BaseModel):
+class VariableOut(RecordView):
     object: Literal["ci.variable"] = "ci.variable"
     name: str
     value: str
@@ -26,17 +27,6 @@ class VariableOut(BaseModel):
     created_at: datetime
     updated_at: datetime
 
-    @classmethod
-    def from_info(cls, info: VariableInfo) -> VariableOut:
-        return cls(
-            name=info.name,
-            value=info.value,
-            repo_id=info.repo_id,
-            created_at=info.created_at,
-            updated_at=info.updated_at,
-        )
 
-
-class VariableList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[VariableOut]
+class VariableList(ObjectList[VariableOut]):
+    pass
