@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, DateTime, String, Text, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, FieldError, from_row, utcnow
 
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -48,23 +48,12 @@ class EnvironmentRecord:
     updated_at: datetime
 
 
-class EnvironmentError(ValueError):
+class EnvironmentError(FieldError):
     """An environment setting the caller can fix; ``field`` names the input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 def _record(row: CIEnvironment) -> EnvironmentRecord:
-    return EnvironmentRecord(
-        repo_id=row.repo_id,
-        name=row.display_name,
-        required_approval=row.required_approval,
-        approvers=list(json.loads(row.approvers)),
-        updated_at=row.updated_at,
-    )
+    return from_row(EnvironmentRecord, row, name=row.display_name, approvers=list(json.loads(row.approvers)))
 
 
 def set_environment(

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.clone_urls import ClonePolicy, CloneUrlRefused, parse
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, FieldError, from_row, utcnow
 from leasehold.records.ci.secrets import Keyring, KeyringError
 
 log = logging.getLogger(__name__)
@@ -92,13 +92,8 @@ class WebhookCandidate:
     webhook_secret: str
 
 
-class RepoError(ValueError):
+class RepoError(FieldError):
     """A registration the caller can fix; ``field`` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 class RepoExists(RepoError):
@@ -106,15 +101,7 @@ class RepoExists(RepoError):
 
 
 def _record(row: Repository) -> RepoRecord:
-    return RepoRecord(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        name=row.name,
-        clone_url=row.clone_url,
-        default_branch=row.default_branch,
-        github_id=row.github_id,
-        created_at=row.created_at,
-    )
+    return from_row(RepoRecord, row)
 
 
 def validate_clone_url(value: str, policy: ClonePolicy) -> str:

@@ -29,7 +29,7 @@ from sqlalchemy import DateTime, LargeBinary, String, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.data_dir import read_or_create_secret
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, FieldError, from_row, utcnow
 from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, list_scoped
 from leasehold.settings import Settings
 
@@ -62,13 +62,8 @@ class CISecret(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class SecretError(ValueError):
+class SecretError(FieldError):
     """A secret the caller can fix; ``field`` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 class KeyringError(RuntimeError):
@@ -173,13 +168,7 @@ class Keyring:
 
 
 def _info(row: CISecret) -> SecretInfo:
-    return SecretInfo(
-        name=row.name,
-        repo_id=row.repo_scope or None,
-        key_id=row.key_id,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return from_row(SecretInfo, row, repo_id=row.repo_scope or None)
 
 
 def put_secret(

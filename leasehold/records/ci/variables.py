@@ -18,7 +18,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, String, Text, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, FieldError, from_row, utcnow
 from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, list_scoped
 
 # GitHub's limits: a variable is at most 48 KB, a repository has at most 500 (1,000 for an
@@ -45,13 +45,8 @@ class CIVariable(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class VariableError(ValueError):
+class VariableError(FieldError):
     """A variable the caller can fix; ``field`` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -85,7 +80,7 @@ def validate_value(value: str) -> str:
 
 
 def _info(row: CIVariable) -> VariableInfo:
-    return VariableInfo(row.name, row.value, row.repo_scope or None, row.created_at, row.updated_at)
+    return from_row(VariableInfo, row, repo_id=row.repo_scope or None)
 
 
 def put_variable(

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Index, LargeBinary, String, Text, UniqueConstraint, delete, func, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, from_row, utcnow
 from leasehold.records.ci.secrets import Keyring
 from leasehold.records.versioned import dialect_insert
 
@@ -128,20 +128,11 @@ def new_secret() -> str:
 
 
 def _endpoint_info(row: VideoWebhookEndpoint) -> EndpointInfo:
-    return EndpointInfo(id=row.id, url=row.url, created_at=row.created_at)
+    return from_row(EndpointInfo, row)
 
 
 def _delivery_info(row: VideoWebhookDelivery) -> DeliveryInfo:
-    return DeliveryInfo(
-        id=row.id,
-        endpoint_id=row.endpoint_id,
-        job_id=row.job_id,
-        event_type=row.event_type,
-        status=row.status,
-        attempts=list(row.attempts or []),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return from_row(DeliveryInfo, row, attempts=list(row.attempts or []))
 
 
 def create_endpoint(
