@@ -113,19 +113,19 @@ class _Parser:
             raise ExpressionError(f"unexpected {self.peek()[1]!r} in expression {self.text.strip()!r}")  # type: ignore[index]
         return node
 
-    def or_(self) -> Node:
-        node = self.and_()
-        while self.peek() == ("op", "||"):
+    def _chain(self, op: str, kind: str, operand: Callable[[], Node]) -> Node:
+        """Operands joined by ``op``, left to right: ``a || b || c`` is ``(a || b) || c``."""
+        node = operand()
+        while self.peek() == ("op", op):
             self.take()
-            node = ("or", node, self.and_())
+            node = (kind, node, operand())
         return node
 
+    def or_(self) -> Node:
+        return self._chain("||", "or", self.and_)
+
     def and_(self) -> Node:
-        node = self.cmp()
-        while self.peek() == ("op", "&&"):
-            self.take()
-            node = ("and", node, self.cmp())
-        return node
+        return self._chain("&&", "and", self.cmp)
 
     def cmp(self) -> Node:
         node = self.unary()
