@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from actions_language.commands import WorkflowCommands
 from actions_language.masking import StreamMasker
-from activities.ci.action_steps import ActionRunner, SandboxRun
+from activities.ci.action_steps import ActionRunner
 from activities.ci.builtin_actions import BuiltinActions
 from activities.ci.git import CommitNotFound, GitError, InvalidRequest
 from activities.ci.job_context import JobContext, resolve_step_limits, shown_name
@@ -128,6 +128,9 @@ class JobAttempt:
             disk_bytes=owner._config.disk_bytes,
             grace_seconds=inp.push.cancel_grace_seconds,
         )
+        # The ``StepHost`` calls that start processes (``run:`` scripts, actions) are the runner's.
+        self.run_script = self.runner.run_script
+        self.run_in_sandbox = self.runner.run_in_sandbox
 
     def heartbeat(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -531,21 +534,3 @@ class JobAttempt:
             deadline = min(deadline, time.monotonic() + step.timeout_minutes * 60)
         run = self.run_script(f"step {step.index + 1}", script, step.shell, workdir, step_env, deadline)
         return run.outcome, run.exit_code, run.outputs, run.env
-
-    def run_script(
-        self, label: str, script: str, shell: str, workdir: str | None, step_env: dict[str, str], deadline: float
-    ) -> SandboxRun:
-        """A ``run:`` script (of a job's step or of a composite action's) in the sandbox."""
-        return self.runner.run_script(label, script, shell, workdir, step_env, deadline)
-
-    def run_in_sandbox(
-        self,
-        label: str,
-        argv: list[str],
-        step_env: dict[str, str],
-        cwd: str,
-        deadline: float,
-        state: dict[str, str] | None = None,
-    ) -> SandboxRun:
-        """One process in a fresh sandbox over the workspace (``StepRunner.run_in_sandbox``)."""
-        return self.runner.run_in_sandbox(label, argv, step_env, cwd, deadline, state)

@@ -180,22 +180,14 @@ class StepRunner:
         ``$GITHUB_OUTPUT``/``$GITHUB_ENV``/``$GITHUB_PATH``/``$GITHUB_STATE`` files; ``state`` is
         an action's saved state (``STATE_<name>``). Directories it adds to PATH take effect for
         the processes after it."""
-        files = self.tree.step_files(self.host.owner or JobOwner())
-        try:
-            return self._run_with_files(label, argv, step_env, cwd, deadline, state, files)
-        finally:
-            files.close()
+        with contextlib.closing(self.tree.step_files(self.host.owner or JobOwner())) as files:
+            proc = self._start(argv, self._process_env(step_env, state), cwd)
+            self.output_ended_line = True
+            stop = self._supervise(proc, deadline)
+            return self._finish(label, proc, stop, files)
 
-    def _run_with_files(
-        self,
-        label: str,
-        argv: list[str],
-        step_env: dict[str, str],
-        cwd: str,
-        deadline: float,
-        state: dict[str, str] | None,
-        files: StepFiles,
-    ) -> SandboxRun:
+    def _process_env(self, step_env: dict[str, str], state: dict[str, str] | None) -> dict[str, str]:
+        """A process's environment: the step's, the job's base, its saved state, its step files."""
         base = self.context.base_env()
         env = dict(step_env)
         env.update(base)
@@ -209,7 +201,10 @@ class StepRunner:
         if self.path_entries:
             env["PATH"] = ":".join([*reversed(self.path_entries), base["PATH"]])
         env["GITHUB_STEP"] = str(self.host.step_index)
-        proc = self.sandbox.start(
+        return env
+
+    def _start(self, argv: list[str], env: dict[str, str], cwd: str) -> SandboxProcess:
+        return self.sandbox.start(
             SandboxRequest(
                 argv=argv,
                 env=env,
@@ -220,8 +215,9 @@ class StepRunner:
                 name=f"{self.name_prefix}-{self.process_seq}",
             )
         )
-        self.output_ended_line = True
-        stop = self._supervise(proc, deadline)
+
+    def _finish(self, label: str, proc: SandboxProcess, stop: _Stop, files: StepFiles) -> SandboxRun:
+        """What the ended process left: its output files, its summary, and its outcome."""
         code = proc.poll()
         if not self.output_ended_line:
             # The step's last line is complete now: its commands belong to this step.
