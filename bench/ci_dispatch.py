@@ -64,7 +64,7 @@ from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.sandbox import Sandbox
-from bench.ci_fairness import BenchRunRecords, make_repo
+from bench.ci_fairness import BenchRunRecords, bench_run, make_repo, start_runs, trivial_jobs
 from bench.report import percentile, process_cpu_seconds
 from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
@@ -76,9 +76,8 @@ from worker_ci.unsafe_sandbox import UnsafeProcessSandbox
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.job import ACTIVITY_RUN_JOB
-from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState
-from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec, StepSpec, WorkflowSpec
+from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec
 from workflows.queues import ci_queue, orchestration_queue
 
 TENANTS = 10
@@ -181,54 +180,7 @@ async def raw_engine(client: Client, slots: int, runs: int) -> tuple[float, floa
 def run_input(
     tenant: str, jobs: list[JobSpec], prefix: str, url: str, sha: str, cap: int | None, index: int
 ) -> CIRunInput:
-    return CIRunInput(
-        push=PushContext(
-            tenant_id=tenant,
-            repo_id=f"repo-{tenant}",
-            repo_full_name=f"{tenant}/bench",
-            clone_url=url,
-            commit_sha=sha,
-            ref="refs/heads/main",
-            queue_prefix=prefix,
-            heartbeat_timeout_seconds=30.0,
-            cancel_grace_seconds=1.0,
-            retry_window_seconds=1.0,
-            max_concurrent_jobs=cap,
-        ),
-        run_id=f"run_{uuid.uuid4().hex[:24]}",
-        workflow_path=f".github/workflows/bench-{index}.yml",
-        created_at=datetime.now(UTC),
-        spec=WorkflowSpec(path="bench.yml", name="bench", jobs=jobs),
-    )
-
-
-def trivial_jobs(n: int, chained: bool = False) -> list[JobSpec]:
-    return [
-        JobSpec(
-            id=f"j{i}",
-            name=f"j{i}",
-            runs_on=[LABEL],
-            needs=[f"j{i - 1}"] if chained and i else [],
-            steps=[StepSpec(index=0, name="true", run="true")],
-        )
-        for i in range(n)
-    ]
-
-
-async def start_runs(client: Client, inputs: list[CIRunInput]) -> list[WorkflowHandle[CIRunWorkflow, CIRunState]]:
-    return list(
-        await asyncio.gather(
-            *(
-                client.start_workflow(
-                    CIRunWorkflow.run,
-                    inp,
-                    id=f"ci-run:{inp.run_id}",
-                    task_queue=orchestration_queue(inp.push.queue_prefix),
-                )
-                for inp in inputs
-            )
-        )
-    )
+    return bench_run(tenant, jobs, prefix, url, sha, index, max_concurrent_jobs=cap)
 
 
 async def job_spans(client: Client, handle: WorkflowHandle[CIRunWorkflow, CIRunState]) -> list[tuple[float, float]]:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
@@ -95,14 +96,22 @@ def make_repo(root: Path) -> tuple[str, str]:
     return f"file://{work}", _git(work, "rev-parse", "HEAD").strip()
 
 
-def run_input(
-    tenant: str, n_jobs: int, weight: float, fair: bool, prefix: str, url: str, sha: str, index: int
-) -> CIRunInput:
-    jobs = [
-        JobSpec(id=f"j{i}", name=f"j{i}", runs_on=["bench"], steps=[StepSpec(index=0, name="true", run="true")])
-        for i in range(n_jobs)
+def trivial_jobs(n: int, chained: bool = False) -> list[JobSpec]:
+    """``n`` jobs of one ``true`` step each; ``chained``: each needs the one before."""
+    return [
+        JobSpec(
+            id=f"j{i}",
+            name=f"j{i}",
+            runs_on=["bench"],
+            needs=[f"j{i - 1}"] if chained and i else [],
+            steps=[StepSpec(index=0, name="true", run="true")],
+        )
+        for i in range(n)
     ]
-    run_id = f"run_{uuid.uuid4().hex[:24]}"
+
+
+def bench_run(tenant: str, jobs: list[JobSpec], prefix: str, url: str, sha: str, index: int, **push: Any) -> CIRunInput:
+    """A run of ``jobs`` on the tenant's bench repository; ``push`` sets the push's other fields."""
     return CIRunInput(
         push=PushContext(
             tenant_id=tenant,
@@ -115,14 +124,19 @@ def run_input(
             heartbeat_timeout_seconds=30.0,
             cancel_grace_seconds=1.0,
             retry_window_seconds=1.0,
-            fairness_weight=weight,
-            fair_share=fair,
+            **push,
         ),
-        run_id=run_id,
+        run_id=f"run_{uuid.uuid4().hex[:24]}",
         workflow_path=f".github/workflows/bench-{index}.yml",
         created_at=datetime.now(UTC),
         spec=WorkflowSpec(path="bench.yml", name="bench", jobs=jobs),
     )
+
+
+def run_input(
+    tenant: str, n_jobs: int, weight: float, fair: bool, prefix: str, url: str, sha: str, index: int
+) -> CIRunInput:
+    return bench_run(tenant, trivial_jobs(n_jobs), prefix, url, sha, index, fairness_weight=weight, fair_share=fair)
 
 
 class BenchRunRecords:

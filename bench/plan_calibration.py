@@ -40,17 +40,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.video.definitions import GENERATE_VIDEO
 from bench.video_admission import FULL, Bench, Profile, User
-from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary
 from planning.engine import simulate
 from planning.report import percentile
 from planning.results import RunResult
 from planning.scenario import Scenario, parse_scenario
-from workflows import search_attributes
+from testing.temporal import start_local_environment
 
 log = logging.getLogger("bench.plan_calibration")
 
@@ -330,16 +328,7 @@ def _calibration_scenario(window: float, run_mean: float, run_cv: float, start_u
 
 
 async def main(seed: int) -> None:
-    extra: list[str] = ["--log-level", "error"]
-    for value in DYNAMIC_CONFIG:
-        extra += ["--dynamic-config-value", value]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=extra,
-        ui=False,
-    )
+    env = await start_local_environment()
     try:
         with tempfile.TemporaryDirectory(prefix="leasehold-calibration-") as scratch:
             bench = CalibrationBench(Path(scratch), env.client.service_client.config.target_host, seed)

@@ -47,17 +47,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.video.definitions import GENERATE_VIDEO
 from bench.report import percentile
 from leasehold.database import init_database
-from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
+from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
-from workflows import search_attributes
+from testing.temporal import start_local_environment
 
 log = logging.getLogger("bench.video_admission")
 
@@ -497,16 +496,7 @@ def _report_eta_split(jobs: list[Job]) -> None:
 
 
 async def main(profile: Profile, seed: int, dump: Path | None, keep: Path | None = None) -> None:
-    extra: list[str] = ["--log-level", "error"]
-    for value in DYNAMIC_CONFIG:
-        extra += ["--dynamic-config-value", value]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=extra,
-        ui=False,
-    )
+    env = await start_local_environment()
     try:
         with tempfile.TemporaryDirectory(prefix="leasehold-bench-") as scratch:
             tmp = str(keep) if keep is not None else scratch

@@ -32,18 +32,16 @@ from pathlib import Path
 import httpx
 from sqlalchemy import insert
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from bench.report import Table, ms, percentile, process_cpu_seconds
 from bench.submit_latency import FLOOR_QUEUE, FLOOR_WORKFLOW, _open_loop
 from leasehold.database import init_database
-from leasehold.devserver import DYNAMIC_CONFIG, find_temporal_binary, free_port
+from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
 from testing.harness import ManagedProcess, start_api, start_worker, unique_prefix
-from workflows import search_attributes
+from testing.temporal import start_local_environment
 from workflows.video.ids import workflow_id
 from workflows.video.types import VideoJobState, VideoRequest, VideoStatus
 
@@ -304,16 +302,7 @@ async def admission(settings: Settings, bases: list[str]) -> Table:
 
 
 async def main(args: argparse.Namespace) -> None:
-    extra: list[str] = ["--log-level", "error"]
-    for value in DYNAMIC_CONFIG:
-        extra += ["--dynamic-config-value", value]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=extra,
-        ui=False,
-    )
+    env = await start_local_environment()
     procs: list[ManagedProcess] = []
     tables: list[Table] = []
     try:
