@@ -24,6 +24,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,8 +72,8 @@ def stack_pids(stack: EmbeddedStack) -> dict[str, int]:
 class Load:
     """What the load threads did."""
 
-    videos: int = 0
-    runs: int = 0
+    # Accepted requests by kind: "video" (a job submitted), "push" (a run started).
+    accepted: Counter[str] = field(default_factory=Counter)
     refused: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -82,41 +84,41 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env).stdout.strip()
 
 
-def submit_videos(http: httpx.Client, load: Load, every: float, stop: threading.Event) -> None:
+def _send_every(
+    load: Load, kind: str, accepted: int, every: float, stop: threading.Event, send: Callable[[int], httpx.Response]
+) -> None:
+    """Call ``send(n)`` every ``every`` s until ``stop``; count what came back under ``kind``."""
     n = 0
     while not stop.wait(every):
         n += 1
-        body = {"prompt": f"soak {n}", "model": "procedural-v1", "seconds": "1", "size": SIZE, "steps": 20}
         try:
-            response = http.post("/v1/videos", json=body, headers={"Idempotency-Key": f"soak-{n}"})
+            response = send(n)
         except httpx.HTTPError as exc:
-            load.errors.append(f"video: {type(exc).__name__}")
+            load.errors.append(f"{kind}: {type(exc).__name__}")
             continue
-        if response.status_code == 200:
-            load.videos += 1
+        if response.status_code == accepted:
+            load.accepted[kind] += 1
         else:
             load.refused += 1
 
 
+def submit_videos(http: httpx.Client, load: Load, every: float, stop: threading.Event) -> None:
+    def send(n: int) -> httpx.Response:
+        body = {"prompt": f"soak {n}", "model": "procedural-v1", "seconds": "1", "size": SIZE, "steps": 20}
+        return http.post("/v1/videos", json=body, headers={"Idempotency-Key": f"soak-{n}"})
+
+    _send_every(load, "video", 200, every, stop, send)
+
+
 def push_runs(http: httpx.Client, repo: Path, repo_id: str, load: Load, every: float, stop: threading.Event) -> None:
-    n = 0
-    while not stop.wait(every):
-        n += 1
+    def send(n: int) -> httpx.Response:
         (repo / "n.txt").write_text(str(n))
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"c{n}")
         sha = git(repo, "rev-parse", "HEAD")
-        try:
-            response = http.post(
-                "/v1/hooks/push", json={"repo_id": repo_id, "commit_sha": sha, "ref": "refs/heads/main"}
-            )
-        except httpx.HTTPError as exc:
-            load.errors.append(f"push: {type(exc).__name__}")
-            continue
-        if response.status_code == 202:
-            load.runs += 1
-        else:
-            load.refused += 1
+        return http.post("/v1/hooks/push", json={"repo_id": repo_id, "commit_sha": sha, "ref": "refs/heads/main"})
+
+    _send_every(load, "push", 202, every, stop, send)
 
 
 def open_workflows(stack: EmbeddedStack) -> int | None:
@@ -213,7 +215,8 @@ def table(
         headers,
         rows,
         [
-            f"Started {started_at:%Y-%m-%d %H:%M} UTC; {load.videos} videos and {load.runs} CI runs accepted, "
+            f"Started {started_at:%Y-%m-%d %H:%M} UTC; {load.accepted['video']} videos and "
+            f"{load.accepted['push']} CI runs accepted, "
             f"{load.refused} refused, {len(load.errors)} transport errors.",
             "Open workflows at start / middle / end: "
             + " / ".join(str(s[2]) if s[2] is not None else "?" for s in (start, middle, end))
