@@ -27,6 +27,7 @@ from api.console.render import ConsoleRoute, Graph, layout_graph, page
 from api.console.session import ConsolePrincipal
 from api.deps import CapacityDep, ClientDep, DbDep, SettingsDep, StoreDep
 from api.errors import ApiError
+from api.forms import string_fields
 from api.routers.ci import logs as logs_router
 from api.routers.ci import repos as repos_router
 from api.routers.ci import runs as runs_router
@@ -67,7 +68,7 @@ async def console_jobs(
     live: Annotated[LiveProgress, Depends(videos_router.get_live)],
 ) -> VideoJobs:
     """The signed-in caller's video jobs: the object the ``/v1/videos`` routes use."""
-    return VideoJobs(client, settings, store, db, principal, capacity, live)
+    return VideoJobs(client, settings, db, principal, capacity, store, live)
 
 
 JobsDep = Annotated[VideoJobs, Depends(console_jobs)]
@@ -91,12 +92,7 @@ async def _form(request: Request) -> dict[str, str]:
         form = await request.form(max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_FORM_BYTES)
     except Exception as exc:
         raise ApiError(400, "invalid_request", "the form could not be read", "body") from exc
-    fields: dict[str, str] = {}
-    for name, value in form.multi_items():
-        if not isinstance(value, str):
-            raise ApiError(400, "invalid_request", f"{name}: file uploads are not accepted", name)
-        fields[name] = value
-    return fields
+    return string_fields(form, "invalid_request", "{name}: file uploads are not accepted")
 
 
 # Sign-in -----------------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from fastapi import FastAPI
 
+from api.background import stop_state_task
 from api.video.capacity import CapacityTracker
 
 
@@ -26,10 +26,4 @@ async def start_capacity(app: FastAPI) -> CapacityTracker:
 
 async def stop_capacity(app: FastAPI) -> None:
     """Stop the refreshes ``start_capacity`` started (a no-op when none run)."""
-    task: asyncio.Task[None] | None = getattr(app.state, "video_capacity_task", None)
-    if task is None:
-        return
-    app.state.video_capacity_task = None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_state_task(app, "video_capacity_task")

@@ -39,6 +39,22 @@ class Walk:
     # Running jobs as seen now, for the next refresh to time their steps
     seen: dict[str, Observed] = field(default_factory=dict)
 
+    def add_running(self, job: QueuedJob, step: int, worker: str, alive: bool, attempt: int) -> None:
+        """``job`` (as its row has it) is generating: at ``step`` on ``worker``."""
+        self.running.append(
+            RunningJob(
+                job_id=job.job_id,
+                tenant_id=job.tenant_id,
+                user_id=job.user_id,
+                tier=job.tier,
+                shape=job.shape,
+                step=step,
+                worker=worker,
+                alive=alive,
+                attempt=attempt,
+            )
+        )
+
 
 @dataclass(frozen=True)
 class QueueStats:
@@ -56,18 +72,12 @@ def walk_undescribed(walk: Walk, row: OpenJob, previous: Observed | None, now: f
     its row says, at the step last seen."""
     job = row.job
     walk.starts.append((job.job_id, row.started_at or now))
-    walk.running.append(
-        RunningJob(
-            job_id=job.job_id,
-            tenant_id=job.tenant_id,
-            user_id=job.user_id,
-            tier=job.tier,
-            shape=job.shape,
-            step=previous.step if previous is not None else 0,
-            worker="",
-            alive=True,
-            attempt=previous.attempt if previous is not None else max(1, row.attempts_started),
-        )
+    walk.add_running(
+        job,
+        step=previous.step if previous is not None else 0,
+        worker="",
+        alive=True,
+        attempt=previous.attempt if previous is not None else max(1, row.attempts_started),
     )
     if previous is not None:
         walk.seen[job.job_id] = previous
@@ -97,19 +107,7 @@ def walk_generating(
     step = 0
     if progress is not None and progress.attempt == pending.attempt:
         step = progress.step
-    walk.running.append(
-        RunningJob(
-            job_id=job.job_id,
-            tenant_id=job.tenant_id,
-            user_id=job.user_id,
-            tier=job.tier,
-            shape=job.shape,
-            step=step,
-            worker=worker,
-            alive=alive,
-            attempt=pending.attempt,
-        )
-    )
+    walk.add_running(job, step=step, worker=worker, alive=alive, attempt=pending.attempt)
     sent_at = progress.sent_at if progress is not None else 0.0
     if (
         previous is not None

@@ -18,22 +18,21 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from fastapi import Request
-from sqlalchemy.orm import sessionmaker
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 
 from api.errors import ApiError, from_temporal, invalid, is_not_found, not_found
 from api.schemas.video import VideoCreateRequest
-from api.video.capacity import CapacityTracker
 from api.video.live import LiveProgress
 from api.video.spritesheet import spritesheet_of
-from api.video.submit import SubmitGate, VideoSubmission
+from api.video.submit import CallerVideos, SubmitGate, VideoSubmission
 from api.video.views import JobView, row_view
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import record_deletion
@@ -117,34 +116,19 @@ def resolve_request(body: VideoCreateRequest, settings: Settings, job_id: str) -
 UNAVAILABLE = "the job service is temporarily unavailable; retry shortly"
 
 
-class VideoJobs:
+@dataclass(eq=False)
+class VideoJobs(CallerVideos):
     """The caller's video jobs (one instance per request, scoped to one principal)."""
 
-    def __init__(
-        self,
-        client: Client,
-        settings: Settings,
-        store: ObjectStore,
-        db: sessionmaker,
-        principal: Principal,
-        capacity: CapacityTracker,
-        live: LiveProgress,
-    ) -> None:
-        self.client = client
-        self.settings = settings
-        self.store = store
-        self.db = db
-        self.principal = principal
-        # Admission and ETAs.
-        self.capacity = capacity
-        # The process's cache of describes of running jobs (live progress).
-        self.live = live
+    store: ObjectStore
+    # The process's cache of describes of running jobs (live progress).
+    live: LiveProgress
 
     @classmethod
     def of_app(cls, state: Any, principal: Principal) -> VideoJobs:
         """The caller's jobs over the process's parts in ``app.state`` (both API surfaces)."""
         return cls(
-            state.temporal, state.settings, state.store, state.db, principal, state.video_capacity, state.video_live
+            state.temporal, state.settings, state.db, principal, state.video_capacity, state.store, state.video_live
         )
 
     # Submit -----------------------------------------------------------------------------

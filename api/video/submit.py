@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,6 +48,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from api.background import stop_state_task
 from api.errors import ApiError
 from api.video.admission import admit, check_queued_cap, route
 from api.video.capacity import CapacityTracker
@@ -120,14 +122,16 @@ class SubmitGate:
 # The start ------------------------------------------------------------------------------
 
 
+def _owner(job_id: str, principal: Principal | VideoJobRecord) -> dict[str, Any]:
+    """Whose job it is, as its state, its row and (from the row) its start input name it."""
+    return {"job_id": job_id, "tenant_id": principal.tenant_id, "user_id": principal.user_id, "tier": principal.tier}
+
+
 def job_input_of(record: VideoJobRecord, settings: Settings) -> VideoJobInput:
     """The workflow's start input, from the job's row (the submit and the outbox start alike)."""
     request = VideoRequest.model_validate(record.state["request"])
     return VideoJobInput(
-        job_id=record.job_id,
-        tenant_id=record.tenant_id,
-        user_id=record.user_id,
-        tier=record.tier,
+        **_owner(record.job_id, record),
         request=request,
         request_hash=record.request_hash,
         created_at=_aware(record.created_at),
@@ -193,24 +197,23 @@ def mark_started(db: sessionmaker, job_ids: list[str]) -> None:
 # The submit -----------------------------------------------------------------------------
 
 
-class VideoSubmission:
+@dataclass(eq=False)
+class CallerVideos:
+    """What serving one caller's videos takes (one instance per request, scoped to one principal)."""
+
+    client: Client
+    settings: Settings
+    db: sessionmaker
+    principal: Principal
+    # Admission and ETAs.
+    capacity: CapacityTracker
+
+
+@dataclass(eq=False)
+class VideoSubmission(CallerVideos):
     """Submits of one caller (one instance per request)."""
 
-    def __init__(
-        self,
-        client: Client,
-        settings: Settings,
-        db: sessionmaker,
-        principal: Principal,
-        capacity: CapacityTracker,
-        gate: SubmitGate,
-    ) -> None:
-        self.client = client
-        self.settings = settings
-        self.db = db
-        self.principal = principal
-        self.capacity = capacity
-        self.gate = gate
+    gate: SubmitGate
 
     async def submit(
         self,
@@ -324,11 +327,9 @@ class VideoSubmission:
                 )
             )
             check_queued_cap(queued or 0, queued_limit(self.settings, principal.tier))
+            owner = _owner(job_id, principal)
             state = VideoJobState(
-                job_id=job_id,
-                tenant_id=principal.tenant_id,
-                user_id=principal.user_id,
-                tier=principal.tier,
+                **owner,
                 request=request,
                 request_hash=digest,
                 gpu_class=gpu_class,
@@ -336,11 +337,8 @@ class VideoSubmission:
                 created_at=now,
             )
             record = VideoJobRecord(
-                job_id=job_id,
-                tenant_id=principal.tenant_id,
-                user_id=principal.user_id,
+                **owner,
                 model=request.model,
-                tier=principal.tier,
                 status=VideoStatus.QUEUED.value,
                 version=0,
                 request_hash=digest,
@@ -436,10 +434,4 @@ async def start_submit(app: FastAPI) -> None:
 
 async def stop_submit(app: FastAPI) -> None:
     """Stop the outbox starter ``start_submit`` started (a no-op when none runs)."""
-    task: asyncio.Task[Any] | None = getattr(app.state, "video_outbox_task", None)
-    if task is None:
-        return
-    app.state.video_outbox_task = None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop_state_task(app, "video_outbox_task")

@@ -18,6 +18,7 @@ from api.body_limits import BodyTooLarge
 from api.content_types import content_type_for
 from api.deps import PrincipalDep, SettingsDep, StoreDep
 from api.errors import DATABASE_UNAVAILABLE_MESSAGE, SERVICE_UNAVAILABLE, ApiError
+from api.forms import string_fields
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video.jobs import VideoJobs
 from api.video.live import LiveProgress
@@ -72,12 +73,7 @@ async def _create_fields(request: Request) -> dict[str, Any]:
         except Exception as exc:
             # Starlette reports malformed multipart as several exception types; all mean one thing.
             raise ApiError(400, "invalid_request", "the form body could not be parsed", "body") from exc
-        fields: dict[str, Any] = {}
-        for name, value in form.multi_items():
-            if not isinstance(value, str):
-                raise ApiError(400, "unsupported_parameter", f"{name} (a file upload) is not supported here", name)
-            fields[name] = value
-        return fields
+        return string_fields(form, "unsupported_parameter", "{name} (a file upload) is not supported here")
     if content_type not in ("application/json", ""):
         raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data", "Content-Type")
     # BodyLimitMiddleware (api/app.py) holds this route to MAX_BODY_BYTES while the body streams.
