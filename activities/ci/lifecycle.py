@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -170,20 +171,18 @@ def _expired(run: CIRunRecord, closed_before: datetime) -> bool:
     return run.status in RUN_CLOSED and run.finished_at is not None and _as_utc(run.finished_at) < closed_before
 
 
+@dataclass(eq=False)
 class CILifecycleActivities(CILifecycleDefinition):
     """Log compaction and retention of CI runs; the store and the database are injected."""
 
-    def __init__(
-        self, store: ObjectStore, factory: sessionmaker, failover_seconds: float = DEFAULT_FAILOVER_SECONDS
-    ) -> None:
-        self._store = store
-        self._db = factory
-        self._failover_seconds = failover_seconds
+    store: ObjectStore
+    factory: sessionmaker
+    failover_seconds: float = DEFAULT_FAILOVER_SECONDS
 
     @activity.defn(name=ACTIVITY_COMPACT_CI_LOGS)
     def compact_ci_logs(self, batch: LifecycleBatch) -> BatchResult:
         """Compact up to ``batch_size`` final attempts of finished runs, by (run, job, attempt)."""
-        return in_activity(lambda: self._compact(batch), self._failover_seconds, "CI log compaction", log)
+        return in_activity(lambda: self._compact(batch), self.failover_seconds, "CI log compaction", log)
 
     def _compact(self, batch: LifecycleBatch) -> BatchResult:
         now = utcnow()
@@ -206,7 +205,7 @@ class CILifecycleActivities(CILifecycleDefinition):
                     and_(a.run_id == run_id, a.job_id == job_id, a.attempt > n),
                 )
             )
-        with self._db() as session:
+        with self.factory() as session:
             attempts = list(session.scalars(query.order_by(a.run_id, a.job_id, a.attempt).limit(size)))
             run_ids = {row.run_id for row in attempts}
             by_run = select(CIRunRecord.run_id, CIRunRecord.state).where(CIRunRecord.run_id.in_(run_ids))
@@ -215,9 +214,9 @@ class CILifecycleActivities(CILifecycleDefinition):
         for attempt in attempts:
             activity.heartbeat(attempt.log_prefix)
             if attempt.log_object_key is None:
-                write_compacted(self._store, self._db, attempt, states.get(attempt.run_id) or {})
-            result.deleted_objects += delete_chunks(self._store, attempt.log_prefix)
-            mark_compacted(self._db, attempt, now)
+                write_compacted(self.store, self.factory, attempt, states.get(attempt.run_id) or {})
+            result.deleted_objects += delete_chunks(self.store, attempt.log_prefix)
+            mark_compacted(self.factory, attempt, now)
             result.processed += 1
             result.cursor = f"{attempt.run_id}|{attempt.job_id}|{attempt.attempt}"
         if result.processed:
@@ -231,13 +230,13 @@ class CILifecycleActivities(CILifecycleDefinition):
         # A copy per try: the push phase moves the batch's cursor, and a try that met the
         # outage must start again where the batch did.
         return in_activity(
-            lambda: self._retain(batch.model_copy(deep=True)), self._failover_seconds, "CI retention", log
+            lambda: self._retain(batch.model_copy(deep=True)), self.failover_seconds, "CI retention", log
         )
 
     def _retain(self, batch: LifecycleBatch) -> BatchResult:
         now = utcnow()
         inp = batch.input
-        overrides = retention_overrides(self._db)
+        overrides = retention_overrides(self.factory)
 
         def cutoff(days: int) -> datetime:
             return now - timedelta(seconds=max(days * 86400.0, inp.min_retention_seconds))
@@ -253,7 +252,7 @@ class CILifecycleActivities(CILifecycleDefinition):
         result = BatchResult(done=False)
         if not (batch.cursor or "").startswith(_PUSH_PHASE):
             r = CIRunRecord
-            with self._db() as session:
+            with self.factory() as session:
                 runs = session.execute(
                     select(r.run_id, r.tenant_id)
                     .where(r.status.in_(RUN_CLOSED), r.finished_at.is_not(None), due(r.finished_at, r.tenant_id))
@@ -263,7 +262,7 @@ class CILifecycleActivities(CILifecycleDefinition):
             for run_id, tenant_id in runs:
                 activity.heartbeat(run_id)
                 days = overrides.get(tenant_id, inp.retention_days)
-                result.deleted_objects += delete_run(self._store, self._db, run_id, cutoff(days))
+                result.deleted_objects += delete_run(self.store, self.factory, run_id, cutoff(days))
                 result.processed += 1
             if len(runs) == inp.batch_size:
                 return result
@@ -284,11 +283,11 @@ class CILifecycleActivities(CILifecycleDefinition):
             at_text, after_id = position.split("|", 1)
             at = datetime.fromisoformat(at_text)
             query = query.where(or_(p.received_at > at, and_(p.received_at == at, p.push_id > after_id)))
-        with self._db() as session:
+        with self.factory() as session:
             pushes = session.execute(query.order_by(p.received_at, p.push_id).limit(size)).all()
         for push_id, received_at, state in pushes:
             run_ids = [ref.get("run_id") for ref in (state or {}).get("runs") or [] if ref.get("run_id")]
-            with self._db.begin() as session:
+            with self.factory.begin() as session:
                 left = session.scalar(select(CIRunRecord.run_id).where(CIRunRecord.run_id.in_(run_ids)).limit(1))
                 if left is None:
                     session.execute(delete(CIPushRecord).where(CIPushRecord.push_id == push_id))

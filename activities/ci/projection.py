@@ -11,6 +11,7 @@ attempt (``log_object_key``, ``log_index``, ``compacted_at``) are never touched 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import sessionmaker
@@ -117,14 +118,14 @@ def push_row(snapshot: CIPushSnapshot) -> dict[str, Any]:
     }
 
 
+@dataclass(eq=False)
 class CIProjectionActivities(CIProjectionDefinition):
     """Writes CI snapshots through one session factory (constructor-injected)."""
 
-    def __init__(self, factory: sessionmaker, failover_seconds: float = DEFAULT_FAILOVER_SECONDS) -> None:
-        self._factory = factory
-        # Waited out within the attempt (up to its timeout), then by Temporal's retries: a
-        # versioned write is safe to repeat.
-        self._failover_seconds = failover_seconds
+    factory: sessionmaker
+    # Waited out within the attempt (up to its timeout), then by Temporal's retries: a
+    # versioned write is safe to repeat.
+    failover_seconds: float = DEFAULT_FAILOVER_SECONDS
 
     @activity.defn(name=ACTIVITY_PROJECT_RUN)
     def project_ci_run(self, inp: CIRunSnapshot) -> bool:
@@ -132,15 +133,15 @@ class CIProjectionActivities(CIProjectionDefinition):
         annotations = annotation_rows(inp.state)
 
         def write() -> bool:
-            with self._factory.begin() as session:
+            with self.factory.begin() as session:
                 return write_run(session, run, jobs, attempts, inp.version, annotations)
 
-        return in_activity(write, self._failover_seconds, f"run {inp.state.run_id} v{inp.version}", log)
+        return in_activity(write, self.failover_seconds, f"run {inp.state.run_id} v{inp.version}", log)
 
     @activity.defn(name=ACTIVITY_PROJECT_PUSH)
     def project_ci_push(self, inp: CIPushSnapshot) -> bool:
         def write() -> bool:
-            with self._factory.begin() as session:
+            with self.factory.begin() as session:
                 return write_push(session, push_row(inp), inp.version)
 
-        return in_activity(write, self._failover_seconds, f"push {inp.state.push_id} v{inp.version}", log)
+        return in_activity(write, self.failover_seconds, f"push {inp.state.push_id} v{inp.version}", log)

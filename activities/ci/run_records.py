@@ -60,6 +60,7 @@ def check_workflow_id(inp: JobActivityInput, workflow_id: str) -> None:
         raise UntrustedRun(f"workflow {workflow_id!r} is not the run of {inp.push.repo_id}@{inp.push.commit_sha[:12]}")
 
 
+@dataclass(eq=False)
 class DatabaseRunRecords:
     """Repositories and network grants in the leasehold database.
 
@@ -69,25 +70,19 @@ class DatabaseRunRecords:
     yet that newer details could describe), and a cancel ends the wait.
     """
 
-    def __init__(
-        self,
-        factory: sessionmaker,
-        failover_seconds: float = DEFAULT_FAILOVER_SECONDS,
-        heartbeat: Callable[[], None] | None = None,
-    ) -> None:
-        self._factory = factory
-        self._failover_seconds = failover_seconds
-        self._heartbeat = heartbeat or keep_activity_alive
+    factory: sessionmaker
+    failover_seconds: float = DEFAULT_FAILOVER_SECONDS
+    heartbeat: Callable[[], None] = keep_activity_alive
 
     def verify(self, inp: JobActivityInput, workflow_id: str) -> TrustedRun:
         check_workflow_id(inp, workflow_id)
         what = f"records of {inp.push.repo_id} for job {inp.job.id}"
         return through_outage(
-            lambda: self._read(inp), failover_window(self._failover_seconds), what, log, self._heartbeat
+            lambda: self._read(inp), failover_window(self.failover_seconds), what, log, self.heartbeat
         )
 
     def _read(self, inp: JobActivityInput) -> TrustedRun:
-        repo = get_repo(self._factory, inp.push.tenant_id, inp.push.repo_id)
+        repo = get_repo(self.factory, inp.push.tenant_id, inp.push.repo_id)
         if repo is None:
             # Missing or another tenant's: the same refusal either way.
             raise UntrustedRun(f"repository {inp.push.repo_id} does not belong to tenant {inp.push.tenant_id}")
@@ -95,6 +90,6 @@ class DatabaseRunRecords:
             tenant_id=repo.tenant_id,
             repo_id=repo.id,
             clone_url=repo.clone_url,
-            network_allowed=network_allowed(self._factory, repo.tenant_id),
-            isolation=isolation_backend(self._factory, repo.tenant_id),
+            network_allowed=network_allowed(self.factory, repo.tenant_id),
+            isolation=isolation_backend(self.factory, repo.tenant_id),
         )
