@@ -52,6 +52,7 @@ import shutil
 import signal
 import subprocess
 import threading
+from dataclasses import fields
 from pathlib import Path
 
 from activities.ci.jobroot import owner_of_dir
@@ -494,10 +495,5 @@ def make_sandbox(settings: Settings) -> Sandbox:
 
 
 def limits_from(settings: Settings) -> SandboxLimits:
-    return SandboxLimits(
-        memory_bytes=settings.ci_job_memory_bytes,
-        max_processes=settings.ci_job_max_processes,
-        max_file_bytes=settings.ci_job_max_file_bytes,
-        cpu_seconds=settings.ci_job_cpu_seconds,
-        shm_bytes=settings.ci_job_shm_bytes,
-    )
+    """The job limits of the worker's settings: each field ``f`` is the setting ``ci_job_<f>``."""
+    return SandboxLimits(**{f.name: getattr(settings, f"ci_job_{f.name}") for f in fields(SandboxLimits)})
