@@ -9,7 +9,17 @@ this one, never the reverse.
 from types import ModuleType
 
 from leasehold.records import api_keys
-from leasehold.records.ci import environments, heads, plans, repos, run_numbers, runs, secrets, variables
+from leasehold.records.ci import (
+    environments,
+    heads,
+    plans,
+    repos,
+    run_numbers,
+    runs,
+    secrets,
+    status_reporters,
+    variables,
+)
 from leasehold.records.video import capacity, deletions, jobs, webhooks
 
 # Named so the imports are used: importing a module declares its tables on Base.
@@ -22,6 +32,7 @@ TABLE_MODULES: tuple[ModuleType, ...] = (
     run_numbers,
     runs,
     secrets,
+    status_reporters,
     variables,
     capacity,
     deletions,
