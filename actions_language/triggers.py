@@ -33,20 +33,8 @@ def push_filter(ctx: FileContext, on: Any, line: int | None) -> PushFilter:
         raise ctx.fail(line, "on", "must be an event name, a list of event names or a mapping")
     if "push" not in on:
         return PushFilter(enabled=False)
-    push = on["push"]
-    pline = on.key_lines.get("push")
-    if push is None:
-        return PushFilter(enabled=True)
-    if not isinstance(push, YamlMap):
-        raise ctx.fail(pline, "on.push", "must be a mapping of filters or empty")
-    check_keys(ctx, push, PUSH_KEYS, "on.push.")
-    for a, b in (("branches", "branches-ignore"), ("tags", "tags-ignore"), ("paths", "paths-ignore")):
-        if a in push and b in push:
-            raise ctx.fail(push.key_lines[b], f"on.push.{b}", f"cannot be used together with '{a}'")
-    values: dict[str, list[str] | None] = {}
-    for key in PUSH_KEYS:
-        values[key] = _patterns(ctx, push[key], push.key_lines.get(key), f"on.push.{key}") if key in push else None
-    return _enabled_filter(values, push)
+    exclusive = (("branches", "branches-ignore"), ("tags", "tags-ignore"), ("paths", "paths-ignore"))
+    return _event_filter(ctx, on, "push", PUSH_KEYS, exclusive)
 
 
 def _patterns(ctx: FileContext, value: Any, line: int | None, key: str) -> list[str]:
@@ -159,28 +147,16 @@ def pull_request_filter(ctx: FileContext, on: Any) -> PushFilter:
         return PushFilter(enabled="pull_request" in on)
     if not isinstance(on, YamlMap) or "pull_request" not in on:
         return PushFilter(enabled=False)
-    pr = on["pull_request"]
-    line = on.key_lines.get("pull_request")
-    if pr is None:
-        return PushFilter(enabled=True)
-    if not isinstance(pr, YamlMap):
-        raise ctx.fail(line, "on.pull_request", "must be a mapping of filters or empty")
-    check_keys(ctx, pr, PULL_REQUEST_KEYS, "on.pull_request.")
-    for a, b in (("branches", "branches-ignore"), ("paths", "paths-ignore")):
-        if a in pr and b in pr:
-            raise ctx.fail(pr.key_lines[b], f"on.pull_request.{b}", f"cannot be used together with '{a}'")
-    values = {
-        k: (string_list if k == "types" else _patterns)(ctx, pr[k], pr.key_lines.get(k), f"on.pull_request.{k}")
-        if k in pr
-        else None
-        for k in PULL_REQUEST_KEYS
-    }
-    for t in values["types"] or []:
+    exclusive = (("branches", "branches-ignore"), ("paths", "paths-ignore"))
+    found = _event_filter(ctx, on, "pull_request", PULL_REQUEST_KEYS, exclusive)
+    for t in found.types or []:
         if t not in PULL_REQUEST_TYPES:
             raise ctx.fail(
-                pr.key_lines.get("types"), "on.pull_request.types", f"supported types: {', '.join(PULL_REQUEST_TYPES)}"
+                on["pull_request"].key_lines.get("types"),
+                "on.pull_request.types",
+                f"supported types: {', '.join(PULL_REQUEST_TYPES)}",
             )
-    return _enabled_filter(values, pr)
+    return found
 
 
 def _paths_line(event: YamlMap) -> int | None:
@@ -189,10 +165,30 @@ def _paths_line(event: YamlMap) -> int | None:
     return event.key_lines.get(key) if key else None
 
 
-def _enabled_filter(values: dict[str, list[str] | None], event: YamlMap) -> PushFilter:
-    """An event's filter from its patterns by YAML key (``branches-ignore``: ``branches_ignore``)."""
-    fields = {key.replace("-", "_"): patterns for key, patterns in values.items()}
-    return PushFilter.model_validate({"enabled": True, "paths_line": _paths_line(event), **fields})
+def _event_filter(
+    ctx: FileContext, on: YamlMap, event: str, keys: set[str], exclusive: tuple[tuple[str, str], ...]
+) -> PushFilter:
+    """``on.<event>``'s filters, checked (the keys of each ``exclusive`` pair exclude each
+    other); an event named without filters is enabled for everything."""
+    filters = on[event]
+    if filters is None:
+        return PushFilter(enabled=True)
+    if not isinstance(filters, YamlMap):
+        raise ctx.fail(on.key_lines.get(event), f"on.{event}", "must be a mapping of filters or empty")
+    check_keys(ctx, filters, keys, f"on.{event}.")
+    for a, b in exclusive:
+        if a in filters and b in filters:
+            raise ctx.fail(filters.key_lines[b], f"on.{event}.{b}", f"cannot be used together with '{a}'")
+    fields = {
+        k.replace("-", "_"): (string_list if k == "types" else _patterns)(
+            ctx, filters[k], filters.key_lines.get(k), f"on.{event}.{k}"
+        )
+        if k in filters
+        else None
+        for k in keys
+    }
+    # YAML keys name the fields (``branches-ignore``: ``branches_ignore``).
+    return PushFilter.model_validate({"enabled": True, "paths_line": _paths_line(filters), **fields})
 
 
 def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool:
