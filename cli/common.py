@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,8 @@ from leasehold.settings import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import sessionmaker
+
+    from leasehold.records.base import FieldError
 
 
 class UsageError(Exception):
@@ -50,6 +54,37 @@ def add_data_dir_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="create the database if no stack has (default: refuse a data dir no stack initialised)",
     )
+
+
+def admin_parent(
+    *, tenant: bool = True, repo: str | None = None, repo_required: bool = False
+) -> argparse.ArgumentParser:
+    """The arguments an admin command's subcommands share (``parents=[...]``): the data dir,
+    ``--tenant`` unless not ``tenant``, and ``--repo`` (its help) when ``repo`` is given."""
+    parent = argparse.ArgumentParser(add_help=False)
+    add_data_dir_arguments(parent)
+    if tenant:
+        parent.add_argument("--tenant", required=True)
+    if repo is not None:
+        parent.add_argument("--repo", required=repo_required, default=None, help=repo)
+    return parent
+
+
+def add_command(
+    sub: Any,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    parent: argparse.ArgumentParser,
+    *names: str,
+) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of ``sub`` running ``func``: ``parent``'s arguments, then the plain
+    positional ``names``; returned for any argument of its own."""
+    parser = sub.add_parser(name, parents=[parent], help=help)
+    for positional in names:
+        parser.add_argument(positional)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def database_exists(settings: Settings) -> bool:
@@ -136,3 +171,35 @@ def read_stdin_value() -> str:
     if value.endswith("\n"):
         value = value[:-1].removesuffix("\r")
     return value
+
+
+@contextmanager
+def field_errors(error: type[FieldError]) -> Iterator[None]:
+    """A record module's ``error`` raised inside, as a `UsageError` naming its field."""
+    try:
+        yield
+    except error as exc:
+        raise UsageError(f"{exc.field}: {exc.message}") from None
+
+
+def _scope(args: argparse.Namespace) -> str:
+    return f"repository {args.repo}" if args.repo else f"tenant {args.tenant}"
+
+
+def put_scoped(
+    args: argparse.Namespace, kind: str, error: type[FieldError], put: Callable[[], tuple[Any, bool]]
+) -> int:
+    """Create or replace the ``kind`` (secret, variable) ``put`` writes, and say which it did."""
+    with field_errors(error):
+        info, created = put()
+    print(f"{'created' if created else 'updated'} {kind} {info.name} for {_scope(args)}", file=sys.stderr)
+    return 0
+
+
+def delete_scoped(args: argparse.Namespace, kind: str, error: type[FieldError], delete: Callable[[], bool]) -> int:
+    """Delete the ``kind`` named ``args.name``; a name that is not there is a `UsageError`."""
+    with field_errors(error):
+        removed = delete()
+    if not removed:
+        raise UsageError(f"no {kind} {args.name!r}")
+    return 0

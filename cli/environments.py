@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
+from cli.common import UsageError, add_command, admin_parent, admin_settings, open_database
 
 
 def _db(args: argparse.Namespace) -> Any:
@@ -26,30 +26,28 @@ def cmd_environments_set(args: argparse.Namespace) -> int:
         record = set_environment(db, args.tenant, args.repo, args.name, args.required_approval, args.approver or [])
     except EnvironmentError as exc:
         raise UsageError(exc.message) from None
-    print(json.dumps({**record.__dict__, "updated_at": record.updated_at.isoformat()}))
+    _print(record)
     return 0
+
+
+def _print(record: Any) -> None:
+    print(json.dumps({**record.__dict__, "updated_at": record.updated_at.isoformat()}))
 
 
 def cmd_environments_list(args: argparse.Namespace) -> int:
     from leasehold.records.ci.environments import list_environments
 
     for record in list_environments(_db(args), args.tenant, args.repo):
-        print(json.dumps({**record.__dict__, "updated_at": record.updated_at.isoformat()}))
+        _print(record)
     return 0
 
 
 def add_commands(sub: Any) -> None:
     """Add the ``environments`` subcommands to the top-level parser's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    add_data_dir_arguments(common)
-    common.add_argument("--tenant", required=True)
-    common.add_argument("--repo", required=True, help="repository id (repo_...)")
+    common = admin_parent(repo="repository id (repo_...)", repo_required=True)
     envs = sub.add_parser("environments", help="CI deployment environments that require approval")
     envs_sub = envs.add_subparsers(dest="environments_command", required=True)
-    put = envs_sub.add_parser("set", parents=[common], help="protect (or unprotect) an environment")
-    put.add_argument("name")
+    put = add_command(envs_sub, "set", cmd_environments_set, "protect (or unprotect) an environment", common, "name")
     put.add_argument("--required-approval", action=argparse.BooleanOptionalAction, default=True)
     put.add_argument("--approver", action="append", help="a user id who may approve (repeat; none: any user)")
-    put.set_defaults(func=cmd_environments_set)
-    show = envs_sub.add_parser("list", parents=[common], help="a repository's environments")
-    show.set_defaults(func=cmd_environments_list)
+    add_command(envs_sub, "list", cmd_environments_list, "a repository's environments", common)

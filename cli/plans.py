@@ -5,21 +5,32 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from cli.common import UsageError, add_data_dir_arguments, admin_settings, open_database
+from cli.common import UsageError, add_command, admin_parent, admin_settings, open_database
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import sessionmaker
+
+    from leasehold.settings import Settings
+
+
+def _write(args: argparse.Namespace, settings: Settings, write: Callable[[sessionmaker], Any]) -> Any:
+    """``write`` to the database for ``--tenant``; a bad tenant name or value is a `UsageError`."""
+    from leasehold.records.api_keys import validate_name
+
+    try:
+        validate_name("tenant", args.tenant)
+        return write(open_database(settings))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_plans_set(args: argparse.Namespace) -> int:
-    from leasehold.records.api_keys import validate_name
     from leasehold.records.ci.plans import set_plan
 
-    settings = admin_settings(args)
-    try:
-        validate_name("tenant", args.tenant)
-        plan = set_plan(open_database(settings), args.tenant, args.weight, args.max_jobs)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    plan = _write(args, admin_settings(args), lambda db: set_plan(db, args.tenant, args.weight, args.max_jobs))
     print(json.dumps(plan.__dict__))
     return 0
 
@@ -37,46 +48,29 @@ def cmd_plans_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plans_network(args: argparse.Namespace) -> int:
-    from leasehold.records.api_keys import validate_name
     from leasehold.records.ci.plans import set_network
 
-    settings = admin_settings(args)
-    try:
-        validate_name("tenant", args.tenant)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     allowed = args.state == "on"
-    set_network(open_database(settings), args.tenant, allowed)
+    _write(args, admin_settings(args), lambda db: set_network(db, args.tenant, allowed))
     print(json.dumps({"tenant_id": args.tenant, "network": allowed}))
     return 0
 
 
 def cmd_plans_isolation(args: argparse.Namespace) -> int:
-    from leasehold.records.api_keys import validate_name
     from leasehold.records.ci.plans import set_isolation
 
-    settings = admin_settings(args)
-    try:
-        validate_name("tenant", args.tenant)
-        set_isolation(open_database(settings), args.tenant, args.backend)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    _write(args, admin_settings(args), lambda db: set_isolation(db, args.tenant, args.backend))
     print(json.dumps({"tenant_id": args.tenant, "isolation": args.backend}))
     return 0
 
 
 def cmd_plans_retention(args: argparse.Namespace) -> int:
-    from leasehold.records.api_keys import validate_name
     from leasehold.records.ci.plans import set_log_retention
 
     settings = admin_settings(args)
     if (args.days is None) == (not args.default):
         raise UsageError("give either --days N or --default")
-    try:
-        validate_name("tenant", args.tenant)
-        set_log_retention(open_database(settings), args.tenant, args.days)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    _write(args, settings, lambda db: set_log_retention(db, args.tenant, args.days))
     days = args.days if args.days is not None else settings.ci_log_retention_days
     print(json.dumps({"tenant_id": args.tenant, "log_retention_days": days, "default": args.days is None}))
     return 0
@@ -84,38 +78,22 @@ def cmd_plans_retention(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Add the ``plans`` subcommands to the top-level parser's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    add_data_dir_arguments(common)
-    common.add_argument("--tenant", required=True)
+    common = admin_parent()
     plans = sub.add_parser("plans", help="CI tenant plans (fair-share weight, concurrency cap)")
     plans_sub = plans.add_subparsers(dest="plans_command", required=True)
-    put = plans_sub.add_parser("set", parents=[common], help="set a tenant's plan; applies to later pushes")
+    put = add_command(plans_sub, "set", cmd_plans_set, "set a tenant's plan; applies to later pushes", common)
     put.add_argument("--weight", type=float, required=True, help="fair-share weight (default plan: 1)")
     put.add_argument("--max-jobs", type=int, required=True, help="most of the tenant's jobs running at once")
-    put.set_defaults(func=cmd_plans_set)
-    show = plans_sub.add_parser("show", parents=[common], help="a tenant's plan (or the defaults)")
-    show.set_defaults(func=cmd_plans_show)
-    net = plans_sub.add_parser(
-        "network",
-        parents=[common],
-        help="let a tenant's jobs ask for network (filtered egress; never for fork pull requests)",
-    )
+    add_command(plans_sub, "show", cmd_plans_show, "a tenant's plan (or the defaults)", common)
+    network_help = "let a tenant's jobs ask for network (filtered egress; never for fork pull requests)"
+    net = add_command(plans_sub, "network", cmd_plans_network, network_help, common)
     net.add_argument("state", choices=["on", "off"])
-    net.set_defaults(func=cmd_plans_network)
-    iso = plans_sub.add_parser(
-        "isolation",
-        parents=[common],
-        help="the sandbox a tenant's jobs run in (gvisor: a user-space kernel, not the host's)",
-    )
+    isolation_help = "the sandbox a tenant's jobs run in (gvisor: a user-space kernel, not the host's)"
+    iso = add_command(plans_sub, "isolation", cmd_plans_isolation, isolation_help, common)
     # leasehold.records.ci.plans.ISOLATION_BACKENDS, spelled out: the parser is built for every
     # command, and the records module loads SQLAlchemy (a test keeps the two lists equal).
     iso.add_argument("backend", choices=["bubblewrap", "gvisor"])
-    iso.set_defaults(func=cmd_plans_isolation)
-    keep = plans_sub.add_parser(
-        "retention",
-        parents=[common],
-        help="days a tenant's finished CI runs and logs are kept (1-3650; --default: the deployment's)",
-    )
+    retention_help = "days a tenant's finished CI runs and logs are kept (1-3650; --default: the deployment's)"
+    keep = add_command(plans_sub, "retention", cmd_plans_retention, retention_help, common)
     keep.add_argument("--days", type=int, default=None, help="days after a run finished (1 to 3650)")
     keep.add_argument("--default", action="store_true", help="use the deployment's default again")
-    keep.set_defaults(func=cmd_plans_retention)

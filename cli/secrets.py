@@ -11,7 +11,16 @@ import json
 import sys
 from typing import Any
 
-from cli.common import UsageError, add_data_dir_arguments, admin_settings, check_scope, open_database, read_stdin_value
+from cli.common import (
+    add_command,
+    admin_parent,
+    admin_settings,
+    check_scope,
+    delete_scoped,
+    open_database,
+    put_scoped,
+    read_stdin_value,
+)
 
 
 def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -27,13 +36,9 @@ def cmd_secrets_set(args: argparse.Namespace) -> int:
     factory, keyring = _open(args)
     check_scope(factory, args)
     value = read_stdin_value()
-    try:
-        info, created = put_secret(factory, keyring, args.tenant, args.repo, args.name, value)
-    except SecretError as exc:
-        raise UsageError(f"{exc.field}: {exc.message}") from None
-    scope = f"repository {args.repo}" if args.repo else f"tenant {args.tenant}"
-    print(f"{'created' if created else 'updated'} secret {info.name} for {scope}", file=sys.stderr)
-    return 0
+    return put_scoped(
+        args, "secret", SecretError, lambda: put_secret(factory, keyring, args.tenant, args.repo, args.name, value)
+    )
 
 
 def cmd_secrets_list(args: argparse.Namespace) -> int:
@@ -51,13 +56,7 @@ def cmd_secrets_delete(args: argparse.Namespace) -> int:
 
     factory, _ = _open(args)
     check_scope(factory, args)
-    try:
-        removed = delete_secret(factory, args.tenant, args.repo, args.name)
-    except SecretError as exc:
-        raise UsageError(f"{exc.field}: {exc.message}") from None
-    if not removed:
-        raise UsageError(f"no secret {args.name!r}")
-    return 0
+    return delete_scoped(args, "secret", SecretError, lambda: delete_secret(factory, args.tenant, args.repo, args.name))
 
 
 def cmd_secrets_rotate(args: argparse.Namespace) -> int:
@@ -74,26 +73,13 @@ def cmd_secrets_rotate(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Add the ``secrets`` subcommands to the top-level parser's subparsers."""
-    common = argparse.ArgumentParser(add_help=False)
-    add_data_dir_arguments(common)
-    scoped = argparse.ArgumentParser(add_help=False, parents=[common])
-    scoped.add_argument("--tenant", required=True)
-    scoped.add_argument("--repo", default=None, help="a repository id: the secret is only that repository's")
+    scoped = admin_parent(repo="a repository id: the secret is only that repository's")
     secrets = sub.add_parser("secrets", help="CI secrets (write-only)")
     secrets_sub = secrets.add_subparsers(dest="secrets_command", required=True)
-
-    put = secrets_sub.add_parser(
-        "set", parents=[scoped], help="create or replace a secret; the value is read from stdin"
+    add_command(
+        secrets_sub, "set", cmd_secrets_set, "create or replace a secret; the value is read from stdin", scoped, "name"
     )
-    put.add_argument("name")
-    put.set_defaults(func=cmd_secrets_set)
-
-    ls = secrets_sub.add_parser("list", parents=[scoped], help="secret names and update times (JSON lines)")
-    ls.set_defaults(func=cmd_secrets_list)
-
-    rm = secrets_sub.add_parser("delete", parents=[scoped], help="delete a secret")
-    rm.add_argument("name")
-    rm.set_defaults(func=cmd_secrets_delete)
-
-    rotate = secrets_sub.add_parser("rotate", parents=[common], help="re-seal every secret under the active key")
-    rotate.set_defaults(func=cmd_secrets_rotate)
+    add_command(secrets_sub, "list", cmd_secrets_list, "secret names and update times (JSON lines)", scoped)
+    add_command(secrets_sub, "delete", cmd_secrets_delete, "delete a secret", scoped, "name")
+    rotate_help = "re-seal every secret under the active key"
+    add_command(secrets_sub, "rotate", cmd_secrets_rotate, rotate_help, admin_parent(tenant=False))
