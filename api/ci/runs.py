@@ -13,7 +13,9 @@ import asyncio
 import base64
 import re
 from datetime import UTC, datetime
+from typing import Annotated
 
+from fastapi import Query
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -23,13 +25,15 @@ from clients.ci.start import run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.runs import RunCursor, get_run
 from workflows.ci.ids import attempt_log_prefix
-from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobAttemptState
+from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobAttemptState, JobState
 
 _RUN_ID = re.compile(r"^run_[0-9a-f]{8,64}$")
 _JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
 # A query goes to a worker: bound the wait so a missing worker is a clear 503, not a hang.
 QUERY_TIMEOUT_SECONDS = 10.0
 RUN_UNAVAILABLE = "the run could not be read now; try again"
+# The ``attempt`` query of the reads about one attempt of a job (logs, summary, annotations).
+AttemptQuery = Annotated[int | None, Query(ge=1, description="default: the job's current attempt")]
 
 
 def check_run_id(run: str) -> None:
@@ -63,6 +67,23 @@ def check_job_id(job: str) -> None:
     """404 for a job name no workflow file could declare (before any query is sent)."""
     if not _JOB_ID.match(job):
         raise not_found("job")
+
+
+async def load_job_run(db: sessionmaker, client: Client, principal: Principal, run: str, job: str) -> CIRunState:
+    """The caller's run, read for one of its jobs: the job's name is checked first."""
+    check_job_id(job)
+    return await load_run(db, client, principal, run)
+
+
+async def load_job(
+    db: sessionmaker, client: Client, principal: Principal, run: str, job: str
+) -> tuple[CIRunState, JobState]:
+    """The caller's run and its job ``job``; 404 when the run has no such job."""
+    state = await load_job_run(db, client, principal, run, job)
+    found = state.job(job)
+    if found is None:
+        raise not_found("job")
+    return state, found
 
 
 def encode_cursor(cursor: RunCursor) -> str:

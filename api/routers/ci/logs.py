@@ -30,8 +30,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.ci.log_compaction import read_compacted
+from api.ci.runs import AttemptQuery, load_job_run, load_run
 from api.ci.runs import attempt_prefix as _prefix
-from api.ci.runs import check_job_id, load_run
 from api.ci.runs import chosen_attempt as _attempt
 from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
 from api.errors import ApiError
@@ -215,12 +215,11 @@ async def get_logs(
     client: ClientDep,
     db: DbDep,
     store: StoreDep,
-    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    attempt: AttemptQuery = None,
     from_seq: int = Query(0, ge=0),
 ) -> LogPage:
     """Stored chunks of one attempt from ``from_seq``; gaps are listed, never hidden."""
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
+    state = await load_job_run(db, client, principal, run, job)
     chosen = _attempt(state, job, attempt)
     job_state = state.job(job)
     assert job_state is not None
@@ -335,7 +334,7 @@ async def stream_logs(
     client: ClientDep,
     db: DbDep,
     store: StoreDep,
-    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    attempt: AttemptQuery = None,
     from_seq: int = Query(0, ge=0),
     last_event_id: str | None = Header(None),
 ) -> StreamingResponse:
@@ -343,8 +342,7 @@ async def stream_logs(
 
     A reconnecting client sends ``Last-Event-ID`` (the last seq it saw) and continues after it.
     """
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
+    state = await load_job_run(db, client, principal, run, job)
     _attempt(state, job, attempt)  # 404 for an unknown job or attempt before the stream opens
     seq = from_seq
     if last_event_id is not None:

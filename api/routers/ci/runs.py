@@ -23,16 +23,18 @@ from api.ci.repos import require_repo
 from api.ci.runs import (
     QUERY_TIMEOUT_SECONDS,
     RUN_UNAVAILABLE,
+    AttemptQuery,
     attempt_prefix,
-    check_job_id,
     chosen_attempt,
     decode_cursor,
     encode_cursor,
+    load_job,
+    load_job_run,
     load_run,
     stored_run,
 )
 from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
-from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found, not_found
+from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found
 from api.schemas.ci.runs import (
     AnnotationOut,
     AnnotationPage,
@@ -89,11 +91,7 @@ async def get_job(
     run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep, explainer: QueueExplainerDep
 ) -> JobOut:
     """One job of a run, as in the run; while it has not started, ``queue`` says what it waits for."""
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
-    found = state.job(job)
-    if found is None:
-        raise not_found("job")
+    state, found = await load_job(db, client, principal, run, job)
     queues = await explainer.explain(state, only=job)
     return JobOut.from_state(found, queues.get(job))
 
@@ -110,13 +108,12 @@ async def get_step_summary(
     client: ClientDep,
     db: DbDep,
     store: StoreDep,
-    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    attempt: AttemptQuery = None,
 ) -> Response:
     """The markdown the attempt's steps wrote to ``$GITHUB_STEP_SUMMARY``, found as its log is
     (another tenant's run is a 404). Served as text with ``nosniff``: it is the job's own text,
     never rendered here."""
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
+    state = await load_job_run(db, client, principal, run, job)
     chosen = chosen_attempt(state, job, attempt)
     key = chosen.log.summary_key if chosen is not None and chosen.log is not None else None
     # Only the one key the attempt's prefix allows, whatever the state says.
@@ -136,14 +133,13 @@ async def list_annotations(
     principal: PrincipalDep,
     client: ClientDep,
     db: DbDep,
-    attempt: int | None = Query(None, ge=1, description="default: the job's current attempt"),
+    attempt: AttemptQuery = None,
     after: int = Query(0, ge=0, description="next_after of the previous page"),
     limit: int = Query(MAX_LIST, ge=1, le=MAX_LIST),
 ) -> AnnotationPage:
     """The annotations of one attempt of a job, in the order its steps printed them, from the
     read model (another tenant's run is a 404, as for logs)."""
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
+    state = await load_job_run(db, client, principal, run, job)
     chosen = chosen_attempt(state, job, attempt)
     if chosen is None:
         return AnnotationPage(run_id=state.run_id, job_id=job, attempt=None)
@@ -250,10 +246,7 @@ async def cancel(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep
 @router.post("/v1/runs/{run}/jobs/{job}/retry", status_code=202)
 async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RetryOut:
     """Re-run a failed or cancelled job and its dependents on the same commit, as new attempts."""
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
-    if state.job(job) is None:
-        raise not_found("job")
+    await load_job(db, client, principal, run, job)  # 404 before the update is sent
     try:
         answer = await retry_job(client, run, job, requested_by=principal.user_id)
     except WorkflowUpdateFailedError as exc:
@@ -270,11 +263,7 @@ async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep, 
 async def _decide(
     run: str, job: str, approved: bool, body: DecisionIn | None, principal: Principal, client: Client, db: sessionmaker
 ) -> JobOut:
-    check_job_id(job)
-    state = await load_run(db, client, principal, run)
-    found = state.job(job)
-    if found is None:
-        raise not_found("job")
+    _, found = await load_job(db, client, principal, run, job)
     decided = len(found.approvals)
     request = ApprovalRequest(
         job_id=job, approved=approved, user_id=principal.user_id, comment=body.comment if body else None
