@@ -22,7 +22,18 @@ from api.errors import install_error_handlers
 from api.openapi import install_openapi
 from api.principal_cache import PrincipalCache
 from api.routers import files, health, replicate
-from api.routers.ci import dispatches, environments, hooks, job_secrets, logs, repos, runs, secrets, variables
+from api.routers.ci import (
+    dispatches,
+    environments,
+    hooks,
+    job_secrets,
+    logs,
+    repos,
+    runs,
+    secrets,
+    status_reporter,
+    variables,
+)
 from api.routers.video import capacity, models, videos, webhooks
 from api.video.capacity_lifecycle import start_capacity, stop_capacity
 from api.video.live import LiveProgress
@@ -131,6 +142,7 @@ def create_app(settings: Settings) -> FastAPI:
     # The secrets broker CI workers trade attempt tokens at (internal).
     app.include_router(job_secrets.router)
     app.include_router(environments.router)
+    app.include_router(status_reporter.router)
     app.include_router(capacity.router)
     app.include_router(models.router)
     # Replicate's predictions API over the same jobs (api.replicate).

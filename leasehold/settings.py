@@ -304,6 +304,13 @@ class Settings(BaseSettings):
     # Endpoints one user may register.
     video_webhook_max_endpoints: int = Field(default=10, ge=1, le=100)
 
+    # CI status on the git host (activities.ci.status_report): a repository's reporter API URL
+    # obeys the same rules as webhook endpoints (these schemes; public addresses only, unless in
+    # ci_status_allow_cidrs, e.g. a GitHub Enterprise host on a private network).
+    ci_status_schemes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["https"])
+    ci_status_allow_cidrs: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    ci_status_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+
     @field_validator("data_dir", mode="after")
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:
@@ -324,6 +331,8 @@ class Settings(BaseSettings):
         "ci_network_allowed_cidrs",
         "video_webhook_schemes",
         "video_webhook_allow_cidrs",
+        "ci_status_schemes",
+        "ci_status_allow_cidrs",
         mode="before",
     )
     @classmethod

@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.lifecycle import CILifecycleActivities
 from activities.ci.projection import CIProjectionActivities
+from activities.ci.status_report import build_status_activities
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.lifecycle import VideoLifecycleActivities
 from activities.video.projection import VideoProjectionActivities
@@ -66,6 +67,7 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
     ci_lifecycle = CILifecycleActivities(open_store(settings), db, failover)
     video_webhooks = build_webhook_activities(settings, db)
     ci_projection = CIProjectionActivities(db, failover)
+    ci_status = build_status_activities(settings, db)
     return [
         VideoHousekeepingActivities(open_store(settings)).delete_video_objects,
         VideoProjectionActivities(db, failover).project_video_job,
@@ -76,6 +78,7 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
         ci_lifecycle.compact_ci_logs,
         ci_lifecycle.apply_ci_retention,
         video_webhooks.deliver_video_event,
+        ci_status.report_status,
     ]
 
 

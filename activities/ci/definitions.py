@@ -23,6 +23,7 @@ from workflows.ci.types.reconcile import (
     ReconcileRepoResult,
     ReconcileRepos,
 )
+from workflows.ci.types.status import ACTIVITY_REPORT_STATUS, StatusReport, StatusReportResult
 
 
 class CIListingDefinition:
@@ -68,4 +69,13 @@ class CIProjectionDefinition:
     @activity.defn(name=ACTIVITY_PROJECT_PUSH)
     def project_ci_push(self, inp: CIPushSnapshot) -> bool:
         """Write a push's snapshot to the read model; ``True`` if it applied."""
+        raise NotImplementedError
+
+
+class CIStatusDefinition:
+    """Implemented by ``activities.ci.status_report.StatusReportActivities`` (orchestration worker)."""
+
+    @activity.defn(name=ACTIVITY_REPORT_STATUS)
+    def report_status(self, report: StatusReport) -> StatusReportResult:
+        """Report a run round's state to the repository's git host (commit status, check runs)."""
         raise NotImplementedError

@@ -42,18 +42,19 @@ from urllib.parse import quote
 import httpx
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from pydantic import BaseModel, Field
 from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.ci.definitions import CIStatusDefinition
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.secrets import Keyring, KeyringError
 from leasehold.records.ci.status_reporters import Reporter, delivery, open_reporter, record_delivery
+from leasehold.settings import Settings
 from leasehold.webhook_urls import AddressPolicy, RefusedUrl, Resolver, parse_url
 from workflows.ci.types.job import AnnotationLevel
 from workflows.ci.types.run import CIRunState, JobState, JobStatus, RunStatus
-from workflows.ci.types.status import ACTIVITY_REPORT_STATUS, StatusReport, commit_state
+from workflows.ci.types.status import ACTIVITY_REPORT_STATUS, StatusReport, StatusReportResult, commit_state
 
 log = logging.getLogger(__name__)
 
@@ -182,15 +183,6 @@ def app_jwt(app_id: str, private_key_pem: str, now: float | None = None) -> str:
     return f"{header}.{payload}.{b64(signature)}"
 
 
-class StatusReportResult(BaseModel):
-    """What one report did: keys sent now, keys found already sent, refusals with the host's words."""
-
-    sent: list[str] = Field(default_factory=list)
-    already: list[str] = Field(default_factory=list)
-    refused: dict[str, str] = Field(default_factory=dict)
-    reporter: bool = True
-
-
 _DESCRIPTIONS = {
     RunStatus.QUEUED: "Queued",
     RunStatus.IN_PROGRESS: "In progress",
@@ -272,7 +264,20 @@ class _Credentials:
         return f"Bearer {self._installation}"
 
 
-class StatusReportActivities:
+def build_status_activities(settings: Settings, db: sessionmaker) -> StatusReportActivities:
+    """The activity as the orchestration worker hosts it: the settings' policy and console URL."""
+    return StatusReportActivities(
+        db,
+        Keyring.from_settings(settings),
+        settings.resolved_public_base_url,
+        AddressPolicy(settings.ci_status_allow_cidrs),
+        settings.ci_status_schemes,
+        settings.ci_status_timeout_seconds,
+        settings.database_failover_seconds,
+    )
+
+
+class StatusReportActivities(CIStatusDefinition):
     """``ci_report_status`` with its database, keyring and address policy (orchestration worker)."""
 
     def __init__(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from workflows.ci.types.run import CIRunState, RunStatus
@@ -35,6 +35,15 @@ class StatusReport(BaseModel):
     state: CIRunState
     round: int
     final: bool
+
+
+class StatusReportResult(BaseModel):
+    """What one report did: keys sent now, keys found already sent, refusals with the host's words."""
+
+    sent: list[str] = Field(default_factory=list)
+    already: list[str] = Field(default_factory=list)
+    refused: dict[str, str] = Field(default_factory=dict)
+    reporter: bool = True
 
 
 def commit_state(status: RunStatus, final: bool) -> str:
