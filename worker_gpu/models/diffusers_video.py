@@ -32,7 +32,6 @@ import inspect
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from activities.video.generation import GenerationJob
+from worker_gpu.models.determinism import make_deterministic, resolve_device
 from workflows.video.models import VideoModelSpec
 
 log = logging.getLogger(__name__)
@@ -61,13 +61,6 @@ _SCHEDULER_RUNTIME = (
     "this_order",
 )
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(setting: str) -> torch.device:
-    """``auto`` picks CUDA when present."""
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
 
 
 def weights_folder(spec: VideoModelSpec) -> Path:
@@ -154,14 +147,7 @@ class WanVideoModel:
         # Worker logs are structured lines, not progress bars.
         diffusers_logging.disable_progress_bar()
 
-        torch.set_num_threads(self._threads)
-        if self.device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.backends.cudnn.benchmark = False
-            torch.backends.cudnn.deterministic = True
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        make_deterministic(self.device, self._threads, warn_only=True)
         folder = weights_folder(self.spec)
         if not self.spec.version:
             self.revision = f"{self.spec.name}@{weights_digest(folder)}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from activities.video.generation import GenerationJob
+from worker_gpu.models.determinism import make_deterministic, resolve_device
 
 LATENT_CHANNELS = 4
 LATENT_SCALE = 8
@@ -111,13 +111,6 @@ class ProceduralState:
     alpha_bar: torch.Tensor
 
 
-def resolve_device(setting: str) -> torch.device:
-    """``auto`` picks CUDA when present."""
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
-
-
 class ProceduralVideoModel:
     """The ``procedural-v1`` model; ``load`` once per process, then generate many jobs."""
 
@@ -139,16 +132,7 @@ class ProceduralVideoModel:
 
     def load(self) -> None:
         """Build the denoiser (weights from a fixed seed) on the device, deterministically."""
-        # Fixed thread count and deterministic kernels: the same inputs give the same bits in
-        # every process, which is what makes resumed runs byte-identical.
-        torch.set_num_threads(self._threads)
-        if self.device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.backends.cudnn.benchmark = False
-            torch.backends.cudnn.deterministic = True
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        torch.use_deterministic_algorithms(True)
+        make_deterministic(self.device, self._threads)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_seed(self.name, "denoiser-weights"))
             net = _Denoiser()
