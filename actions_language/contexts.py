@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from actions_language.loader import YamlMap
-from actions_language.schema import FileContext, scalar_text
+from actions_language.schema import FileContext, named_entries, scalar_text
 from workflows.ci.expressions import (
     STATUS_FUNCTIONS,
     STRING_FUNCTIONS,
@@ -96,9 +96,7 @@ def env_mapping(
     if not isinstance(value, YamlMap):
         raise ctx.fail(line, where, "must be a mapping of variable names to values")
     env: dict[str, str] = {}
-    for k, v in value.items():
-        kline = value.key_lines.get(k)
-        name = scalar_text(ctx, k, kline, where)
+    for name, v, kline in named_entries(ctx, value, where):
         # GitHub takes any name ('root-env' too); the environment itself cannot hold '=' or NUL.
         if not name or "=" in name or "\0" in name:
             raise ctx.fail(kline, f"{where}.{name}", "invalid environment variable name (empty, or holds '=' or NUL)")

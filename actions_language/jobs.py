@@ -28,6 +28,7 @@ from actions_language.schema import (
     check_keys,
     finite_number,
     line_of,
+    named_entries,
     number_text,
     positive_minutes,
     scalar_text,
@@ -278,9 +279,7 @@ def permissions_spec(ctx: FileContext, raw: Any, line: int | None, where: str) -
     if not isinstance(raw, YamlMap):
         raise ctx.fail(line, where, "must be read-all, write-all or a mapping of scopes to read, write or none")
     kept: dict[str, str] = {}
-    for scope, level in raw.items():
-        sline = raw.key_lines.get(scope)
-        name = scalar_text(ctx, scope, sline, where)
+    for name, level, sline in named_entries(ctx, raw, where):
         if name not in PERMISSION_SCOPES:
             raise ctx.fail(
                 sline, f"{where}.{name}", f"unknown permission scope (known: {', '.join(sorted(PERMISSION_SCOPES))})"

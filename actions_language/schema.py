@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from actions_language.loader import YamlList, YamlMap
@@ -69,6 +70,14 @@ def scalar_text(ctx: FileContext, value: Any, line: int | None, key: str) -> str
     if value is None:
         return ""
     raise ctx.fail(line, key, "must be a string, number or boolean")
+
+
+def named_entries(ctx: FileContext, mapping: YamlMap, where: str) -> Iterator[tuple[str, Any, int | None]]:
+    """Each entry of ``mapping``: its name (the key as text; ``where`` names it in an error),
+    its value and the key's line."""
+    for key, value in mapping.items():
+        line = mapping.key_lines.get(key)
+        yield scalar_text(ctx, key, line, where), value, line
 
 
 def string_list(ctx: FileContext, value: Any, line: int | None, key: str) -> list[str]:

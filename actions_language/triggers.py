@@ -8,7 +8,15 @@ from typing import Any
 
 from actions_language.filters import MAX_PATTERNS, check_pattern, matches_any
 from actions_language.loader import YamlList, YamlMap
-from actions_language.schema import FileContext, boolean, check_keys, finite_number, scalar_text, string_list
+from actions_language.schema import (
+    FileContext,
+    boolean,
+    check_keys,
+    finite_number,
+    named_entries,
+    scalar_text,
+    string_list,
+)
 from workflows.ci.types.spec import (
     DispatchInput,
     DispatchSpec,
@@ -73,9 +81,7 @@ def dispatch_spec(ctx: FileContext, on: Any) -> DispatchSpec | None:
     if len(inputs_raw) > MAX_DISPATCH_INPUTS:
         raise ctx.fail(iline, "on.workflow_dispatch.inputs", f"at most {MAX_DISPATCH_INPUTS} inputs")
     inputs: dict[str, DispatchInput] = {}
-    for k, v in inputs_raw.items():
-        kline = inputs_raw.key_lines.get(k)
-        name = scalar_text(ctx, k, kline, "on.workflow_dispatch.inputs")
+    for name, v, kline in named_entries(ctx, inputs_raw, "on.workflow_dispatch.inputs"):
         where = f"on.workflow_dispatch.inputs.{name}"
         if not INPUT_NAME.match(name):
             raise ctx.fail(kline, where, "input names start with a letter or '_' and hold letters, digits, '_', '-'")
