@@ -232,6 +232,8 @@ class Reconnect:
     def __post_init__(self) -> None:
         self.failing_since: float | None = None
         self.delay = self.first_delay
+        # Whether the last connection (``stream_events``) failed and was waited for.
+        self.waited = False
 
     def ok(self) -> None:
         """The stream delivered something: the next failure starts a new count."""
@@ -248,6 +250,44 @@ class Reconnect:
         say(f"connection lost ({why.message}); reconnecting in {self.delay:.1f}s")
         time.sleep(self.delay)
         self.delay = min(self.max_delay, self.delay * 2)
+        self.waited = True
+
+
+def stream_events(
+    api: Api,
+    path: str,
+    retry: Reconnect,
+    say: Callable[[str], None],
+    read_timeout: float,
+    last_id: str | None = None,
+    params: dict[str, Any] | None = None,
+) -> Iterator[Event]:
+    """The events of one connection to the stream at ``path`` (resumed after ``last_id``).
+
+    An error answer the API may not give again (5xx) and a dropped connection wait on ``retry``
+    (``retry.waited`` says so) and end the events; any other error answer raises.
+    """
+    import httpx
+
+    retry.waited = False
+    headers = {"Accept": "text/event-stream"}
+    if last_id is not None:
+        headers["Last-Event-ID"] = last_id
+    timeout = httpx.Timeout(api.timeout, read=read_timeout)
+    try:
+        with api.http.stream("GET", path, params=params, headers=headers, timeout=timeout) as response:
+            if response.status_code >= 400:
+                response.read()
+                failure = failure_of(response)
+                if failure.code != Exit.UNREACHABLE:
+                    raise failure
+                retry.wait(failure, say)
+                return
+            for event in read_events(response):
+                retry.ok()
+                yield event
+    except httpx.HTTPError as exc:
+        retry.wait(api.unreachable(exc), say)
 
 
 # Output ----------------------------------------------------------------------------------------

@@ -24,11 +24,10 @@ from cli.remote import (
     answer,
     api_from,
     command,
-    failure_of,
     fields,
     note,
     print_json,
-    read_events,
+    stream_events,
     table,
 )
 
@@ -267,52 +266,32 @@ def _page_logs(api: Api, args: argparse.Namespace, out: _LogOut) -> int:
 
 def follow_logs(api: Api, run: str, job: str, attempt: int | None, out: _LogOut, reconnect_within: float) -> int:
     """Tail the job's log until its attempt ends; resume by sequence number after a drop."""
-    import httpx
-
     last_seq: int | None = None
     retry = Reconnect(within=reconnect_within)
     for _ in range(100_000):
-        headers = {"Accept": "text/event-stream"}
         params: dict[str, Any] = {}
         if attempt is not None:
             params["attempt"] = attempt
-        if last_seq is not None:
-            headers["Last-Event-ID"] = str(last_seq)
         ended: dict[str, Any] | None = None
-        try:
-            with api.http.stream(
-                "GET",
-                f"/v1/runs/{run}/jobs/{job}/logs/stream",
-                params=params,
-                headers=headers,
-                timeout=httpx.Timeout(api.timeout, read=STREAM_READ_TIMEOUT),
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    failure = failure_of(response)
-                    if failure.code != Exit.UNREACHABLE:
-                        raise failure
-                    retry.wait(failure, note)
-                    continue
-                for event in read_events(response):
-                    retry.ok()
-                    data = event.data if isinstance(event.data, dict) else {}
-                    if event.event in ("log", "gap"):
-                        seq, event_attempt = int(data["seq"]), int(data["attempt"])
-                        # From here on this attempt only: a reconnect must not switch to a newer one.
-                        attempt = event_attempt if attempt is None else attempt
-                        if last_seq is not None and seq <= last_seq:
-                            continue  # already printed before the drop
-                        if event.event == "log":
-                            out.chunk(seq, event_attempt, str(data.get("text", "")))
-                        else:
-                            out.gap(seq, event_attempt)
-                        last_seq = seq
-                    elif event.event == "end":
-                        ended = data
-                        break
-        except httpx.HTTPError as exc:
-            retry.wait(api.unreachable(exc), note)
+        path = f"/v1/runs/{run}/jobs/{job}/logs/stream"
+        last_id = str(last_seq) if last_seq is not None else None
+        for event in stream_events(api, path, retry, note, STREAM_READ_TIMEOUT, last_id, params):
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.event in ("log", "gap"):
+                seq, event_attempt = int(data["seq"]), int(data["attempt"])
+                # From here on this attempt only: a reconnect must not switch to a newer one.
+                attempt = event_attempt if attempt is None else attempt
+                if last_seq is not None and seq <= last_seq:
+                    continue  # already printed before the drop
+                if event.event == "log":
+                    out.chunk(seq, event_attempt, str(data.get("text", "")))
+                else:
+                    out.gap(seq, event_attempt)
+                last_seq = seq
+            elif event.event == "end":
+                ended = data
+                break
+        if retry.waited:
             continue
         if ended is None:
             # The stream's hour was up before the log ended: continue where it stopped.

@@ -29,8 +29,8 @@ from cli.remote import (
     note,
     print_json,
     printable,
-    read_events,
     seconds_text,
+    stream_events,
     table,
 )
 
@@ -123,50 +123,32 @@ def _detail(video: dict[str, Any]) -> list[str]:
 def watch(api: Api, video_id: str, display: _Display, reconnect_within: float = 60.0) -> dict[str, Any]:
     """Follow the job's event stream until it ends; reconnects (with ``Last-Event-ID``) after a
     dropped connection, for at most ``reconnect_within`` seconds of failing in a row."""
-    import httpx
-
     last_id: str | None = None
     video: dict[str, Any] | None = None
     retry = Reconnect(within=reconnect_within)
     for _ in range(100_000):
-        headers = {"Accept": "text/event-stream"}
-        if last_id is not None:
-            headers["Last-Event-ID"] = last_id
         try:
-            with api.http.stream(
-                "GET",
-                f"/v1/videos/{video_id}/events",
-                headers=headers,
-                timeout=httpx.Timeout(api.timeout, read=STREAM_READ_TIMEOUT),
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    failure = failure_of(response)
-                    if failure.code != Exit.UNREACHABLE:
-                        raise failure
-                    retry.wait(failure, display.say)
+            for event in stream_events(
+                api, f"/v1/videos/{video_id}/events", retry, display.say, STREAM_READ_TIMEOUT, last_id
+            ):
+                if event.event == "error":
+                    data = event.data if isinstance(event.data, dict) else {}
+                    if data.get("code") == "not_found":
+                        raise CliFailure(f"video {video_id}: {data.get('message', 'gone')}", Exit.NOT_FOUND)
+                    raise CliFailure(str(data.get("message", "the stream failed")), Exit.UNREACHABLE)
+                if event.event != "video.updated" or not isinstance(event.data, dict):
                     continue
-                for event in read_events(response):
-                    retry.ok()
-                    if event.event == "error":
-                        data = event.data if isinstance(event.data, dict) else {}
-                        if data.get("code") == "not_found":
-                            raise CliFailure(f"video {video_id}: {data.get('message', 'gone')}", Exit.NOT_FOUND)
-                        raise CliFailure(str(data.get("message", "the stream failed")), Exit.UNREACHABLE)
-                    if event.event != "video.updated" or not isinstance(event.data, dict):
-                        continue
-                    video = event.data
-                    last_id = event.id or last_id
-                    display.show(video)
-                    if video.get("status") in TERMINAL:
-                        return video
-        except httpx.HTTPError as exc:
-            retry.wait(api.unreachable(exc), display.say)
-            continue
+                video = event.data
+                last_id = event.id or last_id
+                display.show(video)
+                if video.get("status") in TERMINAL:
+                    return video
         except CliFailure as exc:
             if exc.code != Exit.UNREACHABLE:
                 raise
             retry.wait(exc, display.say)
+            continue
+        if retry.waited:
             continue
         # The stream ended (its hour is up) before the job did: pick it up again.
         time.sleep(0.2)
