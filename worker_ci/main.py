@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from sqlalchemy.orm import sessionmaker
 from temporalio.worker import Worker
 
 from activities.ci.actions import ActionSource
@@ -31,6 +32,7 @@ from leasehold.clone_urls import ClonePolicy
 from leasehold.database import init_database
 from leasehold.health_server import serve_health
 from leasehold.records.ci.run_numbers import assign_run_number
+from leasehold.records.ci.status_reporters import has_reporter
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
@@ -56,6 +58,18 @@ def _job_config(settings: Settings, ci_dir: Path) -> JobConfig:
         log_max_bytes=settings.ci_log_max_bytes,
         log_retry_seconds=settings.ci_log_retry_seconds,
         cache_max_bytes=settings.ci_cache_max_bytes,
+    )
+
+
+def _listing(settings: Settings, db: sessionmaker, mirror: GitMirror, actions: ActionSource) -> CIListingActivities:
+    """The listing activity with the database reads it makes (rules, run numbers, reporter)."""
+    return CIListingActivities(
+        mirror,
+        partial(environment_rules, db),
+        actions,
+        partial(assign_run_number, db),
+        partial(has_reporter, db),
+        failover_seconds=settings.database_failover_seconds,
     )
 
 
@@ -87,13 +101,7 @@ async def serve(settings: Settings) -> None:
         ApiSecretSource(settings.resolved_api_internal_url, settings.database_failover_seconds),
         actions,
     )
-    listing = CIListingActivities(
-        mirror,
-        partial(environment_rules, db),
-        actions,
-        partial(assign_run_number, db),
-        failover_seconds=settings.database_failover_seconds,
-    )
+    listing = _listing(settings, db, mirror, actions)
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
     # A gVisor worker serves the tenants whose plan asks for gVisor (their own queues).
     isolation = "gvisor" if sandbox.name == "gvisor" else DEFAULT_CI_ISOLATION

@@ -50,6 +50,8 @@ class CIListingActivities(CIListingDefinition):
     # Where `owner/repo@ref` actions come from; None: only local `./path` actions resolve.
     actions: ActionSource | None = None
     run_numbers: RunNumbers | None = None
+    # (tenant, repo) -> whether the repository has a status reporter.
+    reporter: Callable[[str, str], bool] | None = None
     # The database reads (environments, run numbers) wait out a failover this long, in place.
     failover_seconds: float = DEFAULT_FAILOVER_SECONDS
 
@@ -106,7 +108,10 @@ class CIListingActivities(CIListingDefinition):
                 triggered = paths_match(event, changed())
             files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
         return ListWorkflowsResult(
-            files=files, environments=self._rules(inp, files), run_numbers=self._numbers(inp, inp.commit_sha, files)
+            files=files,
+            environments=self._rules(inp, files),
+            run_numbers=self._numbers(inp, inp.commit_sha, files),
+            report_status=self._reports(inp, files),
         )
 
     def _numbers(self, inp: ListWorkflowsInput, sha: str, files: list[WorkflowFile]) -> dict[str, int]:
@@ -126,6 +131,14 @@ class CIListingActivities(CIListingDefinition):
             }
 
         return in_activity(read, self.failover_seconds, f"run numbers of {inp.repo_id}", log)
+
+    def _reports(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> bool:
+        """Whether the runs report to the git host (read with the listing, like the rules)."""
+        if self.reporter is None or not inp.tenant_id or not any(f.triggered for f in files):
+            return False
+        reporter, tenant = self.reporter, inp.tenant_id
+        what = f"status reporter of {inp.repo_id}"
+        return in_activity(lambda: reporter(tenant, inp.repo_id), self.failover_seconds, what, log)
 
     def _rules(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, EnvironmentRule]:
         named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
@@ -180,6 +193,7 @@ class CIListingActivities(CIListingDefinition):
             ref=ref,
             inputs=inputs,
             run_numbers=self._numbers(inp, sha, files),
+            report_status=self._reports(inp, files),
         )
 
 

@@ -88,6 +88,9 @@ def running_ci_stack(temporal_env: WorkflowEnvironment, root: Path, **settings: 
         # Short heartbeats: a cancel reaches a running job at its next heartbeat.
         ci_heartbeat_timeout_seconds=5.0,
         ci_cancel_grace_seconds=2.0,
+        # The GitHub stand-in of the status reporter's tests listens on loopback, over HTTP.
+        ci_status_schemes=["https", "http"],
+        ci_status_allow_cidrs=["127.0.0.1/32"],
         # Tests' git remotes live under root (the data dir inside it stays refused).
         **{"ci_local_repo_root": root, **settings},
     )

@@ -138,6 +138,7 @@ class CIPushWorkflow:
                     push_id=self._state.push_id,
                     environments=listing.environments,
                     run_number=listing.run_numbers.get(file.path),
+                    report_status=listing.report_status,
                 ),
                 id=wid,
                 task_queue=orchestration_queue(inp.push.queue_prefix),

@@ -91,16 +91,21 @@ semaphore), ``run_groups`` (concurrency groups), ``run_rounds`` (retries and app
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ci.definitions import CIStatusDefinition
     from workflows import search_attributes as sa
     from workflows.ci.run_fields import initial_state
     from workflows.ci.run_scheduling import RunScheduling
     from workflows.ci.types.projection import current_snapshot_version
     from workflows.ci.types.run import CIRunInput, CIRunState, RunStatus
+    from workflows.ci.types.status import STATUS_RETRY, STATUS_SCHEDULE_TO_CLOSE, STATUS_START_TO_CLOSE, StatusReport
+    from workflows.queues import orchestration_queue
     from workflows.snapshots import SnapshotWriter
 
 
@@ -110,6 +115,9 @@ with workflow.unsafe.imports_passed_through():
 @workflow.defn
 class CIRunWorkflow(RunScheduling):
     """Runs the jobs of one workflow file at one commit; see the module docstring."""
+
+    # The last report to the git host queued (each waits for the one before it).
+    _last_report: asyncio.Task[None] | None
 
     @workflow.init
     def __init__(self, inp: CIRunInput) -> None:
@@ -150,6 +158,7 @@ class CIRunWorkflow(RunScheduling):
         self._slot_gifts = {}
         self._reserved = {}
         self._issued = {}
+        self._last_report = None
 
     @workflow.query
     def state(self) -> CIRunState:
@@ -171,14 +180,18 @@ class CIRunWorkflow(RunScheduling):
             self._state.error = inp.spec_error.render() if inp.spec_error else "workflow file could not be read"
             self._state.finished_at = workflow.now()
             self._set_status(RunStatus.FAILURE)
+            self._report(0, final=True)
+            await self._reports_sent()
             await self._close_snapshots()
             return self._state
-        while True:
+        for round_number in itertools.count():
             self._retry_pending = False
             self._run_group = None
+            self._report(round_number, final=False)
             if inp.spec.concurrency is None or await self._enter_run_group():
                 await self._execute()
             self._finish()
+            self._report(round_number, final=True)
             if self._run_group is not None:
                 self._leave_group(*self._run_group)
             try:
@@ -191,8 +204,40 @@ class CIRunWorkflow(RunScheduling):
         # Every slot's release is delivered before the run closes.
         await asyncio.gather(*self._releases)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._reports_sent()
         await self._close_snapshots()
         return self._state
+
+    def _report(self, round_number: int, final: bool) -> None:
+        """Queue a report of the round to the git host, after the one before it: a slow or
+        rate-limited host never lets a round's final state arrive before its ``pending``. The
+        run never waits for it, and a host that refuses changes nothing about the run."""
+        if not self._inp.report_status:
+            return
+        before = self._last_report
+        report = StatusReport(state=self._state.model_copy(deep=True), round=round_number, final=final)
+
+        async def send() -> None:
+            if before is not None:
+                await before
+            try:
+                await workflow.execute_activity_method(
+                    CIStatusDefinition.report_status,
+                    report,
+                    task_queue=orchestration_queue(self._inp.push.queue_prefix),
+                    start_to_close_timeout=STATUS_START_TO_CLOSE,
+                    schedule_to_close_timeout=STATUS_SCHEDULE_TO_CLOSE,
+                    retry_policy=STATUS_RETRY,
+                )
+            except ActivityError as err:
+                workflow.logger.warning("run %s: status report not delivered: %s", self._inp.run_id, err.cause)
+
+        self._last_report = asyncio.create_task(send())
+
+    async def _reports_sent(self) -> None:
+        """Every queued report delivered (or given up) before the run closes."""
+        if self._last_report is not None:
+            await self._last_report
 
     async def _execute(self) -> None:
         """Start ready jobs until every job is final and no activity runs."""

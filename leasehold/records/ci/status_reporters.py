@@ -186,6 +186,11 @@ def get_reporter(factory: sessionmaker, tenant_id: str, repo_id: str) -> Reporte
         return None if row is None else _info(row)
 
 
+def has_reporter(factory: sessionmaker, tenant_id: str, repo_id: str) -> bool:
+    with factory() as session:
+        return _row(session, tenant_id, repo_id) is not None
+
+
 def delete_reporter(factory: sessionmaker, tenant_id: str, repo_id: str) -> bool:
     with factory.begin() as session:
         row = _row(session, tenant_id, repo_id)

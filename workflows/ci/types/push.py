@@ -210,6 +210,8 @@ class ListWorkflowsResult(BaseModel):
     # ``github.run_number`` of each file that makes a run (path -> number), assigned once per
     # run id; empty when the activity has no counter (then runs show 1).
     run_numbers: dict[str, int] = Field(default_factory=dict)
+    # The repository has a status reporter (its runs report to the git host).
+    report_status: bool = False
 
 
 # Error type of a dispatch the workflow file refuses (unknown ref or file, no

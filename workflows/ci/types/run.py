@@ -65,6 +65,9 @@ class CIRunInput(PushScoped):
     # ``github.run_number``, assigned when the push was listed (None: a run started before
     # run numbers, which shows 1).
     run_number: int | None = None
+    # Report each round's state to the git host (the repository had a reporter when the push
+    # was listed; ``activities.ci.status_report``).
+    report_status: bool = False
 
 
 class JobAttemptState(BaseModel):
