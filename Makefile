@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 
 $(BIN)/.installed: pyproject.toml
 	@command -v git >/dev/null && command -v bwrap >/dev/null && command -v slirp4netns >/dev/null \
-		&& command -v nft >/dev/null && command -v runsc >/dev/null && test -x /usr/bin/python3 \
+		&& command -v nft >/dev/null && command -v runsc >/dev/null && command -v npm >/dev/null && test -x /usr/bin/python3 \
 		&& ldconfig -p | grep -q libseccomp.so.2 || $(MAKE) --no-print-directory system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -25,11 +25,12 @@ install: $(BIN)/.installed
 # git, and the CI sandbox: bubblewrap, libseccomp (its syscall filter), slirp4netns and
 # nftables (filtered network for jobs whose plan allows it), python3 (the job-side helper runs
 # the system's), runsc (the gVisor backend; Debian's build fails its self-test, see Security); chromium for the console's browser
-# tests (Playwright drives it; no browser download); needs root or sudo.
+# tests (Playwright drives it; no browser download); npm (tests fetch GitHub's REST description,
+# @octokit/openapi, from the registry); needs root or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-		git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium >/dev/null
+		git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium npm >/dev/null
 
 # Ports and flags pass through: `make up API_PORT=8080` (else $LEASEHOLD_API_PORT, else 8000),
 # TEMPORAL_PORT, UI_PORT, and UP_ARGS for the rest (`UP_ARGS='--no-ui --data-dir /srv/lh'`).
