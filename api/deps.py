@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import Depends, Request, Security
+from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
@@ -118,3 +118,6 @@ async def get_capacity(request: Request) -> CapacityTracker:
 
 
 CapacityDep = Annotated[CapacityTracker, Depends(get_capacity)]
+
+# The ``Idempotency-Key`` header of the routes that create (videos, predictions, dispatches).
+IdempotencyKeyHeader = Annotated[str | None, Header(alias="Idempotency-Key")]

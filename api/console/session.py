@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request, Response
@@ -48,20 +48,18 @@ def is_secure(request: Request) -> bool:
     return request.url.scheme == "https" or public.startswith("https://")
 
 
+def _cookie_flags(request: Request) -> dict[str, Any]:
+    """How every console cookie is set and cleared: the console's path only, out of scripts'
+    reach, never sent cross-site."""
+    return {"path": "/console", "httponly": True, "samesite": "strict", "secure": is_secure(request)}
+
+
 def set_session(response: Response, request: Request, key: str) -> None:
-    response.set_cookie(
-        SESSION_COOKIE,
-        key,
-        max_age=SESSION_MAX_AGE_SECONDS,
-        path="/console",
-        httponly=True,
-        samesite="strict",
-        secure=is_secure(request),
-    )
+    response.set_cookie(SESSION_COOKIE, key, max_age=SESSION_MAX_AGE_SECONDS, **_cookie_flags(request))
 
 
 def clear_session(response: Response, request: Request) -> None:
-    response.delete_cookie(SESSION_COOKIE, path="/console", httponly=True, samesite="strict", secure=is_secure(request))
+    response.delete_cookie(SESSION_COOKIE, **_cookie_flags(request))
 
 
 def new_sign_in_token() -> str:
@@ -71,15 +69,7 @@ def new_sign_in_token() -> str:
 
 def set_sign_in_cookie(response: Response, request: Request, token: str) -> None:
     """The sign-in form's token, also as a short-lived cookie the form must match."""
-    response.set_cookie(
-        SIGN_IN_COOKIE,
-        token,
-        max_age=SIGN_IN_MAX_AGE_SECONDS,
-        path="/console",
-        httponly=True,
-        samesite="strict",
-        secure=is_secure(request),
-    )
+    response.set_cookie(SIGN_IN_COOKIE, token, max_age=SIGN_IN_MAX_AGE_SECONDS, **_cookie_flags(request))
 
 
 def csrf_token(key: str) -> str:

@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import get_principal
+from api.deps import IdempotencyKeyHeader, get_principal
 from api.errors import ApiError
 from api.replicate import catalogue, inputs
 from api.replicate.predictions import TERMINAL, prediction_of
@@ -65,6 +65,8 @@ async def replicate_principal(request: Request) -> Principal:
 
 
 CallerDep = Annotated[Principal, Depends(replicate_principal)]
+# ``Prefer: wait[=n]``: hold the create open until the prediction ends (at most n seconds).
+PreferHeader = Annotated[str | None, Header(max_length=256)]
 
 
 class PredictionCreate(BaseModel):
@@ -225,8 +227,8 @@ async def create_model_prediction(
     body: PredictionCreate,
     request: Request,
     caller: CallerDep,
-    prefer: Annotated[str | None, Header(max_length=256)] = None,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    prefer: PreferHeader = None,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
     """Run the model's current version."""
     spec = catalogue.by_name(request.app.state.settings, owner, name)
@@ -243,8 +245,8 @@ async def create_prediction(
     body: PredictionCreate,
     request: Request,
     caller: CallerDep,
-    prefer: Annotated[str | None, Header(max_length=256)] = None,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    prefer: PreferHeader = None,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
     """Run a version (a version id, ``owner/name`` or ``owner/name:id``)."""
     if body.version is None:

@@ -18,16 +18,15 @@ import asyncio
 import hashlib
 import json
 import uuid
-from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from actions_language.inputs import DISPATCH_REF, WORKFLOW_FILE, DispatchInputError, check_shape
-from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep
+from api.deps import ClientDep, DbDep, IdempotencyKeyHeader, PrincipalDep, SettingsDep
 from api.errors import ApiError, from_temporal, invalid, not_found
 from api.schemas.ci.dispatches import DispatchIn, DispatchOut
 from clients.ci.push_input import dispatch_input
@@ -62,7 +61,7 @@ async def dispatch_workflow(
     db: DbDep,
     client: ClientDep,
     settings: SettingsDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
     """Run ``body.workflow`` at ``body.ref`` with ``body.inputs``; 201 with its run once listed."""
     repo = await asyncio.to_thread(get_repo, db, principal.tenant_id, repo_id)

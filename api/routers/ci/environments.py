@@ -11,19 +11,9 @@ from api.ci.repos import require_repo
 from api.deps import DbDep, PrincipalDep
 from api.errors import invalid
 from api.schemas.ci.runs import EnvironmentList, EnvironmentOut, EnvironmentPut
-from leasehold.records.ci.environments import EnvironmentError, EnvironmentRecord, list_environments, set_environment
+from leasehold.records.ci.environments import EnvironmentError, list_environments, set_environment
 
 router = APIRouter(tags=["ci"])
-
-
-def _out(record: EnvironmentRecord) -> EnvironmentOut:
-    return EnvironmentOut(
-        repo_id=record.repo_id,
-        name=record.name,
-        required_approval=record.required_approval,
-        approvers=record.approvers,
-        updated_at=record.updated_at,
-    )
 
 
 @router.put("/v1/repos/{repo_id}/environments/{name}")
@@ -38,7 +28,7 @@ async def put_environment(
         )
     except EnvironmentError as exc:
         raise invalid(exc.field, exc.message) from None
-    return _out(record)
+    return EnvironmentOut.model_validate(record)
 
 
 @router.get("/v1/repos/{repo_id}/environments")
@@ -46,4 +36,4 @@ async def get_environments(repo_id: str, principal: PrincipalDep, db: DbDep) -> 
     """The repository's environments and their protection."""
     await require_repo(db, principal.tenant_id, repo_id)
     records = await asyncio.to_thread(list_environments, db, principal.tenant_id, repo_id)
-    return EnvironmentList(data=[_out(r) for r in records])
+    return EnvironmentList(data=[EnvironmentOut.model_validate(r) for r in records])

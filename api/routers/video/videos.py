@@ -16,7 +16,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from api.body_limits import BodyTooLarge
 from api.content_types import content_type_for
-from api.deps import PrincipalDep, SettingsDep, StoreDep
+from api.deps import IdempotencyKeyHeader, PrincipalDep, SettingsDep, StoreDep
 from api.errors import DATABASE_UNAVAILABLE_MESSAGE, SERVICE_UNAVAILABLE, ApiError
 from api.forms import string_fields
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
@@ -122,7 +122,7 @@ for _method, _path, _operation in UNSUPPORTED_OPERATIONS:
 async def create_video(
     request: Request,
     jobs: JobsDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> Video:
     """Accept a generation job and return it queued; never waits for generation."""
     fields = await _create_fields(request)

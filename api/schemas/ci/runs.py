@@ -392,7 +392,7 @@ class EnvironmentPut(BaseModel):
     )
 
 
-class EnvironmentOut(BaseModel):
+class EnvironmentOut(RecordView):
     object: Literal["ci.environment"] = "ci.environment"
     repo_id: str
     name: str
