@@ -165,6 +165,16 @@ def check_scope(factory: sessionmaker, args: argparse.Namespace) -> None:
         raise UsageError(f"repository {args.repo!r} is not registered for tenant {args.tenant!r}")
 
 
+def scoped_database(args: argparse.Namespace, check: bool = True) -> tuple[Settings, sessionmaker]:
+    """The settings and database of an admin command scoped by ``--tenant`` and ``--repo``,
+    the scope checked (`check_scope`) unless not ``check``."""
+    settings = admin_settings(args)
+    factory = open_database(settings)
+    if check:
+        check_scope(factory, args)
+    return settings, factory
+
+
 def read_stdin_value() -> str:
     """A value piped in: a trailing newline comes from `echo` or a file, not from the value."""
     value = sys.stdin.read()

@@ -11,30 +11,20 @@ import json
 import sys
 from typing import Any
 
-from cli.common import (
-    add_command,
-    admin_parent,
-    admin_settings,
-    check_scope,
-    delete_scoped,
-    open_database,
-    put_scoped,
-    read_stdin_value,
-)
+from cli.common import add_command, admin_parent, delete_scoped, put_scoped, read_stdin_value, scoped_database
 
 
-def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _open(args: argparse.Namespace, check: bool = True):  # type: ignore[no-untyped-def]
     from leasehold.records.ci.secrets import Keyring
 
-    settings = admin_settings(args)
-    return open_database(settings), Keyring.from_settings(settings)
+    settings, factory = scoped_database(args, check)
+    return factory, Keyring.from_settings(settings)
 
 
 def cmd_secrets_set(args: argparse.Namespace) -> int:
     from leasehold.records.ci.secrets import SecretError, put_secret
 
     factory, keyring = _open(args)
-    check_scope(factory, args)
     value = read_stdin_value()
     return put_scoped(
         args, "secret", SecretError, lambda: put_secret(factory, keyring, args.tenant, args.repo, args.name, value)
@@ -45,7 +35,6 @@ def cmd_secrets_list(args: argparse.Namespace) -> int:
     from leasehold.records.ci.secrets import list_secrets
 
     factory, _ = _open(args)
-    check_scope(factory, args)
     for info in list_secrets(factory, args.tenant, args.repo):
         print(json.dumps({"name": info.name, "repo_id": info.repo_id, "updated_at": info.updated_at.isoformat()}))
     return 0
@@ -55,7 +44,6 @@ def cmd_secrets_delete(args: argparse.Namespace) -> int:
     from leasehold.records.ci.secrets import SecretError, delete_secret
 
     factory, _ = _open(args)
-    check_scope(factory, args)
     return delete_scoped(args, "secret", SecretError, lambda: delete_secret(factory, args.tenant, args.repo, args.name))
 
 
@@ -63,7 +51,7 @@ def cmd_secrets_rotate(args: argparse.Namespace) -> int:
     from leasehold.records.ci.repos import rotate_webhook_secrets, seal_webhook_secrets
     from leasehold.records.ci.secrets import rotate_secrets
 
-    factory, keyring = _open(args)
+    factory, keyring = _open(args, check=False)
     print(f"re-sealed {rotate_secrets(factory, keyring)} secret(s) under key {keyring.active}", file=sys.stderr)
     # Webhook secrets are sealed with the same keys, so a retired key must leave them too.
     hooks = seal_webhook_secrets(factory, keyring) + rotate_webhook_secrets(factory, keyring)

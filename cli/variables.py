@@ -10,27 +10,17 @@ import argparse
 import json
 from typing import Any
 
-from cli.common import (
-    add_command,
-    admin_parent,
-    admin_settings,
-    check_scope,
-    delete_scoped,
-    open_database,
-    put_scoped,
-    read_stdin_value,
-)
+from cli.common import add_command, admin_parent, delete_scoped, put_scoped, read_stdin_value, scoped_database
 
 
 def _open(args: argparse.Namespace) -> Any:
-    return open_database(admin_settings(args))
+    return scoped_database(args)[1]
 
 
 def cmd_vars_set(args: argparse.Namespace) -> int:
     from leasehold.records.ci.variables import VariableError, put_variable
 
     factory = _open(args)
-    check_scope(factory, args)
     value = read_stdin_value() if args.value == "-" else args.value
     return put_scoped(
         args, "variable", VariableError, lambda: put_variable(factory, args.tenant, args.repo, args.name, value)
@@ -41,7 +31,6 @@ def cmd_vars_list(args: argparse.Namespace) -> int:
     from leasehold.records.ci.variables import list_variables
 
     factory = _open(args)
-    check_scope(factory, args)
     for info in list_variables(factory, args.tenant, args.repo):
         shown = {"name": info.name, "value": info.value, "repo_id": info.repo_id}
         print(json.dumps({**shown, "updated_at": info.updated_at.isoformat()}))
@@ -52,7 +41,6 @@ def cmd_vars_delete(args: argparse.Namespace) -> int:
     from leasehold.records.ci.variables import VariableError, delete_variable
 
     factory = _open(args)
-    check_scope(factory, args)
     return delete_scoped(
         args, "variable", VariableError, lambda: delete_variable(factory, args.tenant, args.repo, args.name)
     )
