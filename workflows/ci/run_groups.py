@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.ci.concurrency import (
@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ci.types.concurrency import GroupNotice, GroupOutcome, GroupRelease, GroupRequest, GroupState
     from workflows.ci.types.run import JOB_FINAL_STATUSES, JobState, JobStatus
     from workflows.ci.types.spec import ConcurrencySpec
-    from workflows.queues import orchestration_queue
 
 
 class RunGroups(RunSlots):
@@ -53,21 +52,14 @@ class RunGroups(RunSlots):
         inp = self._inp
         self._group_keys[key] = job_id
         req = GroupRequest(holder=workflow.info().workflow_id, key=key, cancel_in_progress=cancel_in_progress)
-        group_id = group_workflow_id(inp.push.tenant_id, group)
-        try:
-            await workflow.get_external_workflow_handle(group_id).signal(SIGNAL_GROUP_ACQUIRE, req)
-        except FailureError:
-            # No such group yet (or it ended idle): start it holding this request.
-            try:
-                await workflow.start_child_workflow(
-                    CIConcurrencyGroupWorkflow.run,
-                    GroupState(tenant_id=inp.push.tenant_id, group=group, pending=req),
-                    id=group_id,
-                    task_queue=orchestration_queue(inp.push.queue_prefix),
-                    parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                )
-            except WorkflowAlreadyStartedError:
-                await workflow.get_external_workflow_handle(group_id).signal(SIGNAL_GROUP_ACQUIRE, req)
+        # No such group yet (or it ended idle): it starts holding this request.
+        await self._signal_or_start(
+            group_workflow_id(inp.push.tenant_id, group),
+            SIGNAL_GROUP_ACQUIRE,
+            req,
+            CIConcurrencyGroupWorkflow.run,
+            GroupState(tenant_id=inp.push.tenant_id, group=group, pending=req),
+        )
         await workflow.wait_condition(lambda: key in self._group_notices or bool(job_id and job_id in self._abort_wait))
         return self._group_notices.get(key)
 

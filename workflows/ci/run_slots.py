@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
+from temporalio.types import MethodAsyncSingleParam
 
 with workflow.unsafe.imports_passed_through():
     from workflows.ci.run_graph import RunGraph
@@ -30,6 +32,10 @@ with workflow.unsafe.imports_passed_through():
         SlotTransfer,
     )
     from workflows.queues import orchestration_queue
+
+
+# What a shared workflow's run method takes.
+P = TypeVar("P")
 
 
 class RunSlots(RunGraph):
@@ -99,22 +105,34 @@ class RunSlots(RunGraph):
     async def _send_acquire(self, signal: str, payload: SlotRequest | SlotRequests, reqs: list[SlotRequest]) -> None:
         inp = self._inp
         assert inp.push.max_concurrent_jobs is not None
-        sem_id = semaphore_workflow_id(inp.push.tenant_id)
+        # No semaphore yet (or it just rolled over): it starts holding these requests.
+        await self._signal_or_start(
+            semaphore_workflow_id(inp.push.tenant_id),
+            signal,
+            payload,
+            CITenantSemaphoreWorkflow.run,
+            SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=reqs),
+        )
+
+    async def _signal_or_start(
+        self, workflow_id: str, signal: str, payload: Any, run: MethodAsyncSingleParam[Any, P, Any], start: P
+    ) -> None:
+        """Signal one of the tenant's shared workflows (its semaphore, a concurrency group);
+        where none runs, start it from ``start``, as a child that outlives this run. A
+        concurrent start by another run makes us signal instead."""
         try:
-            await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
+            await workflow.get_external_workflow_handle(workflow_id).signal(signal, payload)
         except FailureError:
-            # No semaphore yet (or it just rolled over): start it holding these requests. It
-            # outlives this run; a concurrent start by another run makes us signal instead.
             try:
                 await workflow.start_child_workflow(
-                    CITenantSemaphoreWorkflow.run,
-                    SemaphoreState(tenant_id=inp.push.tenant_id, limit=inp.push.max_concurrent_jobs, pending=reqs),
-                    id=sem_id,
-                    task_queue=orchestration_queue(inp.push.queue_prefix),
+                    run,
+                    start,
+                    id=workflow_id,
+                    task_queue=orchestration_queue(self._inp.push.queue_prefix),
                     parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 )
             except WorkflowAlreadyStartedError:
-                await workflow.get_external_workflow_handle(sem_id).signal(signal, payload)
+                await workflow.get_external_workflow_handle(workflow_id).signal(signal, payload)
 
     async def _send_transfer(self, job_id: str, spare: str, key: str) -> None:
         """The hand-off's signal (the job already runs): after the one that made ``spare`` held."""
