@@ -236,11 +236,8 @@ def resolve_job(model_name: str, input: GenerateInput) -> GenerationJob:
     if not request.prompt.strip():
         raise ApplicationError("prompt is empty", type=VideoErrorType.INVALID_REQUEST, non_retryable=True)
     return GenerationJob(
-        model=request.model,
-        prompt=request.prompt,
-        seed=request.seed,
-        width=request.width,
-        height=request.height,
+        # As asked: the model, the prompt, the seed and the frame size.
+        **request.model_dump(include={"model", "prompt", "seed", "width", "height"}),
         frames=spec.frame_count(request.seconds),
         fps=spec.fps,
         steps=steps,
