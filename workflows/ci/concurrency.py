@@ -26,6 +26,7 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.ci.semaphore import rollover_due
     from workflows.ci.types.concurrency import GroupNotice, GroupOutcome, GroupRelease, GroupRequest, GroupState
 
 GROUP_PREFIX = "ci-concurrency:"
@@ -112,14 +113,8 @@ class CIConcurrencyGroupWorkflow:
             self._grant_pending()
             while self._notify:
                 await self._send(*self._notify.pop(0))
-            info = workflow.info()
-            if (
-                info.get_current_history_length() > MAX_HISTORY_EVENTS
-                or info.is_continue_as_new_suggested()
-                # A new build is current: move onto it (the running and pending members carry
-                # over); not in a run's first round, as in the tenant semaphore.
-                or (not started and info.is_target_worker_deployment_version_changed())
-            ):
+            # The running and pending members carry over.
+            if rollover_due(started, MAX_HISTORY_EVENTS):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     self._state, initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE

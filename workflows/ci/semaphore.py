@@ -62,6 +62,19 @@ MAX_HISTORY_EVENTS = 2000
 IDLE_ROLLOVER = timedelta(hours=6)
 
 
+def rollover_due(started: bool, max_events: int = MAX_HISTORY_EVENTS) -> bool:
+    """Whether a tenant-wide workflow should continue as new now: its history is long, the
+    server suggests it, or a new build is current. Not for a new build in a run's first round:
+    a run that did not land on that build (a server that ignores the upgrade) would otherwise
+    roll over again at once, for ever."""
+    info = workflow.info()
+    return (
+        info.get_current_history_length() > max_events
+        or info.is_continue_as_new_suggested()
+        or (not started and info.is_target_worker_deployment_version_changed())
+    )
+
+
 def semaphore_workflow_id(tenant_id: str) -> str:
     return SEMAPHORE_PREFIX + tenant_id
 
@@ -154,15 +167,8 @@ class CITenantSemaphoreWorkflow:
                     runs.setdefault(req.holder, []).append(req.key)
                 self._notify = []
                 await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
-            info = workflow.info()
-            if (
-                info.get_current_history_length() > MAX_HISTORY_EVENTS
-                or info.is_continue_as_new_suggested()
-                # A new build is current: move onto it (holders and waiters carry over). Not in
-                # a run's first round: a run that did not land on that build (a server that
-                # ignores the upgrade) would otherwise roll over again at once, for ever.
-                or (not started and info.is_target_worker_deployment_version_changed())
-            ):
+            # Holders and waiters carry over.
+            if rollover_due(started):
                 break
             started = False
             if self._dirty:
