@@ -146,21 +146,7 @@ async def list_annotations(
     rows = await asyncio.to_thread(
         annotations_of_attempt, db, principal.tenant_id, state.run_id, job, chosen.attempt, after, limit + 1
     )
-    data = [
-        AnnotationOut(
-            ordinal=row.ordinal,
-            step=row.step,
-            level=row.level,
-            message=row.message,
-            title=row.title,
-            file=row.file,
-            line=row.line,
-            end_line=row.end_line,
-            column=row.col,
-            end_column=row.end_col,
-        )
-        for row in rows[:limit]
-    ]
+    data = [AnnotationOut.model_validate(row) for row in rows[:limit]]
     has_more = len(rows) > limit
     return AnnotationPage(
         run_id=state.run_id,

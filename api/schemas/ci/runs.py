@@ -351,7 +351,7 @@ class LogPage(BaseModel):
 # Annotations ---------------------------------------------------------------------------------
 
 
-class AnnotationOut(BaseModel):
+class AnnotationOut(RecordView):
     """One ``::error``/``::warning``/``::notice`` an attempt's step printed (masked, bounded)."""
 
     ordinal: int = Field(description="its place among the attempt's annotations, from 1")
@@ -362,8 +362,9 @@ class AnnotationOut(BaseModel):
     file: str | None = None
     line: int | None = None
     end_line: int | None = None
-    column: int | None = None
-    end_column: int | None = None
+    # Read from the annotation's read-model row, whose columns are ``col`` and ``end_col``.
+    column: int | None = Field(default=None, validation_alias="col")
+    end_column: int | None = Field(default=None, validation_alias="end_col")
 
 
 class AnnotationPage(BaseModel):
