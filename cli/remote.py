@@ -153,6 +153,25 @@ def add_api_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout, nothing else there")
 
 
+def add_api_command(
+    sub: Any,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    *ids: tuple[str, Callable[[str], str]],
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """People's subcommand ``name`` of ``sub`` running ``func``: the positional ``ids`` (name,
+    type), then what ``options`` adds, then `add_api_arguments`."""
+    parser = sub.add_parser(name, help=help)
+    for id_name, kind in ids:
+        parser.add_argument(id_name, type=kind)
+    if options is not None:
+        options(parser)
+    add_api_arguments(parser)
+    parser.set_defaults(func=func)
+
+
 def command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Run a people's command: a `CliFailure` is one line on stderr and its exit code."""
 
@@ -310,6 +329,11 @@ def answer(args: Any, value: Any, show: Callable[[Any], None]) -> int:
     else:
         show(value)
     return int(Exit.OK)
+
+
+def call_and_answer(args: argparse.Namespace, method: str, path: str, show: Callable[[Any], None]) -> int:
+    """One call of the API, its answer printed (`answer`)."""
+    return answer(args, api_from(args).call(method, path), show)
 
 
 def note(text: str) -> None:

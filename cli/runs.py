@@ -20,9 +20,9 @@ from cli.remote import (
     CliFailure,
     Exit,
     Reconnect,
-    add_api_arguments,
-    answer,
+    add_api_command,
     api_from,
+    call_and_answer,
     command,
     fields,
     note,
@@ -172,16 +172,12 @@ def _show_run(run: dict[str, Any]) -> None:
 
 @command
 def cmd_get(args: argparse.Namespace) -> int:
-    api = api_from(args)
-    run = api.call("GET", f"/v1/runs/{args.run}")
-    return answer(args, run, _show_run)
+    return call_and_answer(args, "GET", f"/v1/runs/{args.run}", _show_run)
 
 
 @command
 def cmd_cancel(args: argparse.Namespace) -> int:
-    api = api_from(args)
-    run = api.call("POST", f"/v1/runs/{args.run}/cancel")
-    return answer(args, run, _show_run)
+    return call_and_answer(args, "POST", f"/v1/runs/{args.run}/cancel", _show_run)
 
 
 @command
@@ -362,34 +358,27 @@ def add_commands(sub: Any) -> None:
     """Add the ``runs`` subcommands to the top-level parser's subparsers."""
     runs = sub.add_parser("runs", help="CI runs and their logs (through the API)")
     runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    run, job = ("run", _path_id), ("job", _path_id)
+    add_api_command(runs_sub, "list", cmd_list, "your runs, newest first", options=_list_options)
+    add_api_command(runs_sub, "get", cmd_get, "a run and its jobs", run)
+    add_api_command(runs_sub, "cancel", cmd_cancel, "cancel a run", run)
+    retry_help = "re-run a failed or cancelled job (default: each of them)"
+    add_api_command(runs_sub, "retry", cmd_retry, retry_help, run, options=_retry_options)
+    add_api_command(runs_sub, "logs", cmd_logs, "a job's log; --follow tails it live", run, job, options=_logs_options)
 
-    ls = runs_sub.add_parser("list", help="your runs, newest first")
+
+def _list_options(ls: argparse.ArgumentParser) -> None:
     ls.add_argument("--repo", default=None, help="only this repository's runs (its id or full name)")
     ls.add_argument("--status", default=None, help="queued, in_progress, success, failure or cancelled")
     ls.add_argument("--limit", type=int, default=20, help="at most this many (1-100)")
     ls.add_argument("--after", default=None, help="the previous page's next_cursor")
-    add_api_arguments(ls)
-    ls.set_defaults(func=cmd_list)
 
-    get = runs_sub.add_parser("get", help="a run and its jobs")
-    get.add_argument("run", type=_path_id)
-    add_api_arguments(get)
-    get.set_defaults(func=cmd_get)
 
-    cancel = runs_sub.add_parser("cancel", help="cancel a run")
-    cancel.add_argument("run", type=_path_id)
-    add_api_arguments(cancel)
-    cancel.set_defaults(func=cmd_cancel)
-
-    retry = runs_sub.add_parser("retry", help="re-run a failed or cancelled job (default: each of them)")
-    retry.add_argument("run", type=_path_id)
+def _retry_options(retry: argparse.ArgumentParser) -> None:
     retry.add_argument("job", type=_path_id, nargs="?", default=None)
-    add_api_arguments(retry)
-    retry.set_defaults(func=cmd_retry)
 
-    logs = runs_sub.add_parser("logs", help="a job's log; --follow tails it live")
-    logs.add_argument("run", type=_path_id)
-    logs.add_argument("job", type=_path_id)
+
+def _logs_options(logs: argparse.ArgumentParser) -> None:
     logs.add_argument("--attempt", type=int, default=None, help="default: the job's current attempt")
     logs.add_argument("-f", "--follow", action="store_true", help="follow the live log until the job ends")
     logs.add_argument(
@@ -398,5 +387,3 @@ def add_commands(sub: Any) -> None:
         default=60.0,
         help="with --follow: give up after this many seconds of failed reconnects (default 60)",
     )
-    add_api_arguments(logs)
-    logs.set_defaults(func=cmd_logs)

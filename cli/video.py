@@ -20,9 +20,10 @@ from cli.remote import (
     CliFailure,
     Exit,
     Reconnect,
-    add_api_arguments,
+    add_api_command,
     answer,
     api_from,
+    call_and_answer,
     command,
     failure_of,
     fields,
@@ -332,9 +333,7 @@ def _short(text: str, limit: int = 48) -> str:
 
 @command
 def cmd_cancel(args: argparse.Namespace) -> int:
-    api = api_from(args)
-    video = api.call("POST", f"/v1/videos/{args.video_id}/cancel")
-    return answer(args, video, _show)
+    return call_and_answer(args, "POST", f"/v1/videos/{args.video_id}/cancel", _show)
 
 
 @command
@@ -352,8 +351,16 @@ def add_commands(sub: Any) -> None:
     """Add the ``video`` subcommands to the top-level parser's subparsers."""
     video = sub.add_parser("video", help="video jobs (through the API)")
     video_sub = video.add_subparsers(dest="video_command", required=True)
+    video_id = ("video_id", _video_id)
+    add_api_command(video_sub, "create", cmd_create, "submit a video job", options=_create_options)
+    add_api_command(video_sub, "list", cmd_list, "your video jobs, newest first", options=_list_options)
+    add_api_command(video_sub, "get", cmd_get, "one video job", video_id, options=_watch_arguments)
+    add_api_command(video_sub, "cancel", cmd_cancel, "cancel a queued or running job", video_id)
+    download_help = "save a completed job's video or thumbnail"
+    add_api_command(video_sub, "download", cmd_download, download_help, video_id, options=_download_options)
 
-    create = video_sub.add_parser("create", help="submit a video job")
+
+def _create_options(create: argparse.ArgumentParser) -> None:
     create.add_argument("--prompt", required=True)
     create.add_argument("--model", default=None, help="default: the API's default model")
     create.add_argument("--size", default=None, help="WIDTHxHEIGHT, e.g. 720x1280")
@@ -362,33 +369,17 @@ def add_commands(sub: Any) -> None:
     create.add_argument("--steps", type=int, default=None, help="sampler steps (default: the model's)")
     create.add_argument("--idempotency-key", default=None, help="the same key submits the same job once")
     _watch_arguments(create)
-    add_api_arguments(create)
-    create.set_defaults(func=cmd_create)
 
-    ls = video_sub.add_parser("list", help="your video jobs, newest first")
+
+def _list_options(ls: argparse.ArgumentParser) -> None:
     ls.add_argument("--limit", type=int, default=20, help="at most this many (1-100)")
     ls.add_argument("--after", default=None, help="the previous page's last id")
     ls.add_argument("--order", choices=["asc", "desc"], default="desc")
-    add_api_arguments(ls)
-    ls.set_defaults(func=cmd_list)
 
-    get = video_sub.add_parser("get", help="one video job")
-    get.add_argument("video_id", type=_video_id)
-    _watch_arguments(get)
-    add_api_arguments(get)
-    get.set_defaults(func=cmd_get)
 
-    cancel = video_sub.add_parser("cancel", help="cancel a queued or running job")
-    cancel.add_argument("video_id", type=_video_id)
-    add_api_arguments(cancel)
-    cancel.set_defaults(func=cmd_cancel)
-
-    download_cmd = video_sub.add_parser("download", help="save a completed job's video or thumbnail")
-    download_cmd.add_argument("video_id", type=_video_id)
+def _download_options(download_cmd: argparse.ArgumentParser) -> None:
     download_cmd.add_argument("--variant", choices=["video", "thumbnail"], default="video")
     download_cmd.add_argument("-o", "--output", type=Path, default=None, help="file or directory (default: ./ID.ext)")
-    add_api_arguments(download_cmd)
-    download_cmd.set_defaults(func=cmd_download)
 
 
 def _watch_arguments(parser: argparse.ArgumentParser) -> None:
