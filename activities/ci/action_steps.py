@@ -85,6 +85,21 @@ class _Post:
     state: dict[str, str]
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One run of an action by a step: its log label, the action and where its files are, the
+    step's environment with the action's own variables, its deadline, whether the job has
+    failed so far, and how deep in composite actions it runs."""
+
+    label: str
+    spec: ActionSpec
+    action_dir: str
+    env: dict[str, str]
+    deadline: float
+    job_failed: bool
+    depth: int
+
+
 def input_variable(name: str) -> str:
     """GitHub's variable for input ``name``: ``INPUT_`` + upper-case, spaces to ``_``."""
     return "INPUT_" + name.replace(" ", "_").upper()
@@ -132,11 +147,8 @@ class ActionRunner:
         env["GITHUB_ACTION_PATH"] = action_dir
         env["GITHUB_ACTION_REPOSITORY"] = spec.repository or ""
         env["GITHUB_ACTION_REF"] = spec.sha or ""
-        if spec.is_composite:
-            return self._composite(label, spec, values, env, action_dir, deadline, job_failed, depth)
-        for name, value in values.items():
-            env[input_variable(name)] = value
-        return self._javascript(label, spec, env, action_dir, deadline, job_failed)
+        call = _Call(label, spec, action_dir, env, deadline, job_failed, depth)
+        return self._composite(call, values) if spec.is_composite else self._javascript(call, values)
 
     def _inputs(self, spec: ActionSpec, given: dict[str, str], env: dict[str, str], job_failed: bool) -> dict[str, str]:
         values = {name.lower(): value for name, value in given.items()}
@@ -147,13 +159,13 @@ class ActionRunner:
             values.setdefault(name, "")
         return values
 
-    def _javascript(
-        self, label: str, spec: ActionSpec, env: dict[str, str], action_dir: str, deadline: float, job_failed: bool
-    ) -> SandboxRun:
+    def _javascript(self, call: _Call, inputs: dict[str, str]) -> SandboxRun:
+        label, spec, action_dir, deadline = call.label, call.spec, call.action_dir, call.deadline
+        env = {**call.env, **{input_variable(name): value for name, value in inputs.items()}}
         cwd = env.get("GITHUB_WORKSPACE") or f"{self._host.mount}/work"
         state: dict[str, str] = {}
         changed_env: dict[str, str] = {}
-        if spec.pre and self._holds(spec.pre_if, env, job_failed):
+        if spec.pre and self._holds(spec.pre_if, env, call.job_failed):
             pre = self._host.run_in_sandbox(f"{label} (pre)", [NODE, f"{action_dir}/{spec.pre}"], env, cwd, deadline)
             state.update(pre.state)
             changed_env.update(pre.env)
@@ -179,17 +191,8 @@ class ActionRunner:
             self._host.say(f"[leasehold] condition {condition!r}: {exc}")
             return False
 
-    def _composite(
-        self,
-        label: str,
-        spec: ActionSpec,
-        inputs: dict[str, str],
-        env: dict[str, str],
-        action_dir: str,
-        deadline: float,
-        job_failed: bool,
-        depth: int,
-    ) -> SandboxRun:
+    def _composite(self, call: _Call, inputs: dict[str, str]) -> SandboxRun:
+        label, spec, action_dir, deadline, env = call.label, call.spec, call.action_dir, call.deadline, call.env
         steps_ctx: dict[str, Any] = {}
         changed_env: dict[str, str] = {}
         failed = False
@@ -199,13 +202,13 @@ class ActionRunner:
             if self._host.cancelled or self._host.shutdown:
                 failed = True
                 break
-            status = self._host.status_functions(job_failed or failed)
+            status = self._host.status_functions(call.job_failed or failed)
             sub_env = {**env, **changed_env}
             try:
-                ctx = self._action_context(sub_env, steps_ctx, job_failed or failed, inputs, action_dir)
+                ctx = self._action_context(sub_env, steps_ctx, call.job_failed or failed, inputs, action_dir)
                 for k, v in sub.env.items():
                     sub_env[k] = interpolate(v, ctx, status)
-                ctx = self._action_context(sub_env, steps_ctx, job_failed or failed, inputs, action_dir)
+                ctx = self._action_context(sub_env, steps_ctx, call.job_failed or failed, inputs, action_dir)
                 if not evaluate_condition(sub.if_expr, status, ctx):
                     if sub.id:
                         steps_ctx[sub.id] = {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
@@ -213,7 +216,7 @@ class ActionRunner:
                 self._host.say(f"[leasehold] {sub_label}: {sub.name}")
                 if sub.uses is not None:
                     given = {k: interpolate(v, ctx, status) for k, v in sub.with_inputs.items()}
-                    run = self.run(sub_label, sub, given, sub_env, deadline, job_failed or failed, depth + 1)
+                    run = self.run(sub_label, sub, given, sub_env, deadline, call.job_failed or failed, call.depth + 1)
                 else:
                     script = interpolate(sub.run, ctx, status)
                     workdir = interpolate(sub.working_directory, ctx, status) if sub.working_directory else None
@@ -232,10 +235,10 @@ class ActionRunner:
             if conclusion != StepStatus.SUCCESS and not failed:
                 failed, exit_code = True, run.exit_code
         outputs: dict[str, str] = {}
-        ctx = self._action_context({**env, **changed_env}, steps_ctx, job_failed or failed, inputs, action_dir)
+        ctx = self._action_context({**env, **changed_env}, steps_ctx, call.job_failed or failed, inputs, action_dir)
         for name, expr in spec.outputs.items():
             try:
-                outputs[name] = interpolate(expr, ctx, self._host.status_functions(job_failed or failed))
+                outputs[name] = interpolate(expr, ctx, self._host.status_functions(call.job_failed or failed))
             except ExpressionError as exc:
                 self._host.say(f"[leasehold] {label}: output {name}: {exc}")
         outcome = StepStatus.FAILURE if failed else StepStatus.SUCCESS
