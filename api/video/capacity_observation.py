@@ -12,6 +12,8 @@ from api.video.open_jobs import OpenJob
 from api.video.views import PendingGeneration
 from video_policy.eta import JobCosts, JobShape, QueuedJob, RunningJob
 
+# What a running job keeps of the job as it waited: whose it is, and its shape.
+_RUNNING_FROM_QUEUED = ("job_id", "tenant_id", "user_id", "tier", "shape")
 # An idle worker long-polls for up to a minute between polls the server records.
 POLLER_FRESH_SECONDS = 75.0
 
@@ -41,19 +43,8 @@ class Walk:
 
     def add_running(self, job: QueuedJob, step: int, worker: str, alive: bool, attempt: int) -> None:
         """``job`` (as its row has it) is generating: at ``step`` on ``worker``."""
-        self.running.append(
-            RunningJob(
-                job_id=job.job_id,
-                tenant_id=job.tenant_id,
-                user_id=job.user_id,
-                tier=job.tier,
-                shape=job.shape,
-                step=step,
-                worker=worker,
-                alive=alive,
-                attempt=attempt,
-            )
-        )
+        kept = {name: getattr(job, name) for name in _RUNNING_FROM_QUEUED}
+        self.running.append(RunningJob(**kept, step=step, worker=worker, alive=alive, attempt=attempt))
 
 
 @dataclass(frozen=True)
