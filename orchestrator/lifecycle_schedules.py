@@ -17,18 +17,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import (
-    Client,
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-)
+from temporalio.client import Client, Schedule
 
 from leasehold.settings import Settings
-from leasehold.temporal import ensure_schedule
+from leasehold.temporal import ensure_schedule, interval_schedule
 from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
 from workflows.lifecycle.ci.retention import CIRetentionWorkflow
 from workflows.lifecycle.types import LifecycleInput
@@ -57,39 +49,25 @@ class LifecycleSchedule:
 def lifecycle_schedules(settings: Settings) -> list[LifecycleSchedule]:
     """The schedules this deployment runs, from its settings."""
     base = LifecycleInput(batch_size=settings.lifecycle_batch_size, max_batches=settings.lifecycle_max_batches)
+    orphans = {
+        "grace_seconds": settings.video_orphan_grace_seconds,
+        "window_seconds": settings.video_orphan_window_seconds,
+    }
+    retention = {
+        "retention_days": settings.ci_log_retention_days,
+        # A finished run accepts job retries this long: it is not over before then.
+        "min_retention_seconds": settings.ci_retry_window_seconds,
+    }
+    # (name, workflow, interval in seconds, what its input has beyond the batch limits)
+    table: list[tuple[str, Any, float, dict[str, Any]]] = [
+        (VIDEO_EXPIRY, VideoExpiryWorkflow.run, settings.video_expiry_interval_seconds, {}),
+        (VIDEO_ORPHANS, VideoOrphanSweepWorkflow.run, settings.video_orphan_sweep_interval_seconds, orphans),
+        (CI_LOG_COMPACTION, CILogCompactionWorkflow.run, settings.ci_log_compaction_interval_seconds, {}),
+        (CI_RETENTION, CIRetentionWorkflow.run, settings.ci_retention_interval_seconds, retention),
+    ]
     return [
-        LifecycleSchedule(
-            VIDEO_EXPIRY, VideoExpiryWorkflow.run, timedelta(seconds=settings.video_expiry_interval_seconds), base
-        ),
-        LifecycleSchedule(
-            VIDEO_ORPHANS,
-            VideoOrphanSweepWorkflow.run,
-            timedelta(seconds=settings.video_orphan_sweep_interval_seconds),
-            base.model_copy(
-                update={
-                    "grace_seconds": settings.video_orphan_grace_seconds,
-                    "window_seconds": settings.video_orphan_window_seconds,
-                }
-            ),
-        ),
-        LifecycleSchedule(
-            CI_LOG_COMPACTION,
-            CILogCompactionWorkflow.run,
-            timedelta(seconds=settings.ci_log_compaction_interval_seconds),
-            base,
-        ),
-        LifecycleSchedule(
-            CI_RETENTION,
-            CIRetentionWorkflow.run,
-            timedelta(seconds=settings.ci_retention_interval_seconds),
-            base.model_copy(
-                update={
-                    "retention_days": settings.ci_log_retention_days,
-                    # A finished run accepts job retries this long: it is not over before then.
-                    "min_retention_seconds": settings.ci_retry_window_seconds,
-                }
-            ),
-        ),
+        LifecycleSchedule(name, workflow, timedelta(seconds=seconds), base.model_copy(update=extra))
+        for name, workflow, seconds, extra in table
     ]
 
 
@@ -99,18 +77,9 @@ def schedule_id(settings: Settings, name: str) -> str:
 
 
 def _schedule(settings: Settings, item: LifecycleSchedule) -> Schedule:
+    # The server appends the tick's time to the id, so each tick is its own execution.
     sid = schedule_id(settings, item.name)
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
-            item.workflow,
-            item.input,
-            # The server appends the tick's time, so each tick is its own execution.
-            id=sid,
-            task_queue=orchestration_queue(settings.queue_prefix),
-        ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=item.every)]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-    )
+    return interval_schedule(item.workflow, item.input, sid, orchestration_queue(settings.queue_prefix), item.every)
 
 
 async def ensure_lifecycle_schedules(client: Client, settings: Settings) -> list[str]:

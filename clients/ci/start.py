@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from temporalio.client import (
-    Client,
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    WorkflowHandle,
-)
+from temporalio.client import Client, Schedule, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -27,7 +18,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from leasehold.temporal import ensure_schedule
+from leasehold.temporal import ensure_schedule, interval_schedule
 from workflows import search_attributes as sa
 from workflows.ci.ids import push_id, push_workflow_id, run_workflow_id
 from workflows.ci.push import CIPushWorkflow
@@ -45,25 +36,42 @@ async def start_push(client: Client, inp: CIPushInput) -> str:
     push = inp.push
     pid = push_id(push.repo_id, push.commit_sha, push.ref)
     try:
-        await client.start_workflow(
-            CIPushWorkflow.run,
-            inp,
-            id=push_workflow_id(pid),
-            task_queue=orchestration_queue(push.queue_prefix),
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            # A push whose git work failed (unreachable clone URL) may be redelivered and retried.
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(sa.TENANT_ID, push.tenant_id),
-                    SearchAttributePair(sa.REPO_ID, push.repo_id),
-                    SearchAttributePair(sa.COMMIT_SHA, push.commit_sha),
-                ]
-            ),
+        await _start_push_workflow(
+            client, inp, pid, WorkflowIDConflictPolicy.USE_EXISTING, SearchAttributePair(sa.COMMIT_SHA, push.commit_sha)
         )
     except WorkflowAlreadyStartedError:
         pass  # completed earlier with success: its runs exist
     return pid
+
+
+async def _start_push_workflow(
+    client: Client,
+    inp: CIPushInput,
+    pid: str,
+    conflict: WorkflowIDConflictPolicy,
+    *attributes: SearchAttributePair[str],
+    memo: dict[str, str] | None = None,
+) -> None:
+    """Start push ``pid``'s workflow, searchable by tenant, repository and ``attributes``."""
+    push = inp.push
+    await client.start_workflow(
+        CIPushWorkflow.run,
+        inp,
+        id=push_workflow_id(pid),
+        task_queue=orchestration_queue(push.queue_prefix),
+        id_conflict_policy=conflict,
+        # A push whose git work failed (unreachable clone URL) may be redelivered and retried,
+        # and a dispatch that failed (a bad input) sent again under its key.
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+        memo=memo,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.TENANT_ID, push.tenant_id),
+                SearchAttributePair(sa.REPO_ID, push.repo_id),
+                *attributes,
+            ]
+        ),
+    )
 
 
 class DispatchConflict(Exception):
@@ -83,17 +91,8 @@ async def start_dispatch(client: Client, inp: CIPushInput, request_digest: str) 
     push = inp.push
     pid = push_id(push.repo_id, push.commit_sha, push.ref, push.dispatch_key)
     try:
-        await client.start_workflow(
-            CIPushWorkflow.run,
-            inp,
-            id=push_workflow_id(pid),
-            task_queue=orchestration_queue(push.queue_prefix),
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-            memo={DISPATCH_REQUEST_MEMO: request_digest},
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(sa.TENANT_ID, push.tenant_id), SearchAttributePair(sa.REPO_ID, push.repo_id)]
-            ),
+        await _start_push_workflow(
+            client, inp, pid, WorkflowIDConflictPolicy.FAIL, memo={DISPATCH_REQUEST_MEMO: request_digest}
         )
     except WorkflowAlreadyStartedError:
         description = await client.get_workflow_handle(push_workflow_id(pid)).describe()
@@ -142,16 +141,13 @@ def reconcile_schedule_id(queue_prefix: str) -> str:
 
 
 def _reconcile_schedule(queue_prefix: str, interval_seconds: float) -> Schedule:
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
-            CIReconcileWorkflow.run,
-            ReconcileInput(queue_prefix=queue_prefix),
-            id=f"{reconcile_schedule_id(queue_prefix)}-run",
-            task_queue=orchestration_queue(queue_prefix),
-        ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_seconds))]),
-        # A slow pass (many repositories) is not overlapped by the next one.
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    # A slow pass (many repositories) is not overlapped by the next one.
+    return interval_schedule(
+        CIReconcileWorkflow.run,
+        ReconcileInput(queue_prefix=queue_prefix),
+        f"{reconcile_schedule_id(queue_prefix)}-run",
+        orchestration_queue(queue_prefix),
+        timedelta(seconds=interval_seconds),
     )
 
 
