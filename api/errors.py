@@ -31,7 +31,19 @@ from leasehold.db_retry import is_connection_error
 log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
+class HttpFailure(Exception):
+    """A failure answered with an HTTP ``status`` (and ``headers``); ``extra`` adds fields to
+    the body. Each API surface answers in its own shape: ``ApiError`` (OpenAI's error object)
+    and ``api.replicate.problems.Problem`` (problem details)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None, extra: dict[str, Any] | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+        self.extra = extra or {}
+
+
+class ApiError(HttpFailure):
     """A failure to report to the client with a status, a stable code and a message."""
 
     def __init__(
@@ -43,13 +55,10 @@ class ApiError(Exception):
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.status = status
+        super().__init__(status, message, headers, extra)
         self.code = code
         self.message = message
         self.param = param
-        self.headers = headers
-        self.extra = extra or {}
 
 
 def not_found(what: str) -> ApiError:

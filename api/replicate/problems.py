@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.errors import DATABASE_UNAVAILABLE_MESSAGE, ApiError
+from api.errors import DATABASE_UNAVAILABLE_MESSAGE, ApiError, HttpFailure
 from leasehold.db_retry import is_connection_error
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ _TITLES = {
 DATABASE_RETRY_AFTER_SECONDS = 2
 
 
-class Problem(Exception):
+class Problem(HttpFailure):
     """A failure to answer as problem details."""
 
     def __init__(
@@ -59,12 +59,9 @@ class Problem(Exception):
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(detail)
-        self.status = status
+        super().__init__(status, detail, headers, extra)
         self.detail = detail
         self.title = title or _TITLES.get(status, "Error")
-        self.headers = headers
-        self.extra = extra or {}
 
     def response(self) -> JSONResponse:
         body = {"title": self.title, "detail": self.detail, "status": self.status, **self.extra}
