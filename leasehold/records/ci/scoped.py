@@ -1,7 +1,7 @@
 """Rows named within a scope: one tenant's (``repo_scope`` empty) or one repository's.
 
 Secrets and configuration variables are both such rows (columns ``tenant_id``, ``repo_scope``,
-``name``), so listing and deleting them is one query, here.
+``name``), so finding, listing and deleting them is one query, here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from leasehold.records.base import Base
 
@@ -21,6 +21,19 @@ Row = TypeVar("Row", bound=Base)
 
 def scope_of(repo_id: str | None) -> str:
     return repo_id or TENANT_SCOPE
+
+
+def existing_or_room(
+    session: Session, model: type[Row], tenant_id: str, scope: str, name: str, most: int, full: Exception
+) -> Row | None:
+    """The scope's row ``name``; ``None`` when there is none and the scope holds fewer than
+    ``most`` rows (room for it), else raises ``full``."""
+    table: Any = model
+    in_scope = (table.tenant_id == tenant_id, table.repo_scope == scope)
+    row = session.scalar(select(model).where(*in_scope, table.name == name))
+    if row is None and len(session.scalars(select(table.id).where(*in_scope)).all()) >= most:
+        raise full
+    return row
 
 
 def list_scoped(factory: sessionmaker, model: type[Row], tenant_id: str, repo_id: str | None) -> list[Row]:

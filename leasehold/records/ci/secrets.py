@@ -30,7 +30,7 @@ from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.data_dir import read_or_create_secret
 from leasehold.records.base import Base, FieldError, from_row, utcnow
-from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, list_scoped
+from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, existing_or_room, list_scoped
 from leasehold.settings import Settings
 
 # A value shorter than this is refused: masking "abc" in logs would reveal more than it hides.
@@ -181,18 +181,10 @@ def put_secret(
     key_id, nonce, ciphertext = keyring.seal(_aad(tenant_id, scope, name), value)
     now = utcnow()
     with factory.begin() as session:
-        row = session.scalar(
-            select(CISecret).where(CISecret.tenant_id == tenant_id, CISecret.repo_scope == scope, CISecret.name == name)
-        )
+        full = SecretError("name", f"at most {MAX_SECRETS_PER_SCOPE} secrets per tenant or repository")
+        row = existing_or_room(session, CISecret, tenant_id, scope, name, MAX_SECRETS_PER_SCOPE, full)
         created = row is None
         if row is None:
-            count = len(
-                session.scalars(
-                    select(CISecret.id).where(CISecret.tenant_id == tenant_id, CISecret.repo_scope == scope)
-                ).all()
-            )
-            if count >= MAX_SECRETS_PER_SCOPE:
-                raise SecretError("name", f"at most {MAX_SECRETS_PER_SCOPE} secrets per tenant or repository")
             row = CISecret(
                 id=f"sec_{_random.token_hex(8)}",
                 tenant_id=tenant_id,

@@ -19,7 +19,7 @@ from sqlalchemy import DateTime, String, Text, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.records.base import Base, FieldError, from_row, utcnow
-from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, list_scoped
+from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, existing_or_room, list_scoped
 
 # GitHub's limits: a variable is at most 48 KB, a repository has at most 500 (1,000 for an
 # organisation), and a run sees at most 256 KB of them in all.
@@ -90,20 +90,10 @@ def put_variable(
     key, value = normalize_name(name), validate_value(value)
     scope = repo_id or TENANT_SCOPE
     with factory.begin() as session:
-        row = session.scalars(
-            select(CIVariable).where(
-                CIVariable.tenant_id == tenant_id, CIVariable.repo_scope == scope, CIVariable.name == key
-            )
-        ).one_or_none()
+        full = VariableError("name", f"at most {MAX_VARIABLES_PER_SCOPE} variables per scope")
+        row = existing_or_room(session, CIVariable, tenant_id, scope, key, MAX_VARIABLES_PER_SCOPE, full)
         created = row is None
         if row is None:
-            count = len(
-                session.scalars(
-                    select(CIVariable.id).where(CIVariable.tenant_id == tenant_id, CIVariable.repo_scope == scope)
-                ).all()
-            )
-            if count >= MAX_VARIABLES_PER_SCOPE:
-                raise VariableError("name", f"at most {MAX_VARIABLES_PER_SCOPE} variables per scope")
             row = CIVariable(tenant_id=tenant_id, repo_scope=scope, name=key, created_at=utcnow())
             session.add(row)
         row.value = value
