@@ -26,7 +26,7 @@ from actions_language.jobs import check_graph, concurrency_spec, parse_job, perm
 from actions_language.loader import MAX_WORKFLOW_BYTES, WorkflowLoader, YamlMap
 from actions_language.schema import FileContext, WorkflowSpecError, check_keys, scalar_text
 from actions_language.steps import RunDefaults, parse_run_defaults
-from actions_language.triggers import dispatch_spec, pull_request_filter, push_filter
+from actions_language.triggers import dispatch_spec, pull_request_filter, push_filter, schedule_crons
 from workflows.ci.expressions import (
     context_paths,
     expressions_in,
@@ -114,6 +114,7 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
     on_push = push_filter(ctx, doc["on"], doc.key_lines.get("on"))
     on_pull_request = pull_request_filter(ctx, doc["on"])
     on_dispatch = dispatch_spec(ctx, doc["on"])
+    on_schedule = schedule_crons(ctx, doc["on"], doc.key_lines.get("on"))
     env = env_mapping(ctx, doc.get("env"), doc.key_lines.get("env"), "env", WORKFLOW_ENV_CONTEXTS, None)
     defaults = parse_run_defaults(
         ctx, doc.get("defaults"), doc.key_lines.get("defaults"), "defaults", WORKFLOW_DEFAULTS_CONTEXTS, None
@@ -151,6 +152,7 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         on_push=on_push,
         on_pull_request=on_pull_request,
         on_dispatch=on_dispatch,
+        on_schedule=on_schedule,
         env=env,
         concurrency=concurrency,
         permissions=permissions,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from actions_language.cron import CronError, parse_cron
 from actions_language.filters import MAX_PATTERNS, check_pattern, matches_any
 from actions_language.loader import YamlList, YamlMap
 from actions_language.schema import (
@@ -29,6 +30,37 @@ DISPATCH_INPUT_TYPES = ("string", "boolean", "choice", "number", "environment")
 # GitHub's cap on workflow_dispatch inputs.
 MAX_DISPATCH_INPUTS = 25
 INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+# Cron entries one file may list under on.schedule (each is a Temporal Schedule of its own).
+MAX_SCHEDULES = 20
+
+
+def schedule_crons(ctx: FileContext, on: Any, line: int | None) -> list[str]:
+    """``on.schedule``'s cron expressions, as written (checked by ``actions_language.cron``)."""
+    named = on == "schedule" or (isinstance(on, list) and "schedule" in on)
+    if named:
+        raise ctx.fail(line, "on.schedule", "needs its times: 'schedule:' with a list of '- cron: ...' entries")
+    if not isinstance(on, YamlMap) or "schedule" not in on:
+        return []
+    raw, line = on["schedule"], on.key_lines.get("schedule", line)
+    if not isinstance(raw, YamlList) or not raw:
+        raise ctx.fail(line, "on.schedule", "must be a list of '- cron: ...' entries")
+    if len(raw) > MAX_SCHEDULES:
+        raise ctx.fail(line, "on.schedule", f"at most {MAX_SCHEDULES} cron entries")
+    crons: list[str] = []
+    for index, entry in enumerate(raw):
+        where = raw.item_lines[index] if index < len(raw.item_lines) else line
+        if not isinstance(entry, YamlMap):
+            raise ctx.fail(where, "on.schedule", "each entry must be a mapping with 'cron'")
+        check_keys(ctx, entry, {"cron"}, "on.schedule.")
+        cron = entry.get("cron")
+        if not isinstance(cron, str):
+            raise ctx.fail(where, "on.schedule.cron", "must be a cron expression in quotes, e.g. '30 5 * * 1'")
+        try:
+            parse_cron(cron)
+        except CronError as exc:
+            raise ctx.fail(entry.key_lines.get("cron", where), "on.schedule.cron", f"{cron!r}: {exc}") from None
+        crons.append(" ".join(cron.split()))
+    return crons
 
 
 def push_filter(ctx: FileContext, on: Any, line: int | None) -> PushFilter:

@@ -18,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.lifecycle import CILifecycleActivities
 from activities.ci.projection import CIProjectionActivities
+from activities.ci.schedules import CIScheduleActivities
 from activities.ci.status_report import build_status_activities
 from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.lifecycle import VideoLifecycleActivities
@@ -79,6 +80,7 @@ def build_activities(settings: Settings) -> list[Callable[..., Any]]:
         ci_lifecycle.apply_ci_retention,
         video_webhooks.deliver_video_event,
         ci_status.report_status,
+        CIScheduleActivities().sync_schedules,
     ]
 
 

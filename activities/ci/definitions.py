@@ -23,6 +23,7 @@ from workflows.ci.types.reconcile import (
     ReconcileRepoResult,
     ReconcileRepos,
 )
+from workflows.ci.types.schedules import ACTIVITY_SYNC_SCHEDULES, SyncSchedulesInput, SyncSchedulesResult
 from workflows.ci.types.status import ACTIVITY_REPORT_STATUS, StatusReport, StatusReportResult
 
 
@@ -78,4 +79,13 @@ class CIStatusDefinition:
     @activity.defn(name=ACTIVITY_REPORT_STATUS)
     def report_status(self, report: StatusReport) -> StatusReportResult:
         """Report a run round's state to the repository's git host (commit status, check runs)."""
+        raise NotImplementedError
+
+
+class CIScheduleDefinition:
+    """Implemented by ``activities.ci.schedules.CIScheduleActivities`` (orchestration worker)."""
+
+    @activity.defn(name=ACTIVITY_SYNC_SCHEDULES)
+    async def sync_schedules(self, inp: SyncSchedulesInput) -> SyncSchedulesResult:
+        """Make the repository's Temporal Schedules match its default branch's ``on.schedule``."""
         raise NotImplementedError

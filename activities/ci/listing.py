@@ -61,6 +61,8 @@ class CIListingActivities(CIListingDefinition):
         (or, for a ``workflow_dispatch``, resolve its ref and check its one file and inputs)."""
         if inp.event == "workflow_dispatch":
             return self._list_dispatch(inp)
+        if inp.event == "schedule":
+            return self._list_scheduled(inp)
         try:
             mirror = self.mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
             found = self.mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
@@ -148,6 +150,40 @@ class CIListingActivities(CIListingDefinition):
         rules, tenant = self.environments, inp.tenant_id
         what = f"environments of {inp.repo_id}"
         return in_activity(lambda: rules(tenant, inp.repo_id, named), self.failover_seconds, what, log)
+
+    def _list_scheduled(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
+        """A tick of an ``on.schedule`` entry: the default branch's head now, and the one file,
+        which runs only if it is still there, valid and scheduled (else the tick does nothing:
+        the next push to the branch removes the schedule)."""
+        try:
+            resolved = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
+            if resolved is None:
+                return ListWorkflowsResult(inputs={})
+            mirror, ref, sha = resolved
+            found = dict(self.mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES))
+        except InvalidRequest as exc:
+            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
+        except GitError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
+        path = inp.dispatch_workflow or ""
+        content = found.get(path)
+        files: list[WorkflowFile] = []
+        if content is not None:
+            try:
+                spec = parse_workflow(path, content)
+                ActionResolver(self.actions, self.mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
+                files = [WorkflowFile(path=path, spec=spec, triggered=bool(spec.on_schedule))]
+            except WorkflowSpecError:
+                files = [WorkflowFile(path=path, spec=None, triggered=False)]
+        return ListWorkflowsResult(
+            files=files,
+            environments=self._rules(inp, files),
+            commit_sha=sha,
+            ref=ref,
+            inputs={},
+            run_numbers=self._numbers(inp, sha, files),
+            report_status=self._reports(inp, files),
+        )
 
     def _list_dispatch(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
         """A ``workflow_dispatch``: the ref's commit, the one file asked for, its inputs checked

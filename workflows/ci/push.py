@@ -15,7 +15,7 @@ from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttri
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ci.definitions import CIListingDefinition, CIProjectionDefinition
+    from activities.ci.definitions import CIListingDefinition, CIProjectionDefinition, CIScheduleDefinition
     from workflows import search_attributes as sa
     from workflows.ci.ids import push_id, run_id, run_workflow_id
     from workflows.ci.run import CIRunWorkflow
@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowFile,
     )
     from workflows.ci.types.run import CIRunInput, RunStatus
+    from workflows.ci.types.schedules import SYNC_RETRY, SYNC_START_TO_CLOSE, SyncSchedulesInput
     from workflows.queues import (
         CI_LIST_WORKFLOWS_HEARTBEAT_SECONDS,
         CI_LIST_WORKFLOWS_MAX_ATTEMPTS,
@@ -52,8 +53,13 @@ class CIPushWorkflow:
 
     @workflow.init
     def __init__(self, inp: CIPushInput) -> None:
-        self._inp = inp
         push = inp.push
+        if push.event == "schedule" and not push.dispatch_key:
+            # A tick of an on.schedule entry: the schedule appended its time to this id, which
+            # names the tick's push and run (one run a tick, however often it is delivered).
+            push = push.model_copy(update={"dispatch_key": workflow.info().workflow_id})
+            inp = inp.model_copy(update={"push": push, "received_at": workflow.info().start_time})
+        self._inp = inp
         self._state = CIPushState(push_id=push_id(push.repo_id, push.commit_sha, push.ref, push.dispatch_key))
         self._snapshots = SnapshotWriter(
             self._write_snapshot, f"push {self._state.push_id}", lambda: current_snapshot_version(workflow.info())
@@ -65,6 +71,7 @@ class CIPushWorkflow:
 
     @workflow.run
     async def run(self, inp: CIPushInput) -> CIPushState:
+        inp = self._inp
         # "listing" at once: a redelivery after a failed listing must not read "failed" for long.
         self._snapshots.start()
         try:
@@ -111,6 +118,12 @@ class CIPushWorkflow:
             )
             self._inp = inp = inp.model_copy(update={"push": resolved})
 
+        if (
+            inp.push.event == "push"
+            and inp.push.default_branch
+            and inp.push.ref == f"refs/heads/{inp.push.default_branch}"
+        ):
+            await self._sync_schedules(inp, listing)
         for file in listing.files:
             if not file.triggered:
                 self._state.not_triggered.append(file.path)
@@ -119,6 +132,21 @@ class CIPushWorkflow:
         self._state.status = PushStatus.DONE
         await self._close_snapshots()
         return self._state
+
+    async def _sync_schedules(self, inp: CIPushInput, listing: ListWorkflowsResult) -> None:
+        """The default branch moved: its files' ``on.schedule`` entries become the repository's
+        Temporal Schedules (``activities.ci.schedules``). A failure is logged, never the push's."""
+        schedules = {f.path: list(f.spec.on_schedule) for f in listing.files if f.spec and f.spec.on_schedule}
+        try:
+            await workflow.execute_activity_method(
+                CIScheduleDefinition.sync_schedules,
+                SyncSchedulesInput(push=inp.push, schedules=schedules, received_at=inp.received_at),
+                task_queue=orchestration_queue(inp.push.queue_prefix),
+                start_to_close_timeout=SYNC_START_TO_CLOSE,
+                retry_policy=SYNC_RETRY,
+            )
+        except ActivityError as err:
+            workflow.logger.warning("push %s: schedules not synced: %s", self._state.push_id, err.cause or err)
 
     async def _start_run(self, inp: CIPushInput, listing: ListWorkflowsResult, file: WorkflowFile) -> None:
         """Start the run of one triggered workflow file (once: a redelivered push finds it started)."""

@@ -222,6 +222,8 @@ class WorkflowSpec(BaseModel):
     on_pull_request: PushFilter = Field(default_factory=PushFilter)
     env: dict[str, str] = Field(default_factory=dict)
     on_dispatch: DispatchSpec | None = None
+    # ``on.schedule``: cron expressions as written (UTC; each runs on the default branch's head).
+    on_schedule: list[str] = Field(default_factory=list)
     concurrency: ConcurrencySpec | None = None
     permissions: str | dict[str, str] | None = None
     # In file order; needs form a DAG (validated).
