@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Boolean, DateTime, Float, Integer, String, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
@@ -57,15 +58,20 @@ def network_allowed(factory: sessionmaker, tenant_id: str) -> bool:
     return bool(row is not None and row.allowed)
 
 
+def _put_tenant_row(factory: sessionmaker, model: type[Base], tenant_id: str, **values: Any) -> None:
+    """Create or change the tenant's row of ``model`` (keyed by ``tenant_id``) to ``values``."""
+    with factory.begin() as session:
+        row = session.get(model, tenant_id)
+        if row is None:
+            row = model(tenant_id=tenant_id)
+            session.add(row)
+        for name, value in {**values, "updated_at": utcnow()}.items():
+            setattr(row, name, value)
+
+
 def set_network(factory: sessionmaker, tenant_id: str, allowed: bool) -> None:
     """Grant or withdraw network for a tenant's jobs (applies to job attempts started after)."""
-    with factory.begin() as session:
-        row = session.get(CINetworkGrant, tenant_id)
-        if row is None:
-            row = CINetworkGrant(tenant_id=tenant_id)
-            session.add(row)
-        row.allowed = allowed
-        row.updated_at = utcnow()
+    _put_tenant_row(factory, CINetworkGrant, tenant_id, allowed=allowed)
 
 
 # The sandbox backends a tenant's CI jobs may be assigned (``worker_ci.sandbox``, ``worker_ci.gvisor``).
@@ -102,13 +108,7 @@ def set_isolation(factory: sessionmaker, tenant_id: str, backend: str) -> None:
     """Put a tenant's jobs in ``backend`` (applies to job attempts started after);
     ``ValueError`` for a backend that does not exist."""
     validate_isolation(backend)
-    with factory.begin() as session:
-        row = session.get(CIIsolation, tenant_id)
-        if row is None:
-            row = CIIsolation(tenant_id=tenant_id)
-            session.add(row)
-        row.backend = backend
-        row.updated_at = utcnow()
+    _put_tenant_row(factory, CIIsolation, tenant_id, backend=backend)
 
 
 class CILogRetention(Base):
@@ -133,17 +133,12 @@ def set_log_retention(factory: sessionmaker, tenant_id: str, days: int | None) -
     """Keep ``tenant_id``'s finished runs ``days`` days; ``None`` returns it to the default."""
     if days is not None:
         validate_log_retention_days(days)
+        _put_tenant_row(factory, CILogRetention, tenant_id, log_retention_days=days)
+        return
     with factory.begin() as session:
         row = session.get(CILogRetention, tenant_id)
-        if days is None:
-            if row is not None:
-                session.delete(row)
-            return
-        if row is None:
-            row = CILogRetention(tenant_id=tenant_id)
-            session.add(row)
-        row.log_retention_days = days
-        row.updated_at = utcnow()
+        if row is not None:
+            session.delete(row)
 
 
 def log_retention_days(factory: sessionmaker, tenant_id: str) -> int | None:
@@ -191,12 +186,7 @@ def get_plan(factory: sessionmaker, settings: Settings, tenant_id: str) -> Tenan
 def set_plan(factory: sessionmaker, tenant_id: str, fairness_weight: float, max_concurrent_jobs: int) -> TenantPlan:
     """Create or change a tenant's plan."""
     validate_plan(fairness_weight, max_concurrent_jobs)
-    with factory.begin() as session:
-        row = session.get(CITenantPlan, tenant_id)
-        if row is None:
-            row = CITenantPlan(tenant_id=tenant_id)
-            session.add(row)
-        row.fairness_weight = fairness_weight
-        row.max_concurrent_jobs = max_concurrent_jobs
-        row.updated_at = utcnow()
+    _put_tenant_row(
+        factory, CITenantPlan, tenant_id, fairness_weight=fairness_weight, max_concurrent_jobs=max_concurrent_jobs
+    )
     return TenantPlan(tenant_id, fairness_weight, max_concurrent_jobs, isolation_backend(factory, tenant_id))
