@@ -11,7 +11,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import sessionmaker
@@ -176,28 +175,11 @@ async def list_runs(
         list_run_records, db, principal.tenant_id, repo_id=repo, status=status, after=cursor, limit=limit + 1
     )
     page = records[:limit]
-    rows = [
-        RunSummary(
-            id=r.run_id,
-            repo_id=r.repo_id,
-            commit_sha=r.commit_sha,
-            ref=r.ref,
-            workflow_path=r.workflow_path,
-            status=r.status,
-            created_at=_utc(r.created_at),
-            closed_at=_utc(r.finished_at),
-        )
-        for r in page
-    ]
+    rows = [RunSummary.model_validate(r) for r in page]
     more = len(records) > limit
     last = page[-1] if page else None
     next_cursor = encode_cursor(RunCursor(last.created_at, last.run_id)) if more and last is not None else None
     return RunList(data=rows, has_more=more, next_cursor=next_cursor)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive times; every time the read model stores is UTC.
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 async def _projected(db: sessionmaker, principal: Principal, run: str, shows: Callable[[CIRunState], bool]) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from api.schemas.objects import ObjectList, RecordView
 from workflows.ci.types.job import LogStored, StepSummary
@@ -281,11 +281,12 @@ class RunOut(BaseModel):
         return cls.model_validate({**data, "jobs": jobs})
 
 
-class RunSummary(BaseModel):
+class RunSummary(RecordView):
     """One row of ``GET /v1/runs`` (from the read model; ``GET /v1/runs/{id}`` has detail)."""
 
     object: Literal["ci.run"] = "ci.run"
-    id: str
+    # Read from the run's read-model row (``run_id``, ``finished_at``).
+    id: str = Field(validation_alias="run_id")
     repo_id: str | None = None
     commit_sha: str | None = None
     ref: str | None = None
@@ -293,7 +294,13 @@ class RunSummary(BaseModel):
     status: str | None = None
     created_at: datetime | None = None
     # When the run finished (None while it runs).
-    closed_at: datetime | None = None
+    closed_at: datetime | None = Field(default=None, validation_alias="finished_at")
+
+    @field_validator("created_at", "closed_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        # SQLite hands back naive times; every time the read model stores is UTC.
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class RunList(ObjectList[RunSummary]):
