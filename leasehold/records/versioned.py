@@ -9,15 +9,30 @@ newest one, on SQLite and on Postgres alike.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, update
+from sqlalchemy import JSON, BigInteger, DateTime, String, Table, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from leasehold.records.base import utcnow
 
 # The version of lifecycle writes (a video job marked ``expired``): above any history length,
 # so no snapshot of the engine, however late it arrives, can bring expired content back.
 LIFECYCLE_VERSION = 2**62
+
+
+class VersionedRow:
+    """The columns of every read-model table (a mixin): whose it is, its status, the version
+    ``write_versioned`` compares, when it last changed, and the execution's state as JSON (what
+    the API renders). Each table adds its key and the columns it is queried by."""
+
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 def dialect_insert(session: Session, table: Any) -> Any:

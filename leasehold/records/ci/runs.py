@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    BigInteger,
     DateTime,
     Index,
     Integer,
@@ -35,48 +34,38 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
 from leasehold.records.base import Base, utcnow
-from leasehold.records.versioned import dialect_insert, write_versioned
+from leasehold.records.versioned import VersionedRow, dialect_insert, write_versioned
 
 
-class CIPushRecord(Base):
-    """One push (repository + commit + ref + event) and the runs it made."""
+class CIPushRecord(VersionedRow, Base):
+    """One push (repository + commit + ref + event) and the runs it made; ``state`` is its
+    ``CIPushState``."""
 
     __tablename__ = "ci_pushes"
 
     push_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(String(64))
     repo_id: Mapped[str] = mapped_column(String(32))
     commit_sha: Mapped[str] = mapped_column(String(64))
     ref: Mapped[str] = mapped_column(String(255))
-    status: Mapped[str] = mapped_column(String(16))
-    version: Mapped[int] = mapped_column(BigInteger, default=0)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # ``CIPushState`` as JSON.
-    state: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     __table_args__ = (Index("ix_ci_pushes_repo", "tenant_id", "repo_id", "received_at"),)
 
 
-class CIRunRecord(Base):
-    """One run (repository + commit + workflow file + event)."""
+class CIRunRecord(VersionedRow, Base):
+    """One run (repository + commit + workflow file + event); ``state`` is its ``CIRunState``,
+    what ``GET /v1/runs/{id}`` and the log reader use."""
 
     __tablename__ = "ci_runs"
 
     run_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(String(64))
     repo_id: Mapped[str] = mapped_column(String(32))
     commit_sha: Mapped[str] = mapped_column(String(64))
     ref: Mapped[str] = mapped_column(String(255))
     workflow_path: Mapped[str] = mapped_column(String(255))
     event: Mapped[str] = mapped_column(String(32))
-    status: Mapped[str] = mapped_column(String(16))
-    version: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # ``CIRunState`` as JSON: what ``GET /v1/runs/{id}`` and the log reader use.
-    state: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_ci_runs_tenant", "tenant_id", "created_at"),

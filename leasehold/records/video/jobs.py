@@ -10,27 +10,25 @@ replicas. The workflow then writes a snapshot of its ``VideoJobState`` at each t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Index, Integer, String
+from sqlalchemy import Boolean, DateTime, Float, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from leasehold.records.base import Base, utcnow
+from leasehold.records.versioned import VersionedRow
 
 
-class VideoJobRecord(Base):
-    """One video job as users see it."""
+class VideoJobRecord(VersionedRow, Base):
+    """One video job as users see it; ``status`` is a ``VideoStatus`` value, or ``expired`` once
+    the lifecycle deleted its content, and ``state`` the whole ``VideoJobState``
+    (``model_dump(mode="json")``)."""
 
     __tablename__ = "video_jobs"
 
     job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(String(64))
     user_id: Mapped[str] = mapped_column(String(64))
     model: Mapped[str] = mapped_column(String(64))
     tier: Mapped[str] = mapped_column(String(16))
-    # A ``VideoStatus`` value, or ``expired`` once the lifecycle deleted its content.
-    status: Mapped[str] = mapped_column(String(16))
-    version: Mapped[int] = mapped_column(BigInteger, default=0)
     # sha256 of the resolved request: the same idempotency key with another body is refused.
     request_hash: Mapped[str] = mapped_column(String(64))
     # The workflow was started (the transactional outbox: rows still False are started by the
@@ -41,9 +39,6 @@ class VideoJobRecord(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    # The whole ``VideoJobState`` as JSON (``model_dump(mode="json")``): what the API renders.
-    state: Mapped[dict[str, Any]] = mapped_column(JSON)
     # How the API dispatched the generation task (Temporal fairness): written once at submit,
     # never by the workflow's snapshots, read by the capacity tracker's fairness replay.
     fairness_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
