@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import sessionmaker
@@ -54,6 +55,8 @@ from workflows.ci.types.run import ApprovalRejectedReason, ApprovalRequest, CIRu
 
 router = APIRouter(tags=["ci"])
 log = logging.getLogger(__name__)
+
+UpdateT = TypeVar("UpdateT")
 
 MAX_LIST = 100
 # After a retry or a decision the run workflow writes its new state in the background; the
@@ -211,19 +214,35 @@ async def cancel(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep
     return RunOut.from_state(state)
 
 
+async def _job_update(
+    update: Awaitable[UpdateT],
+    statuses: Mapping[str, tuple[int, str]],
+    refused: ApiError,
+    closed: ApiError,
+    call: str,
+) -> UpdateT:
+    """The answer of an Update about one job of a run: a rejection as ``statuses`` maps it (else
+    ``refused``), a run the engine no longer has as ``closed``."""
+    try:
+        return await update
+    except WorkflowUpdateFailedError as exc:
+        raise from_update_rejection(exc, statuses, refused, "job", call=call) from None
+    except RPCError as exc:
+        raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=call) from None
+
+
 @router.post("/v1/runs/{run}/jobs/{job}/retry", status_code=202)
 async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RetryOut:
     """Re-run a failed or cancelled job and its dependents on the same commit, as new attempts."""
     await load_job(db, client, principal, run, job)  # 404 before the update is sent
-    try:
-        answer = await retry_job(client, run, job, requested_by=principal.user_id)
-    except WorkflowUpdateFailedError as exc:
-        refused = ApiError(409, "retry_refused", "the run refused the retry")
-        raise from_update_rejection(exc, _RETRY_STATUS, refused, "job", call=f"retry of {run}/{job}") from None
-    except RPCError as exc:
+    answer = await _job_update(
+        retry_job(client, run, job, requested_by=principal.user_id),
+        _RETRY_STATUS,
+        ApiError(409, "retry_refused", "the run refused the retry"),
         # NOT_FOUND: the run's retry window is over and its workflow closed.
-        closed = ApiError(409, "run_closed", "the run is closed; push again to run it anew")
-        raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=f"retry of {run}/{job}") from None
+        ApiError(409, "run_closed", "the run is closed; push again to run it anew"),
+        call=f"retry of {run}/{job}",
+    )
     await _projected(db, principal, run, lambda s: (j := s.job(job)) is not None and j.round >= answer.round)
     return RetryOut(run_id=answer.run_id, job_id=answer.job_id, round=answer.round, reset_jobs=answer.reset_jobs)
 
@@ -236,14 +255,13 @@ async def _decide(
     request = ApprovalRequest(
         job_id=job, approved=approved, user_id=principal.user_id, comment=body.comment if body else None
     )
-    try:
-        answer = await decide_job(client, run, request)
-    except WorkflowUpdateFailedError as exc:
-        refused = ApiError(409, "decision_refused", "the run refused the decision")
-        raise from_update_rejection(exc, _DECISION_STATUS, refused, "job", call=f"decision on {run}/{job}") from None
-    except RPCError as exc:
-        closed = ApiError(409, "run_closed", "the run is closed")
-        raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=f"decision on {run}/{job}") from None
+    answer = await _job_update(
+        decide_job(client, run, request),
+        _DECISION_STATUS,
+        ApiError(409, "decision_refused", "the run refused the decision"),
+        ApiError(409, "run_closed", "the run is closed"),
+        call=f"decision on {run}/{job}",
+    )
     await _projected(db, principal, run, lambda s: (j := s.job(job)) is not None and len(j.approvals) > decided)
     return JobOut.from_state(answer)
 
