@@ -27,15 +27,7 @@ router = APIRouter(tags=["ci"])
 
 
 def _out(info: ReporterInfo) -> StatusReporterOut:
-    return StatusReporterOut(
-        repo_id=info.repo_id,
-        api_url=info.api_url,
-        repository=info.repository,
-        kind=info.kind,
-        app_id=info.app_id,
-        installation_id=info.installation_id,
-        updated_at=info.updated_at,
-    )
+    return StatusReporterOut.model_validate(info)
 
 
 @router.put("/v1/repos/{repo_id}/status-reporter")

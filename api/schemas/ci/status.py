@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from api.schemas.objects import RecordView
+
 
 class GitHubAppIn(BaseModel):
     """A GitHub App installed on the repository: commit statuses and check runs."""
@@ -33,7 +35,7 @@ class StatusReporterPut(BaseModel):
     app: GitHubAppIn | None = None
 
 
-class StatusReporterOut(BaseModel):
+class StatusReporterOut(RecordView):
     """What the API shows of a reporter: never its token or key."""
 
     repo_id: str
