@@ -333,21 +333,13 @@ class Settings(BaseSettings):
         "video_webhook_allow_cidrs",
         "ci_status_schemes",
         "ci_status_allow_cidrs",
+        "ci_queue_label_sets",
         mode="before",
     )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         # Env vars arrive as "a,b" as often as JSON lists; accept both (NoDecode leaves JSON to us).
-        if isinstance(value, str):
-            if value.lstrip().startswith("["):
-                return json.loads(value)
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("ci_queue_label_sets", mode="before")
-    @classmethod
-    def _split_label_sets(cls, value: Any) -> Any:
-        # "linux,linux+gpu" (what to_env writes) or a JSON list of such strings.
+        # Label sets: "linux,linux+gpu" (what to_env writes) or a JSON list of such strings.
         if isinstance(value, str):
             if value.lstrip().startswith("["):
                 return json.loads(value)

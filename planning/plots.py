@@ -44,10 +44,7 @@ def _draw_waits(runs: list[tuple[str, RunResult]], directory: Path, plt: Any) ->
             if waits:
                 ax.plot(waits, [(i + 1) / len(waits) for i in range(len(waits))], label=tier)
         ax.set_xscale("symlog", linthresh=1.0)
-        ax.set_title(name)
-        ax.set_xlabel("queue wait (s)")
-        ax.set_ylabel("share of jobs")
-        ax.grid(alpha=0.3)
+        _label(ax, name, "queue wait (s)", "share of jobs")
         ax.legend()
     fig.tight_layout()
     return _save(fig, directory / "waits.png", plt)
@@ -64,9 +61,7 @@ def _draw_timeline(runs: list[tuple[str, RunResult]], directory: Path, plt: Any)
         ax.plot(t, [p[3] for p in series], label="GPUs busy")
         ax.plot(t, [p[4] for p in series], label="GPUs serving")
         ax.axvspan(result.scenario.warmup_seconds / 60, result.scenario.horizon_seconds / 60, alpha=0.08)
-        ax.set_title(f"{name}: queue and fleet (shaded: measured window)")
-        ax.set_xlabel("minutes")
-        ax.grid(alpha=0.3)
+        _label(ax, f"{name}: queue and fleet (shaded: measured window)", "minutes")
         eta = ax.twinx()
         eta.plot(t, [p[5] if p[5] is not None else float("nan") for p in series], "k:", label="free ETA (s)")
         eta.set_ylabel("free wait told (s)")
@@ -84,10 +79,7 @@ def _draw_fleet(report: Report, directory: Path, plt: Any) -> Path:
         if search.gpus is not None:
             ax.axvline(search.gpus, ls="--", alpha=0.5)
     ax.set_yscale("symlog", linthresh=1.0)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("worst tier's target-percentile wait (s)")
-    ax.set_title("fleet search")
-    ax.grid(alpha=0.3)
+    _label(ax, "fleet search", "GPUs", "worst tier's target-percentile wait (s)")
     ax.legend()
     fig.tight_layout()
     return _save(fig, directory / "fleet.png", plt)
@@ -100,16 +92,22 @@ def _draw_sweep(report: Report, directory: Path, plt: Any) -> Path:
     summaries = [summarise(r) for _i, r in report.sweep]
     ax.plot(intervals, [s.goodput * 100 for s in summaries], "o-", label="goodput (% of held GPU time)")
     ax.set_xscale("log")
-    ax.set_xlabel("checkpoint interval (s)")
-    ax.set_ylabel("goodput %")
+    _label(ax, "checkpoint interval: goodput and cost", "checkpoint interval (s)", "goodput %")
     cost = ax.twinx()
     cost.plot(intervals, [s.cost_per_video or 0.0 for s in summaries], "s--", color="tab:red", label="$ per video")
     cost.set_ylabel("$ per video")
-    ax.set_title("checkpoint interval: goodput and cost")
-    ax.grid(alpha=0.3)
     fig.legend(loc="lower center", fontsize=7)
     fig.tight_layout()
     return _save(fig, directory / "checkpoint.png", plt)
+
+
+def _label(ax: Any, title: str, xlabel: str, ylabel: str | None = None) -> None:
+    """A panel's title, axis labels and light grid."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
 
 
 def _save(fig: object, path: Path, plt: object) -> Path:
