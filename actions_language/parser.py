@@ -26,7 +26,14 @@ from actions_language.jobs import check_graph, concurrency_spec, parse_job, perm
 from actions_language.loader import MAX_WORKFLOW_BYTES, WorkflowLoader, YamlMap
 from actions_language.schema import FileContext, WorkflowSpecError, check_keys, scalar_text
 from actions_language.steps import RunDefaults, parse_run_defaults
-from actions_language.triggers import dispatch_spec, pull_request_filter, push_filter, schedule_crons
+from actions_language.triggers import (
+    dispatch_spec,
+    pull_request_filter,
+    push_filter,
+    schedule_crons,
+    typed_event_filter,
+    workflow_run_filter,
+)
 from workflows.ci.expressions import (
     context_paths,
     expressions_in,
@@ -113,6 +120,10 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         raise ctx.fail(doc.line, "on", "missing 'on'")
     on_push = push_filter(ctx, doc["on"], doc.key_lines.get("on"))
     on_pull_request = pull_request_filter(ctx, doc["on"])
+    on_pull_request_target = pull_request_filter(ctx, doc["on"], "pull_request_target")
+    on_release = typed_event_filter(ctx, doc["on"], "release")
+    on_merge_group = typed_event_filter(ctx, doc["on"], "merge_group")
+    on_workflow_run = workflow_run_filter(ctx, doc["on"])
     on_dispatch = dispatch_spec(ctx, doc["on"])
     on_schedule = schedule_crons(ctx, doc["on"], doc.key_lines.get("on"))
     env = env_mapping(ctx, doc.get("env"), doc.key_lines.get("env"), "env", WORKFLOW_ENV_CONTEXTS, None)
@@ -151,6 +162,10 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         run_name=run_name or None,
         on_push=on_push,
         on_pull_request=on_pull_request,
+        on_pull_request_target=on_pull_request_target,
+        on_release=on_release,
+        on_merge_group=on_merge_group,
+        on_workflow_run=on_workflow_run,
         on_dispatch=on_dispatch,
         on_schedule=on_schedule,
         env=env,

@@ -22,6 +22,7 @@ from workflows.ci.types.spec import (
     DispatchInput,
     DispatchSpec,
     PushFilter,
+    WorkflowRunFilter,
 )
 
 PUSH_KEYS = {"branches", "branches-ignore", "tags", "tags-ignore", "paths", "paths-ignore"}
@@ -175,26 +176,135 @@ def _dispatch_input(ctx: FileContext, raw: Any, line: int | None, where: str) ->
 
 
 PULL_REQUEST_KEYS = {"branches", "branches-ignore", "types", "paths", "paths-ignore"}
+# GitHub's activity types of the pull_request (and pull_request_target) event; without
+# ``types`` a workflow runs for the first three.
 PULL_REQUEST_TYPES = ("opened", "synchronize", "reopened")
+PULL_REQUEST_ALL_TYPES = (
+    *PULL_REQUEST_TYPES,
+    "assigned",
+    "unassigned",
+    "labeled",
+    "unlabeled",
+    "edited",
+    "closed",
+    "converted_to_draft",
+    "ready_for_review",
+    "locked",
+    "unlocked",
+    "review_requested",
+    "review_request_removed",
+    "auto_merge_enabled",
+    "auto_merge_disabled",
+    "milestoned",
+    "demilestoned",
+    "enqueued",
+    "dequeued",
+)
+RELEASE_TYPES = ("published", "unpublished", "created", "edited", "deleted", "prereleased", "released")
+MERGE_GROUP_TYPES = ("checks_requested",)
+WORKFLOW_RUN_TYPES = ("completed", "requested", "in_progress")
+# Events whose filter is only ``types`` (all of them by default).
+_TYPED_EVENTS = {"release": RELEASE_TYPES, "merge_group": MERGE_GROUP_TYPES}
 
 
-def pull_request_filter(ctx: FileContext, on: Any) -> PushFilter:
+def _named(on: Any, event: str) -> bool | None:
+    """True/False when ``on`` is a name or a list (``event`` named or not); None for a mapping."""
     if isinstance(on, str):
-        return PushFilter(enabled=on == "pull_request")
+        return on == event
     if isinstance(on, list):
-        return PushFilter(enabled="pull_request" in on)
-    if not isinstance(on, YamlMap) or "pull_request" not in on:
+        return event in on
+    return None
+
+
+def _check_types(ctx: FileContext, on: YamlMap, event: str, found: PushFilter, allowed: tuple[str, ...]) -> None:
+    for t in found.types or []:
+        if t not in allowed:
+            raise ctx.fail(
+                on[event].key_lines.get("types"), f"on.{event}.types", f"{t!r} is not one of: {', '.join(allowed)}"
+            )
+
+
+def pull_request_filter(ctx: FileContext, on: Any, event: str = "pull_request") -> PushFilter:
+    """``on.pull_request`` (or ``on.pull_request_target``: same filters, over the base branch)."""
+    named = _named(on, event)
+    if named is not None:
+        return PushFilter(enabled=named)
+    if not isinstance(on, YamlMap) or event not in on:
         return PushFilter(enabled=False)
     exclusive = (("branches", "branches-ignore"), ("paths", "paths-ignore"))
-    found = _event_filter(ctx, on, "pull_request", PULL_REQUEST_KEYS, exclusive)
-    for t in found.types or []:
-        if t not in PULL_REQUEST_TYPES:
-            raise ctx.fail(
-                on["pull_request"].key_lines.get("types"),
-                "on.pull_request.types",
-                f"supported types: {', '.join(PULL_REQUEST_TYPES)}",
-            )
+    found = _event_filter(ctx, on, event, PULL_REQUEST_KEYS, exclusive)
+    _check_types(ctx, on, event, found, PULL_REQUEST_ALL_TYPES)
     return found
+
+
+def typed_event_filter(ctx: FileContext, on: Any, event: str) -> PushFilter:
+    """``on.release`` / ``on.merge_group``: enabled, and which activity types (None: all)."""
+    named = _named(on, event)
+    if named is not None:
+        return PushFilter(enabled=named)
+    if not isinstance(on, YamlMap) or event not in on:
+        return PushFilter(enabled=False)
+    found = _event_filter(ctx, on, event, {"types"}, ())
+    _check_types(ctx, on, event, found, _TYPED_EVENTS[event])
+    return found
+
+
+def typed_event_triggers(event: PushFilter, action: str) -> bool:
+    return event.enabled and (event.types is None or action in event.types)
+
+
+def workflow_run_filter(ctx: FileContext, on: Any) -> WorkflowRunFilter:
+    """``on.workflow_run``: the workflows (by name) whose runs trigger this one, the activity
+    types (default ``requested`` and ``completed``) and the triggering run's branch filters."""
+    if _named(on, "workflow_run"):
+        raise ctx.fail(None, "on.workflow_run", "needs 'workflows:' naming the workflows whose runs trigger it")
+    if not isinstance(on, YamlMap) or "workflow_run" not in on:
+        return WorkflowRunFilter()
+    raw, line = on["workflow_run"], on.key_lines.get("workflow_run")
+    if not isinstance(raw, YamlMap) or "workflows" not in raw:
+        raise ctx.fail(line, "on.workflow_run", "needs 'workflows:' naming the workflows whose runs trigger it")
+    check_keys(ctx, raw, {"workflows", "types", "branches", "branches-ignore"}, "on.workflow_run.")
+    if "branches" in raw and "branches-ignore" in raw:
+        raise ctx.fail(
+            raw.key_lines["branches-ignore"],
+            "on.workflow_run.branches-ignore",
+            "cannot be used together with 'branches'",
+        )
+    workflows = string_list(ctx, raw["workflows"], raw.key_lines.get("workflows"), "on.workflow_run.workflows")
+    types = (
+        string_list(ctx, raw["types"], raw.key_lines.get("types"), "on.workflow_run.types") if "types" in raw else None
+    )
+    for t in types or []:
+        if t not in WORKFLOW_RUN_TYPES:
+            raise ctx.fail(
+                raw.key_lines.get("types"),
+                "on.workflow_run.types",
+                f"{t!r} is not one of: {', '.join(WORKFLOW_RUN_TYPES)}",
+            )
+
+    def patterns(key: str) -> list[str] | None:
+        return _patterns(ctx, raw[key], raw.key_lines.get(key), f"on.workflow_run.{key}") if key in raw else None
+
+    return WorkflowRunFilter(
+        enabled=True,
+        workflows=workflows,
+        types=types,
+        branches=patterns("branches"),
+        branches_ignore=patterns("branches-ignore"),
+    )
+
+
+def workflow_run_triggers(event: WorkflowRunFilter, workflow_name: str, action: str, head_branch: str) -> bool:
+    """Whether a run of ``workflow_name`` on ``head_branch`` reaching ``action`` triggers this file."""
+    if not event.enabled or action not in (event.types or ("requested", "completed")):
+        return False
+    if not any(matches_any([w], workflow_name) for w in event.workflows):
+        return False
+    if event.branches is not None:
+        return _matches_any(event.branches, head_branch)
+    if event.branches_ignore is not None:
+        return not _matches_any(event.branches_ignore, head_branch)
+    return True
 
 
 def _paths_line(event: YamlMap) -> int | None:

@@ -16,7 +16,14 @@ from actions_language.inputs import DispatchInputError, check_shape, resolve_inp
 from actions_language.loader import MAX_WORKFLOW_BYTES
 from actions_language.parser import parse_workflow
 from actions_language.schema import WorkflowSpecError
-from actions_language.triggers import MAX_DIFF_FILES, has_path_filter, paths_match, pull_request_triggers, push_triggers
+from actions_language.triggers import (
+    MAX_DIFF_FILES,
+    has_path_filter,
+    paths_match,
+    pull_request_triggers,
+    push_triggers,
+    typed_event_triggers,
+)
 from activities.ci.actions import ActionResolver, ActionSource
 from activities.ci.definitions import CIListingDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
@@ -31,7 +38,7 @@ from workflows.ci.types.push import (
     ListWorkflowsInput,
     ListWorkflowsResult,
 )
-from workflows.ci.types.spec import SpecError, WorkflowFile
+from workflows.ci.types.spec import PushFilter, SpecError, WorkflowFile, WorkflowSpec
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,16 @@ class CIListingActivities(CIListingDefinition):
             return self._list_dispatch(inp)
         if inp.event == "schedule":
             return self._list_scheduled(inp)
+        resolved = False
+        if not inp.commit_sha and inp.event == "release":
+            # A release names its tag; the commit is the tag's, read from the repository now.
+            found_tag = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
+            if found_tag is None:
+                raise ApplicationError(
+                    f"the repository has no tag {inp.ref!r}", type=PUSH_GIT_FAILED, non_retryable=True
+                )
+            inp = inp.model_copy(update={"ref": found_tag[1], "commit_sha": found_tag[2]})
+            resolved = True
         try:
             mirror = self.mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
             found = self.mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
@@ -99,21 +116,23 @@ class CIListingActivities(CIListingDefinition):
                 # The run is still created, and fails with this message.
                 files.append(WorkflowFile(path=path, error=exc.error))
                 continue
-            if inp.event == "pull_request":
-                event = spec.on_pull_request
-                triggered = pull_request_triggers(event, inp.base_ref or "", inp.action or "opened")
-            else:
-                event = spec.on_push
-                triggered = push_triggers(event, inp.ref)
-            # Both must match: the branch or tag filters, then the paths (never for tags, as on GitHub).
+            event, triggered = event_trigger(spec, inp)
+            # Both must match: the branch or tag filters, then the paths (never for tags, as on
+            # GitHub). A pull_request_target run builds the base: its paths are not listed here,
+            # so its path filters count as matching (the run happens rather than silently not).
             if triggered and has_path_filter(event) and not inp.ref.startswith("refs/tags/"):
-                triggered = paths_match(event, changed())
+                if inp.event != "pull_request_target":
+                    triggered = paths_match(event, changed())
             files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
         return ListWorkflowsResult(
             files=files,
             environments=self._rules(inp, files),
             run_numbers=self._numbers(inp, inp.commit_sha, files),
             report_status=self._reports(inp, files),
+            # A release's commit and tag, resolved here (the push adopts them).
+            commit_sha=inp.commit_sha if resolved else None,
+            ref=inp.ref if resolved else None,
+            inputs={} if resolved else None,
         )
 
     def _numbers(self, inp: ListWorkflowsInput, sha: str, files: list[WorkflowFile]) -> dict[str, int]:
@@ -231,6 +250,19 @@ class CIListingActivities(CIListingDefinition):
             run_numbers=self._numbers(inp, sha, files),
             report_status=self._reports(inp, files),
         )
+
+
+def event_trigger(spec: WorkflowSpec, inp: ListWorkflowsInput) -> tuple[PushFilter, bool]:
+    """The file's filter for the event being listed, and whether the event matches it."""
+    action = inp.action or ""
+    if inp.event in ("pull_request", "pull_request_target"):
+        event = spec.on_pull_request if inp.event == "pull_request" else spec.on_pull_request_target
+        return event, pull_request_triggers(event, inp.base_ref or "", action or "opened")
+    if inp.event == "release":
+        return spec.on_release, typed_event_triggers(spec.on_release, action)
+    if inp.event == "merge_group":
+        return spec.on_merge_group, typed_event_triggers(spec.on_merge_group, action or "checks_requested")
+    return spec.on_push, push_triggers(spec.on_push, inp.ref)
 
 
 def _rejected(field: str, message: str) -> ApplicationError:

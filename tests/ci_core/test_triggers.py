@@ -20,7 +20,14 @@ from actions_language.filters import glob_match, matches_any
 from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
 from actions_language.parser import parse_workflow
 from actions_language.schema import WorkflowSpecError
-from actions_language.triggers import has_path_filter, paths_match, pull_request_triggers, push_triggers
+from actions_language.triggers import (
+    has_path_filter,
+    paths_match,
+    pull_request_triggers,
+    push_triggers,
+    typed_event_triggers,
+    workflow_run_triggers,
+)
 from activities.ci.git import GitMirror
 from activities.ci.listing import CIListingActivities
 from leasehold.clone_urls import ClonePolicy
@@ -176,12 +183,79 @@ PR_CASES = [
     ("on:\n  pull_request:\n    branches-ignore: ['docs/*']\n", "docs/x", "opened", False),
     ("on:\n  pull_request:\n    branches-ignore: ['docs/*']\n", "main", "opened", True),
     ("on:\n  pull_request:\n    types: [reopened]\n    branches: [main]\n", "main", "opened", False),
+    # Every activity type GitHub has, when the file asks for it; not by default.
+    ("on: pull_request\n", "main", "closed", False),
+    ("on:\n  pull_request:\n    types: [closed, labeled]\n", "main", "closed", True),
+    ("on:\n  pull_request:\n    types: [closed, labeled]\n", "main", "labeled", True),
+    ("on:\n  pull_request:\n    types: [ready_for_review]\n", "main", "opened", False),
 ]
 
 
 @pytest.mark.parametrize(("on", "base", "action", "triggered"), PR_CASES)
 def test_pull_request_filters(on: str, base: str, action: str, triggered: bool) -> None:
     assert pull_request_triggers(spec_of(on).on_pull_request, base, action) is triggered
+
+
+# pull_request_target, release, merge_group, workflow_run -------------------------------------------
+
+TARGET_CASES = [
+    ("on: pull_request_target\n", "main", "opened", True),
+    ("on: [pull_request]\n", "main", "opened", False),
+    ("on:\n  pull_request_target:\n    types: [labeled]\n    branches: [main]\n", "main", "labeled", True),
+    ("on:\n  pull_request_target:\n    types: [labeled]\n    branches: [main]\n", "dev", "labeled", False),
+    ("on:\n  pull_request_target:\n    branches-ignore: [main]\n", "main", "synchronize", False),
+]
+
+
+@pytest.mark.parametrize(("on", "base", "action", "triggered"), TARGET_CASES)
+def test_pull_request_target_filters(on: str, base: str, action: str, triggered: bool) -> None:
+    spec = spec_of(on)
+    assert pull_request_triggers(spec.on_pull_request_target, base, action) is triggered
+    # One event's filter never triggers the other.
+    assert pull_request_triggers(spec.on_pull_request, base, action) is (
+        "pull_request:" in on or "[pull_request]" in on
+    )
+
+
+TYPED_CASES = [
+    ("on: release\n", "release", "published", True),
+    ("on: release\n", "release", "deleted", True),
+    ("on:\n  release:\n    types: [published]\n", "release", "published", True),
+    ("on:\n  release:\n    types: [published]\n", "release", "created", False),
+    ("on: [push, merge_group]\n", "merge_group", "checks_requested", True),
+    ("on:\n  merge_group:\n    types: [checks_requested]\n", "merge_group", "checks_requested", True),
+    ("on: push\n", "release", "published", False),
+    ("on: push\n", "merge_group", "checks_requested", False),
+]
+
+
+@pytest.mark.parametrize(("on", "event", "action", "triggered"), TYPED_CASES)
+def test_release_and_merge_group_types(on: str, event: str, action: str, triggered: bool) -> None:
+    spec = spec_of(on)
+    event_filter = spec.on_release if event == "release" else spec.on_merge_group
+    assert typed_event_triggers(event_filter, action) is triggered
+
+
+WORKFLOW_RUN_CASES = [
+    ("on:\n  workflow_run:\n    workflows: [CI]\n", "CI", "completed", "main", True),
+    ("on:\n  workflow_run:\n    workflows: [CI]\n", "CI", "requested", "main", True),
+    ("on:\n  workflow_run:\n    workflows: [CI]\n", "CI", "in_progress", "main", False),
+    ("on:\n  workflow_run:\n    workflows: [CI]\n", "Deploy", "completed", "main", False),
+    (
+        "on:\n  workflow_run:\n    workflows: ['Build *']\n    types: [completed]\n",
+        "Build linux",
+        "completed",
+        "x",
+        True,
+    ),
+    ("on:\n  workflow_run:\n    workflows: [CI]\n    branches: [main]\n", "CI", "completed", "dev", False),
+    ("on:\n  workflow_run:\n    workflows: [CI]\n    branches-ignore: [main]\n", "CI", "completed", "dev", True),
+]
+
+
+@pytest.mark.parametrize(("on", "name", "action", "branch", "triggered"), WORKFLOW_RUN_CASES)
+def test_workflow_run_filters(on: str, name: str, action: str, branch: str, triggered: bool) -> None:
+    assert workflow_run_triggers(spec_of(on).on_workflow_run, name, action, branch) is triggered
 
 
 # paths / paths-ignore over the changed files --------------------------------------------------------
@@ -219,8 +293,19 @@ REFUSED = [
     ("on:\n  push:\n    paths: ['" + "a" * 600 + "']\n", 3, "on.push.paths", "at most 512"),
     ("on:\n  push:\n    paths: [" + ", ".join(["a"] * 129) + "]\n", 3, "on.push.paths", "at most 128"),
     ("on:\n  pull_request:\n    paths: [a]\n    paths-ignore: [b]\n", 4, "on.pull_request.paths-ignore", "together"),
-    ("on:\n  pull_request:\n    types: [labeled]\n", 3, "on.pull_request.types", "supported types"),
+    ("on:\n  pull_request:\n    types: [labelled]\n", 3, "on.pull_request.types", "'labelled' is not one of: opened"),
     ("on:\n  push:\n    paths: {a: 1}\n", 3, "on.push.paths", "list of strings"),
+    ("on:\n  release:\n    types: [tagged]\n", 3, "on.release.types", "'tagged' is not one of: published"),
+    ("on:\n  release:\n    branches: [main]\n", 3, "on.release.branches", ""),
+    ("on:\n  merge_group:\n    types: [opened]\n", 3, "on.merge_group.types", "checks_requested"),
+    ("on:\n  workflow_run:\n    types: [completed]\n", 2, "on.workflow_run", "needs 'workflows:'"),
+    ("on:\n  workflow_run:\n    workflows: [CI]\n    types: [done]\n", 4, "on.workflow_run.types", "'done'"),
+    ("on:\n  schedule:\n    - cron: '* * * *'\n", 3, "on.schedule.cron", "five fields"),
+    ("on:\n  schedule:\n    - cron: '0 25 * * *'\n", 3, "on.schedule.cron", "hour: '25' is outside 0-23"),
+    ("on:\n  schedule:\n    - cron: '0 0 * * 8'\n", 3, "on.schedule.cron", "day of the week: '8' is outside 0-7"),
+    ("on:\n  schedule:\n    - cron: 5\n", 3, "on.schedule.cron", "in quotes"),
+    ("on:\n  schedule: daily\n", 2, "on.schedule", "list of '- cron"),
+    ("on: [push, schedule]\n", 1, "on.schedule", "needs its times"),
 ]
 
 
@@ -424,3 +509,28 @@ def test_pull_request_paths_are_the_changes_since_the_base(mirror_repo: tuple[Gi
     # The branch filter must match too; a base the mirror lacks leaves the diff unknown, which
     # counts as matching (any.yml has no branch filter).
     assert listed(with_src, "dev") == {"any.yml": True, "src.yml": False}
+
+
+# on.schedule: GitHub's reading of a cron (UTC, names, weekday 7, five minutes at least) ------------
+
+CRON_CASES = [
+    ("*/5 * * * *", "0,5,10,15,20,25,30,35,40,45,50,55 * * * *"),
+    ("*/1 * * * *", "0,5,10,15,20,25,30,35,40,45,50,55 * * * *"),
+    ("* * * * *", "0,5,10,15,20,25,30,35,40,45,50,55 * * * *"),
+    ("0,2,4,30 * * * *", "0,30 * * * *"),
+    # 58 and the next hour's 0 are two minutes apart: 58 goes, when the hours follow each other.
+    ("0,58 * * * *", "0 * * * *"),
+    ("0,58 1 * * *", "0,58 1 * * *"),
+    ("30 5 * * MON-FRI", "30 5 * * 1,2,3,4,5"),
+    ("0 0 * * 7", "0 0 * * 0"),
+    ("15 4 1 JAN,jul *", "15 4 1 1,7 *"),
+]
+
+
+@pytest.mark.parametrize(("cron", "runs"), CRON_CASES)
+def test_a_cron_runs_as_github_runs_it(cron: str, runs: str) -> None:
+    from activities.ci.schedules import temporal_cron
+
+    spec = spec_of(f"on:\n  schedule:\n    - cron: '{cron}'\n")
+    assert spec.on_schedule == [cron]
+    assert temporal_cron(cron) == runs

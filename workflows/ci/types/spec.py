@@ -39,6 +39,17 @@ class PushFilter(BaseModel):
     paths_line: int | None = None
 
 
+class WorkflowRunFilter(BaseModel):
+    """``on.workflow_run``: runs of the named workflows (glob patterns, as GitHub matches
+    names) reaching one of ``types`` on a branch the filters allow."""
+
+    enabled: bool = False
+    workflows: list[str] = Field(default_factory=list)
+    types: list[str] | None = None
+    branches: list[str] | None = None
+    branches_ignore: list[str] | None = None
+
+
 class StrategySpec(BaseModel):
     """``jobs.<id>.strategy``, validated. Matrix values are JSON values as written; an axis, the
     ``include``/``exclude`` lists or the whole matrix may instead be one ``${{ }}`` expression
@@ -220,6 +231,12 @@ class WorkflowSpec(BaseModel):
     on_push: PushFilter = Field(default_factory=PushFilter)
     # ``on.pull_request``: branches/branches-ignore match the base branch.
     on_pull_request: PushFilter = Field(default_factory=PushFilter)
+    # ``on.pull_request_target``: the same filters; the run builds the base branch's commit.
+    on_pull_request_target: PushFilter = Field(default_factory=PushFilter)
+    # ``on.release`` / ``on.merge_group``: only ``types``.
+    on_release: PushFilter = Field(default_factory=PushFilter)
+    on_merge_group: PushFilter = Field(default_factory=PushFilter)
+    on_workflow_run: WorkflowRunFilter = Field(default_factory=WorkflowRunFilter)
     env: dict[str, str] = Field(default_factory=dict)
     on_dispatch: DispatchSpec | None = None
     # ``on.schedule``: cron expressions as written (UTC; each runs on the default branch's head).
