@@ -37,13 +37,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC
 from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
-from activities.video.definitions import GENERATE_VIDEO
-from bench.video_admission import FULL, Bench, Profile, User
+from bench.video_admission import FULL, Bench, Profile, User, generation_times
 from planning.engine import simulate
 from planning.report import percentile
 from planning.results import RunResult
@@ -181,20 +179,12 @@ class CalibrationBench(Bench):
             if job.done is None:
                 continue
             handle = env.client.get_workflow_handle(f"video-{job.id}")
-            scheduled: set[int] = set()
-            async for event in handle.fetch_history_events():
-                if event.HasField("activity_task_scheduled_event_attributes"):
-                    if event.activity_task_scheduled_event_attributes.activity_type.name == GENERATE_VIDEO:
-                        scheduled.add(event.event_id)
-                elif event.HasField("activity_task_started_event_attributes"):
-                    started = event.activity_task_started_event_attributes
-                    if started.scheduled_event_id in scheduled:
-                        job.attempt = started.attempt
-                        job.generation_started = event.event_time.ToDatetime(UTC).timestamp()
-                elif event.HasField("activity_task_completed_event_attributes"):
-                    if event.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
-                        # The worker is free from here (the workflow's clean-up runs elsewhere).
-                        self.generated[job.id] = event.event_time.ToDatetime(UTC).timestamp()
+            started, ended = await generation_times(handle)
+            if started is not None:
+                job.attempt, job.generation_started = started
+            if ended is not None:
+                # The worker is free from here (the workflow's clean-up runs elsewhere).
+                self.generated[job.id] = ended
             if job.attempt == 1 and job.generation_started is not None:
                 self.first_start[job.id] = job.generation_started
             elif job.started is not None:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.video.definitions import GENERATE_VIDEO
@@ -184,6 +185,27 @@ class User:
     name: str
     tier: str
     http: httpx.Client
+
+
+async def generation_times(handle: WorkflowHandle[Any, Any]) -> tuple[tuple[int, float] | None, float | None]:
+    """From a video job's history: ``(attempt, start)`` of its generation attempt that started
+    last, and when a generation attempt completed (``None`` where the history has neither).
+    The started event is written when the attempt ends, so it is the one that finished."""
+    scheduled: set[int] = set()
+    started: tuple[int, float] | None = None
+    ended: float | None = None
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            if event.activity_task_scheduled_event_attributes.activity_type.name == GENERATE_VIDEO:
+                scheduled.add(event.event_id)
+        elif event.HasField("activity_task_started_event_attributes"):
+            attempt = event.activity_task_started_event_attributes
+            if attempt.scheduled_event_id in scheduled:
+                started = (attempt.attempt, event.event_time.ToDatetime(UTC).timestamp())
+        elif event.HasField("activity_task_completed_event_attributes"):
+            if event.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
+                ended = event.event_time.ToDatetime(UTC).timestamp()
+    return started, ended
 
 
 def _errors(jobs: list[Job], attr: str) -> list[float]:
@@ -373,20 +395,11 @@ class Bench:
             desc = await handle.describe()
             if desc.close_time is not None:
                 job.done = desc.close_time.timestamp()
-            # The started event of the generation attempt that finished (written when it completed).
-            generation: set[int] = set()
-            async for event in handle.fetch_history_events():
-                if event.HasField("activity_task_scheduled_event_attributes"):
-                    if event.activity_task_scheduled_event_attributes.activity_type.name == GENERATE_VIDEO:
-                        generation.add(event.event_id)
-                elif event.HasField("activity_task_started_event_attributes"):
-                    started = event.activity_task_started_event_attributes
-                    if started.scheduled_event_id in generation:
-                        job.generation_started = event.event_time.ToDatetime(UTC).timestamp()
-                        job.attempt = started.attempt
-                elif event.HasField("activity_task_completed_event_attributes"):
-                    if event.activity_task_completed_event_attributes.scheduled_event_id in generation:
-                        job.generation_ended = event.event_time.ToDatetime(UTC).timestamp()
+            started, ended = await generation_times(handle)
+            if started is not None:
+                job.attempt, job.generation_started = started
+            if ended is not None:
+                job.generation_ended = ended
 
     def dump(self, path: Path) -> None:
         """One JSON line per accepted job: what was predicted at submit and what happened."""
