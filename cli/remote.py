@@ -336,6 +336,28 @@ def call_and_answer(args: argparse.Namespace, method: str, path: str, show: Call
     return answer(args, api_from(args).call(method, path), show)
 
 
+def list_page(
+    args: argparse.Namespace,
+    api: Api,
+    path: str,
+    params: dict[str, Any],
+    columns: list[str],
+    row: Callable[[dict[str, Any]], list[str]],
+    more: Callable[[dict[str, Any]], str],
+    whole: Collection[str] = (),
+) -> int:
+    """One page of a list: as JSON with ``--json``, else a table named after the path's last
+    part, a ``row`` per item, and ``more(page)`` (the next page's command) when there is one."""
+    page = api.call("GET", path, params=params)
+    if args.json:
+        print_json(page)
+        return int(Exit.OK)
+    table(path.rsplit("/", 1)[-1], columns, [row(item) for item in page.get("data", [])], whole=whole)
+    if page.get("has_more"):
+        note(f"more: {more(page)}")
+    return int(Exit.OK)
+
+
 def note(text: str) -> None:
     """A line for the person, on stderr (stdout stays the command's result); text from the API
     or a job cannot drive the terminal."""

@@ -25,6 +25,7 @@ from cli.remote import (
     call_and_answer,
     command,
     fields,
+    list_page,
     note,
     print_json,
     stream_events,
@@ -113,12 +114,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         if not ids:
             raise CliFailure(f"no repository named {args.repo} for this key", Exit.NOT_FOUND)
         params["repo"] = ids[0]
-    page = api.call("GET", "/v1/runs", params=params)
-    if args.json:
-        print_json(page)
-        return int(Exit.OK)
-    rows = [
-        [
+
+    def row(r: dict[str, Any]) -> list[str]:
+        return [
             str(r.get("id")),
             str(r.get("status")),
             names.get(str(r.get("repo_id")), str(r.get("repo_id"))),
@@ -128,14 +126,19 @@ def cmd_list(args: argparse.Namespace) -> int:
             _when(r.get("created_at"), minutes=True),
             _duration(r.get("created_at"), r.get("closed_at")) if r.get("closed_at") else "-",
         ]
-        for r in page.get("data", [])
-    ]
+
     columns = ["id", "status", "repo", "workflow", "ref", "commit", "created", "took"]
-    # The run id is what a person copies into `runs get`/`runs logs`: never cut it.
-    table("runs", columns, rows, whole=("id", "status", "commit", "created", "took"))
-    if page.get("has_more"):
-        note(f"more: leasehold runs list --after {page.get('next_cursor')}")
-    return int(Exit.OK)
+    return list_page(
+        args,
+        api,
+        "/v1/runs",
+        params,
+        columns,
+        row,
+        lambda page: f"leasehold runs list --after {page.get('next_cursor')}",
+        # The run id is what a person copies into `runs get`/`runs logs`: never cut it.
+        whole=("id", "status", "commit", "created", "took"),
+    )
 
 
 def _show_run(run: dict[str, Any]) -> None:

@@ -27,12 +27,12 @@ from cli.remote import (
     command,
     failure_of,
     fields,
+    list_page,
     note,
     print_json,
     printable,
     seconds_text,
     stream_events,
-    table,
 )
 
 TERMINAL = {"completed", "failed", "cancelled", "expired"}
@@ -304,27 +304,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"limit": args.limit, "order": args.order}
     if args.after:
         params["after"] = args.after
-    page = api.call("GET", "/v1/videos", params=params)
-    if args.json:
-        print_json(page)
-        return int(Exit.OK)
-    rows = [
-        [
-            str(v.get("id")),
-            str(v.get("status")),
-            f"{v.get('progress', 0)}%",
-            seconds_text(v.get("eta_seconds")),
-            str(v.get("model")),
-            str(v.get("size")),
-            str(v.get("seconds")),
-            _short(str(v.get("prompt", ""))),
-        ]
-        for v in page.get("data", [])
+    columns = ["id", "status", "progress", "eta", "model", "size", "seconds", "prompt"]
+    return list_page(args, api, "/v1/videos", params, columns, _row, _more)
+
+
+def _row(v: dict[str, Any]) -> list[str]:
+    return [
+        str(v.get("id")),
+        str(v.get("status")),
+        f"{v.get('progress', 0)}%",
+        seconds_text(v.get("eta_seconds")),
+        str(v.get("model")),
+        str(v.get("size")),
+        str(v.get("seconds")),
+        _short(str(v.get("prompt", ""))),
     ]
-    table("videos", ["id", "status", "progress", "eta", "model", "size", "seconds", "prompt"], rows)
-    if page.get("has_more"):
-        note(f"more: leasehold video list --after {page.get('last_id')}")
-    return int(Exit.OK)
+
+
+def _more(page: dict[str, Any]) -> str:
+    return f"leasehold video list --after {page.get('last_id')}"
 
 
 def _short(text: str, limit: int = 48) -> str:
