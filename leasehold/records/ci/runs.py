@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -35,6 +35,8 @@ from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
 from leasehold.records.base import Base, utcnow
 from leasehold.records.versioned import VersionedRow, dialect_insert, write_versioned
+
+Row = TypeVar("Row", bound=Base)
 
 
 class CIPushRecord(VersionedRow, Base):
@@ -320,51 +322,49 @@ def list_runs(
         return list(session.scalars(query))
 
 
+def _tenant_rows(
+    factory: sessionmaker,
+    model: type[Row],
+    tenant_id: str,
+    key: dict[str, Any],
+    *order_by: Any,
+    beyond: Any = None,
+    limit: int | None = None,
+) -> list[Row]:
+    """The tenant's rows of ``model`` whose columns are ``key`` (never another tenant's), and
+    ``beyond`` them when given, in ``order_by``, at most ``limit``."""
+    table: Any = model
+    criteria = [getattr(table, name) == value for name, value in key.items()]
+    query = select(model).where(*criteria, table.tenant_id == tenant_id)
+    if beyond is not None:
+        query = query.where(beyond)
+    query = query.order_by(*order_by).limit(limit)
+    with factory() as session:
+        return list(session.scalars(query))
+
+
 def get_push(factory: sessionmaker, tenant_id: str, push_id: str) -> CIPushRecord | None:
     """The tenant's push; ``None`` when it is missing or another tenant's."""
-    with factory() as session:
-        return session.scalar(
-            select(CIPushRecord).where(CIPushRecord.push_id == push_id, CIPushRecord.tenant_id == tenant_id)
-        )
+    return next(iter(_tenant_rows(factory, CIPushRecord, tenant_id, {"push_id": push_id})), None)
 
 
 def attempts_of_run(factory: sessionmaker, tenant_id: str, run_id: str) -> list[CIAttemptRecord]:
     """The attempt rows of the tenant's run (empty for another tenant's), by job and attempt."""
-    with factory() as session:
-        return list(
-            session.scalars(
-                select(CIAttemptRecord)
-                .where(CIAttemptRecord.run_id == run_id, CIAttemptRecord.tenant_id == tenant_id)
-                .order_by(CIAttemptRecord.job_id, CIAttemptRecord.attempt)
-            )
-        )
+    order = (CIAttemptRecord.job_id, CIAttemptRecord.attempt)
+    return _tenant_rows(factory, CIAttemptRecord, tenant_id, {"run_id": run_id}, *order)
 
 
 def get_attempt(
     factory: sessionmaker, tenant_id: str, run_id: str, job_id: str, attempt: int
 ) -> CIAttemptRecord | None:
     """One attempt row of the tenant's run (where its log lives), or ``None``."""
-    with factory() as session:
-        return session.scalar(
-            select(CIAttemptRecord).where(
-                CIAttemptRecord.run_id == run_id,
-                CIAttemptRecord.job_id == job_id,
-                CIAttemptRecord.attempt == attempt,
-                CIAttemptRecord.tenant_id == tenant_id,
-            )
-        )
+    key = {"run_id": run_id, "job_id": job_id, "attempt": attempt}
+    return next(iter(_tenant_rows(factory, CIAttemptRecord, tenant_id, key)), None)
 
 
 def jobs_of_run(factory: sessionmaker, tenant_id: str, run_id: str) -> list[CIJobRecord]:
     """The job rows of the tenant's run (empty for another tenant's)."""
-    with factory() as session:
-        return list(
-            session.scalars(
-                select(CIJobRecord)
-                .where(CIJobRecord.run_id == run_id, CIJobRecord.tenant_id == tenant_id)
-                .order_by(CIJobRecord.job_id)
-            )
-        )
+    return _tenant_rows(factory, CIJobRecord, tenant_id, {"run_id": run_id}, CIJobRecord.job_id)
 
 
 def annotations_of_attempt(
@@ -372,18 +372,8 @@ def annotations_of_attempt(
 ) -> list[CIAnnotationRecord]:
     """Up to ``limit`` annotations of one attempt of the tenant's run, in the order printed,
     those with ``ordinal`` above ``after`` (empty for another tenant's run)."""
-    with factory() as session:
-        return list(
-            session.scalars(
-                select(CIAnnotationRecord)
-                .where(
-                    CIAnnotationRecord.run_id == run_id,
-                    CIAnnotationRecord.job_id == job_id,
-                    CIAnnotationRecord.attempt == attempt,
-                    CIAnnotationRecord.tenant_id == tenant_id,
-                    CIAnnotationRecord.ordinal > after,
-                )
-                .order_by(CIAnnotationRecord.ordinal)
-                .limit(limit)
-            )
-        )
+    key = {"run_id": run_id, "job_id": job_id, "attempt": attempt}
+    beyond = CIAnnotationRecord.ordinal > after
+    return _tenant_rows(
+        factory, CIAnnotationRecord, tenant_id, key, CIAnnotationRecord.ordinal, beyond=beyond, limit=limit
+    )
