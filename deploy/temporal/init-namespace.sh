@@ -6,30 +6,38 @@ set -eu
 
 : "${TEMPORAL_ADDRESS:?}" "${NAMESPACE:?}" "${SEARCH_ATTRIBUTES:?}"
 
-attempt=0
-until temporal operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1; do
-  attempt=$((attempt + 1))
-  if [ "$attempt" -ge 60 ]; then
-    echo "temporal at $TEMPORAL_ADDRESS is not healthy after 60 attempts" >&2
-    exit 1
-  fi
-  sleep 2
-done
+# retry PAUSE WHAT COMMAND...: run COMMAND until it succeeds, at most 60 times PAUSE seconds
+# apart; then say "WHAT after 60 attempts" (with what the last listing said) and stop.
+retry() {
+  pause="$1" what="$2"
+  shift 2
+  attempt=0
+  until "$@"; do
+    attempt=$((attempt + 1))
+    if [ "$attempt" -ge 60 ]; then
+      echo "$what after 60 attempts${existing:+: $existing}" >&2
+      exit 1
+    fi
+    sleep "$pause"
+  done
+}
+
+healthy() {
+  temporal operator cluster health --address "$TEMPORAL_ADDRESS" >/dev/null 2>&1
+}
+
+list_attributes() {
+  existing="$(temporal operator search-attribute list --address "$TEMPORAL_ADDRESS" -n "$NAMESPACE" 2>&1)"
+}
+
+retry 2 "temporal at $TEMPORAL_ADDRESS is not healthy" healthy
 
 if ! temporal operator namespace describe --address "$TEMPORAL_ADDRESS" -n "$NAMESPACE" >/dev/null 2>&1; then
   temporal operator namespace create --address "$TEMPORAL_ADDRESS" -n "$NAMESPACE" --retention "${RETENTION:-7d}"
 fi
 
 # A new namespace reaches the server's namespace cache some seconds after it is created.
-attempt=0
-until existing="$(temporal operator search-attribute list --address "$TEMPORAL_ADDRESS" -n "$NAMESPACE" 2>&1)"; do
-  attempt=$((attempt + 1))
-  if [ "$attempt" -ge 60 ]; then
-    echo "namespace $NAMESPACE is not usable after 60 attempts: $existing" >&2
-    exit 1
-  fi
-  sleep 1
-done
+retry 1 "namespace $NAMESPACE is not usable" list_attributes
 for spec in $SEARCH_ATTRIBUTES; do
   name="${spec%%=*}"
   type="${spec##*=}"
