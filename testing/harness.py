@@ -70,13 +70,8 @@ class ManagedProcess:
         while time.monotonic() < deadline:
             if not self.alive():
                 raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
-            if self.health_url is None:
+            if self.health_url is None or answers_ok(self.health_url):
                 return self
-            try:
-                if httpx.get(self.health_url, timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
             time.sleep(0.2)
         raise TimeoutError(f"{self.name} not healthy after {timeout}s:\n{self.log_tail()}")
 
@@ -119,6 +114,14 @@ class ManagedProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def answers_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 within two seconds (a health check)."""
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def stop_together(procs: Iterable[ManagedProcess], timeout: float = 20.0) -> None:

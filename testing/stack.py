@@ -31,7 +31,7 @@ from leasehold.records.api_keys import create_key
 from leasehold.settings import Settings
 from leasehold.storage import ObjectStore, open_store
 from testing.checker import History, Observation
-from testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT, answers_ok
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.types import GenerateProgress, job_object_prefix
 
@@ -152,11 +152,8 @@ class EmbeddedStack:
             if pid != not_pid:
                 port = process_env_var(pid, "LEASEHOLD_METRICS_PORT")
                 url = f"http://127.0.0.1:{port}/healthz" if port else f"{self.api_url}/healthz"
-                try:
-                    if httpx.get(url, timeout=2).status_code == 200:
-                        return pid
-                except httpx.HTTPError:
-                    pass
+                if answers_ok(url):
+                    return pid
             time.sleep(0.2)
         raise AssertionError(f"{marker!r} not healthy again within {within}s:\n{self.diagnostics()}")
 
