@@ -172,6 +172,9 @@ class CalibrationBench(Bench):
             self.loads.append(os.getloadavg()[0])
             time.sleep(PROFILE.poll_seconds)
 
+    async def read_histories(self, env: WorkflowEnvironment) -> None:
+        await self.first_starts(env)
+
     async def first_starts(self, env: WorkflowEnvironment) -> None:
         """The exact start of a job's first attempt where the history has it (a job that ran
         once), else the first poll that saw it generating."""
@@ -322,12 +325,7 @@ async def main(seed: int) -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="leasehold-calibration-") as scratch:
             bench = CalibrationBench(Path(scratch), env.client.service_client.config.target_host, seed)
-            try:
-                await asyncio.to_thread(bench.start)
-                await asyncio.to_thread(bench.run)
-                await bench.first_starts(env)
-            finally:
-                await asyncio.to_thread(bench.stop)
+            await bench.measure(env)
             compare(bench)
     finally:
         await env.shutdown()

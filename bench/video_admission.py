@@ -386,6 +386,18 @@ class Bench:
             self.poll()
             time.sleep(profile.poll_seconds)
 
+    async def measure(self, env: WorkflowEnvironment) -> None:
+        """Start the stack, run the load, read what the histories say exactly, stop the stack."""
+        try:
+            await asyncio.to_thread(self.start)
+            await asyncio.to_thread(self.run)
+            await self.read_histories(env)
+        finally:
+            await asyncio.to_thread(self.stop)
+
+    async def read_histories(self, env: WorkflowEnvironment) -> None:
+        await self.exact_close_times(env)
+
     async def exact_close_times(self, env: WorkflowEnvironment) -> None:
         """Replace polled completion times with the server's close times; note when generation started."""
         for job in self.jobs.values():
@@ -519,12 +531,7 @@ async def main(profile: Profile, seed: int, dump: Path | None, keep: Path | None
                 profile,
                 seed,
             )
-            try:
-                await asyncio.to_thread(bench.start)
-                await asyncio.to_thread(bench.run)
-                await bench.exact_close_times(env)
-            finally:
-                await asyncio.to_thread(bench.stop)
+            await bench.measure(env)
             bench.report()
             if dump is not None:
                 bench.dump(dump)
