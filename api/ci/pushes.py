@@ -40,13 +40,29 @@ async def record_push(
     delivery: str | None,
     pull_request: PullRequestInfo | None = None,
     event: dict[str, Any] | None = None,
+    event_name: str | None = None,
+    dispatch_key: str = "",
+    action: str = "",
 ) -> str:
     """Durably record a push (idempotent on repository + commit + ref); returns the push id.
     The tenant's plan (fairness weight, concurrency cap) is resolved now and travels with it,
     and so does the webhook payload (``event``), which jobs see as ``github.event``."""
     plan = await asyncio.to_thread(get_plan, db, settings, repo.tenant_id)
     variables = await asyncio.to_thread(variables_for, db, repo.tenant_id, repo.id)
-    inp = push_input(settings, repo, sha, ref, delivery, pull_request, plan, event, variables=variables)
+    inp = push_input(
+        settings,
+        repo,
+        sha,
+        ref,
+        delivery,
+        pull_request,
+        plan,
+        event,
+        variables=variables,
+        event_name=event_name,
+        dispatch_key=dispatch_key,
+        action=action,
+    )
     try:
         pid = await asyncio.wait_for(start_push(client, inp), timeout=START_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError) as exc:

@@ -28,11 +28,17 @@ def push_input(
     event: dict[str, Any] | None = None,
     before: str | None = None,
     variables: dict[str, str] | None = None,
+    event_name: str | None = None,
+    dispatch_key: str = "",
+    action: str = "",
 ) -> CIPushInput:
     """The push of ``sha`` to ``ref`` with the deployment's queues and CI timeouts and the
     tenant's plan as of now; ``event`` is the webhook payload (its sender is ``github.actor``,
     its ``before`` what ``paths`` filters diff against unless ``before`` is given); ``variables``
-    is the ``vars`` context its runs see (``leasehold.records.ci.variables.variables_for``)."""
+    is the ``vars`` context its runs see (``leasehold.records.ci.variables.variables_for``).
+    ``event_name`` is the GitHub event (default ``push``, or ``pull_request`` with one), and
+    ``dispatch_key`` names an event that is not a push of a commit to a ref (its push and runs
+    are its own: a label added to a pull request, a release, a pull_request_target run)."""
     if before is None and event is not None:
         before = event.get("before") if isinstance(event.get("before"), str) else None
     return CIPushInput(
@@ -47,7 +53,7 @@ def push_input(
             heartbeat_timeout_seconds=settings.ci_heartbeat_timeout_seconds,
             cancel_grace_seconds=settings.ci_cancel_grace_seconds,
             retry_window_seconds=settings.ci_retry_window_seconds,
-            event="pull_request" if pull_request is not None else "push",
+            event=event_name or ("pull_request" if pull_request is not None else "push"),
             pull_request=pull_request,
             fairness_weight=plan.fairness_weight if plan else None,
             max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
@@ -57,6 +63,8 @@ def push_input(
             actor=event_actor(event) if event is not None else "",
             event_payload=bounded_event(event) if event is not None else None,
             before=before.lower() if before is not None and SHA.match(before) else "",
+            dispatch_key=dispatch_key,
+            action=action,
         ),
         received_at=datetime.now(UTC),
         delivery_id=delivery,

@@ -34,7 +34,7 @@ async def start_push(client: Client, inp: CIPushInput) -> str:
     """Durably accept a push; returns its push id. Idempotent: the same repo + commit + ref
     maps onto the same push workflow (running or completed), so redeliveries create nothing."""
     push = inp.push
-    pid = push_id(push.repo_id, push.commit_sha, push.ref)
+    pid = push_id(push.repo_id, push.commit_sha, push.ref, push.dispatch_key)
     try:
         await _start_push_workflow(
             client, inp, pid, WorkflowIDConflictPolicy.USE_EXISTING, SearchAttributePair(sa.COMMIT_SHA, push.commit_sha)

@@ -84,7 +84,7 @@ class CIPushWorkflow:
                     ref=inp.push.ref,
                     event=inp.push.event,
                     base_ref=inp.push.pull_request.base_ref if inp.push.pull_request else None,
-                    action=inp.push.pull_request.action if inp.push.pull_request else None,
+                    action=(inp.push.pull_request.action if inp.push.pull_request else inp.push.action) or None,
                     tenant_id=inp.push.tenant_id,
                     before=inp.push.before or None,
                     dispatch_workflow=inp.push.dispatch_workflow or None,

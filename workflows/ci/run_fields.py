@@ -45,7 +45,9 @@ def initial_state(inp: CIRunInput) -> CIRunState:
     """The run's state at its start: every job of the file pending."""
     spec = inp.spec
     pr = inp.push.pull_request
-    from_fork = pr is not None and pr.from_fork
+    # pull_request_target builds the base repository's own commit: a fork's pull request
+    # cannot change what runs, so secrets are allowed (as on GitHub).
+    from_fork = pr is not None and pr.from_fork and inp.push.event == "pull_request"
     return CIRunState(
         run_id=inp.run_id,
         tenant_id=inp.push.tenant_id,

@@ -20,9 +20,9 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import sessionmaker
-from temporalio.client import Client
 from temporalio.service import RPCError
 
+from api.ci import webhook_events
 from api.ci.pushes import record_push
 from api.ci.signatures import signature_of
 from api.deps import ClientDep, DbDep, PrincipalDep, SettingsDep, note_failed_auth, refuse_if_throttled
@@ -31,7 +31,6 @@ from api.schemas.ci.runs import PushAccepted, PushOut, PushRequest, WebhookAnswe
 from clients.ci.start import push_state
 from leasehold.records.ci.repos import RepoRecord, WebhookCandidate, get_repo, webhook_candidates
 from leasehold.records.ci.runs import get_push as get_push_record
-from leasehold.settings import Settings
 from workflows import search_attributes as sa
 from workflows.ci.ids import push_workflow_id
 from workflows.ci.types.push import CIPushState, PullRequestInfo
@@ -49,8 +48,6 @@ SIGNATURE = re.compile(r"^sha256=[0-9a-f]{64}$")
 # is parsed. A delivery without them is matched by the payload's repository instead.
 TARGET_ID_HEADER = "x-github-hook-installation-target-id"
 TARGET_TYPE_HEADER = "x-github-hook-installation-target-type"
-# Pull-request actions that build the head commit.
-PR_ACTIONS = ("opened", "synchronize", "reopened")
 
 
 def _unauthorized(code: str, message: str) -> ApiError:
@@ -98,8 +95,8 @@ async def _verify(
     except ApiError:
         # Nothing names a repository, so no secret can verify it.
         return [], None
-    repository = _obj(payload.get("repository"))
-    full_name = _text(repository.get("full_name"))
+    repository = webhook_events.obj(payload.get("repository"))
+    full_name = webhook_events.text(repository.get("full_name"))
     host_id = repository.get("id") if isinstance(repository.get("id"), int | str) else None
     candidates = await asyncio.to_thread(webhook_candidates, db, full_name, host_id)
     return _verified(candidates, body, signature), payload
@@ -135,11 +132,23 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
     delivery = request.headers.get("x-github-delivery")
     if event == "ping":
         return JSONResponse(WebhookAnswer(event="ping", status="ok").model_dump(), status_code=200)
-    if event == "pull_request":
-        return await _pull_request(payload, verified, client, settings, db, delivery)
+    handler = webhook_events.HANDLERS.get(event)
+    if handler is not None:
+
+        async def record(
+            repo: RepoRecord, sha: str, ref: str, pr: PullRequestInfo | None, name: str, action: str, key: str
+        ) -> str:
+            pid = await record_push(client, settings, db, repo, sha, ref, delivery, pr, payload, name, key, action)
+            log.info("%s %s of %s at %s (delivery %s)", name, action, repo.id, ref, delivery)
+            return pid
+
+        accepted = WebhookAnswer(event=event, status="accepted", pushes=await handler(payload, verified, record))
+        return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
     if event != "push":
         answer = WebhookAnswer(
-            event=event or "unknown", status="ignored", reason="only push and pull_request events start runs"
+            event=event or "unknown",
+            status="ignored",
+            reason="only push, pull_request, release and merge_group events start runs",
         )
         return JSONResponse(answer.model_dump(), status_code=202)
 
@@ -159,57 +168,6 @@ async def github_webhook(request: Request, db: DbDep, client: ClientDep, setting
         log.info("push %s for %s %s@%s (delivery %s)", pid, repo.id, ref, after[:12], delivery)
         pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=after.lower(), ref=ref))
     answer = WebhookAnswer(event="push", status="accepted", pushes=pushes)
-    return JSONResponse(answer.model_dump(mode="json"), status_code=202)
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-async def _pull_request(
-    payload: dict[str, Any],
-    verified: list[RepoRecord],
-    client: Client,
-    settings: Settings,
-    db: sessionmaker,
-    delivery: str | None,
-) -> JSONResponse:
-    """``pull_request`` opened/synchronize/reopened: a run of the head commit (``refs/pull/<n>/head``,
-    which the host keeps in the base repository). Code from a fork runs without secrets."""
-    action = _text(payload.get("action")) or ""
-    if action not in PR_ACTIONS:
-        answer = WebhookAnswer(event="pull_request", status="ignored", reason=f"action {action or 'unknown'!r}")
-        return JSONResponse(answer.model_dump(), status_code=202)
-    pr = payload.get("pull_request")
-    number = payload.get("number", pr.get("number") if isinstance(pr, dict) else None)
-    if not isinstance(pr, dict) or not isinstance(number, int) or isinstance(number, bool) or number <= 0:
-        raise ApiError(400, "invalid_payload", "a pull_request payload needs 'number' and 'pull_request'")
-    head, base = _obj(pr.get("head")), _obj(pr.get("base"))
-    sha = _text(head.get("sha"))
-    if sha is None or not SHA.match(sha):
-        raise ApiError(400, "invalid_payload", "pull_request.head.sha must be a commit sha", param="head.sha")
-    head_repo, base_repo, repository = _obj(head.get("repo")), _obj(base.get("repo")), _obj(payload.get("repository"))
-    base_name = _text(base_repo.get("full_name")) or _text(repository.get("full_name")) or ""
-    pushes = []
-    for repo in verified:
-        info = PullRequestInfo(
-            number=number,
-            head_ref=_text(head.get("ref")) or "",
-            base_ref=_text(base.get("ref")) or repo.default_branch,
-            # A deleted fork has no head repository: treat it as foreign code.
-            head_repo=_text(head_repo.get("full_name")) or "(deleted fork)",
-            base_repo=base_name or repo.name,
-            action=action,
-        )
-        ref = f"refs/pull/{number}/head"
-        pid = await record_push(client, settings, db, repo, sha, ref, delivery, info, event=payload)
-        log.info("pull request #%s of %s at %s (fork: %s)", number, repo.id, sha[:12], info.from_fork)
-        pushes.append(PushAccepted(id=pid, repo_id=repo.id, commit_sha=sha.lower(), ref=ref))
-    answer = WebhookAnswer(event="pull_request", status="accepted", pushes=pushes)
     return JSONResponse(answer.model_dump(mode="json"), status_code=202)
 
 

@@ -89,6 +89,9 @@ class PushContext(BaseModel):
     # wrote it until the listing resolves them; ``inputs`` are as given until it checks them.
     dispatch_workflow: str = ""
     dispatch_key: str = ""
+    # The webhook's activity type for events without a pull request (``release`` published,
+    # ``merge_group`` checks_requested); a pull request's is ``pull_request.action``.
+    action: str = ""
 
 
 _PUSH_FIELDS = frozenset(PushContext.model_fields)
