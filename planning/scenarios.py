@@ -19,6 +19,27 @@ from planning.scenario import Scenario, parse_scenario
 SEED_FLEET = 2640
 SEED_SPOT_SHARE = 0.7
 
+# Preemption notices at 1.1 per GPU-hour, half of them with a 30 s warning (the rest a hard kill).
+NOTICES: dict[str, Any] = {"preemptions_per_gpu_hour": 1.1, "warning_seconds": 30.0, "warned_share": 0.5}
+# Two hours of arrivals, the first twenty minutes not measured, two hours to drain.
+TWO_HOURS: dict[str, Any] = {"horizon_seconds": 7200.0, "warmup_seconds": 1200.0, "drain_seconds": 7200.0}
+# Checkpoints every 30 s (2 s to write, 5 s to resume), planning every 10 s, a two-minute target.
+CHECKPOINTED: dict[str, Any] = {
+    "checkpoint_interval_seconds": 30.0,
+    "checkpoint_write_seconds": 2.0,
+    "resume_seconds": 5.0,
+    "refresh_seconds": 10.0,
+    "target_wait_seconds": 120.0,
+}
+
+
+def tiers(paid: tuple[float, int], free: tuple[float, int], **each: Any) -> list[dict[str, Any]]:
+    """The paid and free tiers: (submits per second, users) each, and what ``each`` adds to both."""
+    return [
+        {"tier": tier, "per_second": per_second, "users": users, **each}
+        for tier, (per_second, users) in (("paid", paid), ("free", free))
+    ]
+
 
 def seed_pools(fleet: int, spot_share: float, **spot: Any) -> list[dict[str, Any]]:
     """The seed's fleet of ``fleet`` H100s, ``spot_share`` of them preemptible."""
@@ -35,9 +56,7 @@ def seed_pools(fleet: int, spot_share: float, **spot: Any) -> list[dict[str, Any
                 "usd_per_gpu_hour": 1.00,
                 # 1.1 notices per GPU-hour: a 240 s job on a preemptible GPU is hit with
                 # probability ~7 %, so ~5 % of all jobs with 70 % of the fleet preemptible.
-                "preemptions_per_gpu_hour": 1.1,
-                "warning_seconds": 30.0,
-                "warned_share": 0.5,
+                **NOTICES,
                 "replace_seconds": 180.0,
                 **spot,
             }
@@ -52,10 +71,7 @@ SEED: dict[str, Any] = {
     "horizon_seconds": 1500.0,
     "warmup_seconds": 600.0,
     "drain_seconds": 3600.0,
-    "tiers": [
-        {"tier": "paid", "per_second": 3.0, "users": 30_000},
-        {"tier": "free", "per_second": 7.0, "users": 150_000},
-    ],
+    "tiers": tiers(paid=(3.0, 30_000), free=(7.0, 150_000)),
     # Mean 240 s of GPU time, long videos up to about 15 minutes.
     "shapes": [
         {"name": "4s", "share": 0.5, "gpu_seconds": 150.0, "cv": 0.25},
@@ -79,13 +95,8 @@ SEED: dict[str, Any] = {
 GANG: dict[str, Any] = {
     "name": "gang",
     "seed": 3,
-    "horizon_seconds": 7200.0,
-    "warmup_seconds": 1200.0,
-    "drain_seconds": 7200.0,
-    "tiers": [
-        {"tier": "paid", "per_second": 0.05, "users": 300},
-        {"tier": "free", "per_second": 0.1, "users": 3000},
-    ],
+    **TWO_HOURS,
+    "tiers": tiers(paid=(0.05, 300), free=(0.1, 3000)),
     # Previews (the seed's 7.3) beside full videos and 8-GPU gangs for long high-resolution ones.
     "shapes": [
         {"name": "preview", "share": 0.5, "gpu_seconds": 30.0, "cv": 0.3},
@@ -99,29 +110,18 @@ GANG: dict[str, Any] = {
             "purchase": "preemptible",
             "gpus": 80,
             "usd_per_gpu_hour": 1.00,
-            "preemptions_per_gpu_hour": 1.1,
-            "warning_seconds": 30.0,
-            "warned_share": 0.5,
+            **NOTICES,
             "replace_seconds": 180.0,
         },
     ],
-    "checkpoint_interval_seconds": 30.0,
-    "checkpoint_write_seconds": 2.0,
-    "resume_seconds": 5.0,
-    "refresh_seconds": 10.0,
-    "target_wait_seconds": 120.0,
+    **CHECKPOINTED,
 }
 
 REGIONS: dict[str, Any] = {
     "name": "regions",
     "seed": 4,
-    "horizon_seconds": 7200.0,
-    "warmup_seconds": 1200.0,
-    "drain_seconds": 7200.0,
-    "tiers": [
-        {"tier": "paid", "per_second": 0.1, "users": 1000},
-        {"tier": "free", "per_second": 0.25, "users": 10_000},
-    ],
+    **TWO_HOURS,
+    "tiers": tiers(paid=(0.1, 1000), free=(0.25, 10_000)),
     "shapes": [{"name": "8s", "share": 1.0, "gpu_seconds": 240.0, "cv": 0.3}],
     "regions": [
         {"name": "us", "data_share": 0.6, "remote_penalty_seconds": 45.0},
@@ -137,16 +137,10 @@ REGIONS: dict[str, Any] = {
             "purchase": "preemptible",
             "gpus": 30,
             "usd_per_gpu_hour": 0.90,
-            "preemptions_per_gpu_hour": 1.1,
-            "warning_seconds": 30.0,
-            "warned_share": 0.5,
+            **NOTICES,
         },
     ],
-    "checkpoint_interval_seconds": 30.0,
-    "checkpoint_write_seconds": 2.0,
-    "resume_seconds": 5.0,
-    "refresh_seconds": 10.0,
-    "target_wait_seconds": 120.0,
+    **CHECKPOINTED,
 }
 
 SMALL: dict[str, Any] = {
@@ -155,10 +149,7 @@ SMALL: dict[str, Any] = {
     "horizon_seconds": 600.0,
     "warmup_seconds": 60.0,
     "drain_seconds": 1800.0,
-    "tiers": [
-        {"tier": "paid", "per_second": 0.2, "users": 4, "burst": {"share": 0.2, "jobs": 3}},
-        {"tier": "free", "per_second": 0.4, "users": 8, "burst": {"share": 0.2, "jobs": 3}},
-    ],
+    "tiers": tiers(paid=(0.2, 4), free=(0.4, 8), burst={"share": 0.2, "jobs": 3}),
     "shapes": [{"name": "tiny", "share": 1.0, "gpu_seconds": 8.0, "cv": 0.2}],
     "pools": [
         {"gpu_class": "cpu", "purchase": "reserved", "gpus": 3, "usd_per_gpu_hour": 2.5},
