@@ -481,22 +481,17 @@ class Bench:
         ours = _errors(calm, "eta")
         naive = _errors(calm, "naive")
         if ours:
-            print(
-                f"jobs whose wait saw no fleet change: {len(calm)}, ETA median "
-                f"{100 * statistics.median(ours):.0f}% p90 {100 * percentile(ours, 0.9):.0f}%"
-                + (
-                    f", naive median {100 * statistics.median(naive):.0f}% p90 {100 * percentile(naive, 0.9):.0f}%"
-                    if naive
-                    else ""
-                )
-            )
+            naive_part = f", naive {_median_p90(naive)}" if naive else ""
+            print(f"jobs whose wait saw no fleet change: {len(calm)}, ETA {_median_p90(ours)}{naive_part}")
             for tier in ("paid", "free"):
                 tier_errors = _errors([j for j in calm if j.tier == tier], "eta")
                 if tier_errors:
-                    print(
-                        f"  {tier}: {len(tier_errors)}, ETA median {100 * statistics.median(tier_errors):.0f}% "
-                        f"p90 {100 * percentile(tier_errors, 0.9):.0f}%"
-                    )
+                    print(f"  {tier}: {len(tier_errors)}, ETA {_median_p90(tier_errors)}")
+
+
+def _median_p90(errors: list[float]) -> str:
+    """``median N% p90 M%`` of relative errors."""
+    return f"median {100 * statistics.median(errors):.0f}% p90 {100 * percentile(errors, 0.9):.0f}%"
 
 
 def _report_eta_split(jobs: list[Job]) -> None:
