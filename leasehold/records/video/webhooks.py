@@ -39,39 +39,41 @@ class DeliveryStatus:
     FAILED = "failed"
 
 
-class VideoWebhookEndpoint(Base):
+class _UsersRow:
+    """What an endpoint row and a delivery row both have (a mixin): their id, whose they are,
+    when they were made."""
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class VideoWebhookEndpoint(_UsersRow, Base):
     """One registered receiver of a user's video events."""
 
     __tablename__ = "video_webhook_endpoints"
 
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(String(64))
-    user_id: Mapped[str] = mapped_column(String(64))
     url: Mapped[str] = mapped_column(String(2048))
     secret_key_id: Mapped[str] = mapped_column(String(32))
     secret_nonce: Mapped[bytes] = mapped_column(LargeBinary)
     secret_ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     __table_args__ = (Index("ix_video_webhook_endpoints_owner", "tenant_id", "user_id"),)
 
 
-class VideoWebhookDelivery(Base):
+class VideoWebhookDelivery(_UsersRow, Base):
     """One event for one endpoint; ``id`` is its ``webhook-id``."""
 
     __tablename__ = "video_webhook_deliveries"
 
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
     endpoint_id: Mapped[str] = mapped_column(String(40))
-    tenant_id: Mapped[str] = mapped_column(String(64))
-    user_id: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[str] = mapped_column(String(64))
     event_type: Mapped[str] = mapped_column(String(32))
     # The exact body every attempt sends (and signs).
     body: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     __table_args__ = (
