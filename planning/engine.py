@@ -33,8 +33,8 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Callable, Iterable
+from typing import ParamSpec, cast
 
 from leasehold.records.api_keys import Principal
 from leasehold.settings import Settings
@@ -74,6 +74,9 @@ from video_policy.queue_plan import next_pass, plan
 
 # Backfill looks this far down the backlog for jobs that fit before a waiting gang.
 BACKFILL_LOOKAHEAD = 64
+
+
+P = ParamSpec("P")
 
 
 class Simulation:
@@ -583,13 +586,13 @@ def _cumulative(shares: list[float]) -> Iterable[float]:
         yield total
 
 
-def simulate(
-    scenario: Scenario,
-    settings: Settings,
-    checkpoint_interval: float | None = None,
-    record_attempts: bool = False,
-    trace: Iterable[tuple[float, str, str]] | None = None,
-) -> RunResult:
-    """Run ``scenario`` once under ``settings`` (``checkpoint_interval`` overrides both's);
-    ``trace`` replays recorded submits instead of the scenario's arrivals."""
-    return Simulation(scenario, settings, checkpoint_interval, record_attempts, trace).run()
+def _run_of(simulation: Callable[P, Simulation]) -> Callable[P, RunResult]:
+    def run(*args: P.args, **kwargs: P.kwargs) -> RunResult:
+        return simulation(*args, **kwargs).run()
+
+    return run
+
+
+# Run ``scenario`` once under ``settings`` (``checkpoint_interval`` overrides both's); ``trace``
+# replays recorded submits instead of the scenario's arrivals. Takes what ``Simulation`` takes.
+simulate = _run_of(Simulation)
