@@ -1,10 +1,12 @@
 """``leasehold worker ci --labels linux``: runs CI jobs in sandboxes.
 
-One process serves two task queues: ``ci_queue(labels)`` (the jobs whose ``runs-on`` equals
-this worker's label set) and the control queue (git work for pushes: every CI worker holds
-mirrors). Job concurrency is ``Settings.ci_job_slots`` (``ci_max_concurrent_jobs``, or sized
-from the machine's CPUs); ``/metrics`` and ``/healthz`` come
-from the shared health server.
+One process serves the job queue of every non-empty subset of its labels (``job_slots``: a job
+runs on any worker that has all its ``runs-on`` labels; at most ``MAX_CI_WORKER_LABELS``
+labels, a worker with more refuses to start), the control queue (git work for pushes: every
+CI worker holds mirrors) and the probe queue (which job queues are polled, asked by tenant
+semaphores before they grant a slot). Job concurrency is ``Settings.ci_job_slots``
+(``ci_max_concurrent_jobs``, or sized from the machine's CPUs), one budget across all the job
+queues; ``/metrics`` and ``/healthz`` come from the shared health server.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import asyncio
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
 
 from sqlalchemy.orm import sessionmaker
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.ci.actions import ActionSource
@@ -24,6 +28,7 @@ from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
 from activities.ci.jobroot import sweep_leftover_roots
 from activities.ci.listing import CIListingActivities, environment_rules
+from activities.ci.probe import CIProbeActivities
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
 from activities.ci.secrets import ApiSecretSource
@@ -37,13 +42,16 @@ from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
 from leasehold.worker_versioning import deployment_config
+from worker_ci.job_slots import SharedSlots, job_queues, job_workers
 from worker_ci.sandbox import limits_from, make_sandbox
-from workflows.queues import DEFAULT_CI_ISOLATION, ci_control_queue, ci_queue
+from workflows.queues import DEFAULT_CI_ISOLATION, TooManyLabels, ci_control_queue, ci_probe_queue
 from workflows.version import BUILD_ID
 
 log = logging.getLogger(__name__)
 
 CONTROL_CONCURRENCY = 2
+# Probes of job queues (one DescribeTaskQueue each) a worker answers at once.
+PROBE_CONCURRENCY = 4
 # How long a stopping worker waits for finished jobs' roots to be emptied.
 REAP_DRAIN_SECONDS = 30.0
 
@@ -73,12 +81,64 @@ def _listing(settings: Settings, db: sessionmaker, mirror: GitMirror, actions: A
     )
 
 
+def _served_queues(settings: Settings, isolation: str) -> list[str]:
+    """This worker's job queues, or a refusal to start naming the label maximum."""
+    try:
+        return job_queues(settings.ci_labels, settings.queue_prefix, isolation)
+    except (TooManyLabels, ValueError) as exc:
+        raise SystemExit(f"leasehold worker ci: {exc} (LEASEHOLD_CI_LABELS / --labels)") from exc
+
+
+def _workers(
+    settings: Settings,
+    client: Client,
+    jobs: CIJobActivities,
+    db: sessionmaker,
+    loop: asyncio.AbstractEventLoop,
+    mirror: GitMirror,
+    actions: ActionSource,
+    queues: list[str],
+) -> list[Worker]:
+    """The job workers (one per queue, one slot budget), the control worker and the probe worker."""
+    listing = _listing(settings, db, mirror, actions)
+    reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
+    slots = settings.ci_job_slots
+    # Activities only: the version is reported, routing stays unversioned, so a run pinned to
+    # an older build still gets any CI worker of its labels (docs/versioning.md).
+    version = deployment_config(settings, BUILD_ID, routed=False)
+    executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job")
+    workers = job_workers(client, queues, [jobs.run_job], SharedSlots(slots), executor, version)
+    workers.append(
+        Worker(
+            client,
+            task_queue=ci_control_queue(settings.queue_prefix),
+            activities=[listing.list_workflows, reconcile.list_repos, reconcile.reconcile_repo],
+            activity_executor=ThreadPoolExecutor(max_workers=CONTROL_CONCURRENCY, thread_name_prefix="ci-control"),
+            max_concurrent_activities=CONTROL_CONCURRENCY,
+            deployment_config=version,
+        )
+    )
+    workers.append(
+        Worker(
+            client,
+            task_queue=ci_probe_queue(settings.queue_prefix),
+            activities=[CIProbeActivities(client).served_queues],
+            max_concurrent_activities=PROBE_CONCURRENCY,
+            deployment_config=version,
+        )
+    )
+    return workers
+
+
 async def serve(settings: Settings) -> None:
     """Run until SIGINT/SIGTERM; running jobs are stopped and retried elsewhere as new attempts."""
     state = {"ready": False}
+    sandbox = make_sandbox(settings)
+    # A gVisor worker serves the tenants whose plan asks for gVisor (their own queues).
+    isolation = "gvisor" if sandbox.name == "gvisor" else DEFAULT_CI_ISOLATION
+    queues = _served_queues(settings, isolation)
     server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
     log.info("ci worker health and metrics on http://127.0.0.1:%s", server.server_address[1])
-    sandbox = make_sandbox(settings)
     ci_dir = settings.data_dir / "ci"
     # Job roots a killed worker left: emptied as their own users, then removed (the root rule).
     swept = sweep_leftover_roots(ci_dir / "workspaces", sandbox, limits_from(settings))
@@ -101,44 +161,23 @@ async def serve(settings: Settings) -> None:
         ApiSecretSource(settings.resolved_api_internal_url, settings.database_failover_seconds),
         actions,
     )
-    listing = _listing(settings, db, mirror, actions)
-    reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
-    # A gVisor worker serves the tenants whose plan asks for gVisor (their own queues).
-    isolation = "gvisor" if sandbox.name == "gvisor" else DEFAULT_CI_ISOLATION
-    job_queue = ci_queue(settings.ci_labels, settings.queue_prefix, isolation)
-    slots = settings.ci_job_slots
-    # Activities only: the version is reported, routing stays unversioned, so a run pinned to
-    # an older build still gets any CI worker of its labels (docs/versioning.md).
-    version = deployment_config(settings, BUILD_ID, routed=False)
-    job_worker = Worker(
-        client,
-        task_queue=job_queue,
-        activities=[jobs.run_job],
-        activity_executor=ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job"),
-        max_concurrent_activities=slots,
-        deployment_config=version,
-    )
-    control_worker = Worker(
-        client,
-        task_queue=ci_control_queue(settings.queue_prefix),
-        activities=[listing.list_workflows, reconcile.list_repos, reconcile.reconcile_repo],
-        activity_executor=ThreadPoolExecutor(max_workers=CONTROL_CONCURRENCY, thread_name_prefix="ci-control"),
-        max_concurrent_activities=CONTROL_CONCURRENCY,
-        deployment_config=version,
-    )
+    workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # Idempotent: each CI worker makes sure the lost-webhook reconciler is scheduled.
     await ensure_reconcile_schedule(client, settings.queue_prefix, settings.ci_reconcile_interval_seconds)
-    async with job_worker, control_worker:
+    async with AsyncExitStack() as running:
+        for worker in workers:
+            await running.enter_async_context(worker)
         state["ready"] = True
         log.info(
-            "ci worker (%s sandbox, %d job slots) polling %s and %s",
+            "ci worker (%s sandbox, %d job slots) polling %s, %s and %s",
             sandbox.name,
-            slots,
-            job_queue,
-            control_worker.task_queue,
+            settings.ci_job_slots,
+            ", ".join(queues),
+            ci_control_queue(settings.queue_prefix),
+            ci_probe_queue(settings.queue_prefix),
         )
         await stop.wait()
         state["ready"] = False

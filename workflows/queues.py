@@ -49,9 +49,35 @@ DEFAULT_CI_ISOLATION = "bubblewrap"
 def ci_queue(labels: list[str] | tuple[str, ...], prefix: str = "", isolation: str = DEFAULT_CI_ISOLATION) -> str:
     """A CI job's ``runs-on`` labels, order-insensitive, name its queue; a tenant whose plan
     asks for another sandbox backend (gVisor) has its jobs on that backend's queue of the same
-    labels (``ci.linux@gvisor``), which only workers running that backend poll."""
+    labels (``ci.linux@gvisor``), which only workers running that backend poll. A worker polls
+    the queue of every subset of its own labels (``ci_label_subsets``): a job runs on any worker
+    that has all of its labels, as on GitHub."""
     base = f"{prefix}ci." + "+".join(sorted(set(labels)))
     return base if isolation == DEFAULT_CI_ISOLATION else f"{base}@{isolation}"
+
+
+# Most labels one CI worker may serve: it polls the queue of every non-empty subset of its
+# labels (2**n - 1 queues: 63 at 6), so that a job goes to any worker holding all its labels.
+MAX_CI_WORKER_LABELS = 6
+
+
+class TooManyLabels(ValueError):
+    """A CI worker's label set is larger than ``MAX_CI_WORKER_LABELS``."""
+
+
+def ci_label_subsets(labels: list[str] | tuple[str, ...], limit: int = MAX_CI_WORKER_LABELS) -> list[tuple[str, ...]]:
+    """The label sets whose jobs a worker of ``labels`` takes: every non-empty subset (sorted,
+    deduplicated, largest first: the worker's own set leads). Refuses more than ``limit`` labels."""
+    unique = sorted({x.strip() for x in labels if x.strip()})
+    if not unique:
+        raise ValueError("a CI worker needs at least one label")
+    if len(unique) > limit:
+        raise TooManyLabels(
+            f"a CI worker serves at most {limit} labels (it polls one queue per subset: "
+            f"{2**limit - 1}); got {len(unique)}: {', '.join(unique)}"
+        )
+    subsets = [tuple(x for i, x in enumerate(unique) if mask >> i & 1) for mask in range(1, 2 ** len(unique))]
+    return sorted(subsets, key=lambda s: (-len(s), s))
 
 
 # Video jobs ----------------------------------------------------------------------------
@@ -93,6 +119,21 @@ CI_CONTROL = "ci-control"
 def ci_control_queue(prefix: str = "") -> str:
     """Git work of CI (mirror fetch, listing workflow files): served by every CI worker."""
     return f"{prefix}{CI_CONTROL}"
+
+
+CI_PROBE = "ci-probe"
+
+
+def ci_probe_queue(prefix: str = "") -> str:
+    """Which job queues have live pollers (asked by tenant semaphores): served by every CI
+    worker, apart from the control queue so that a slow git fetch never delays a grant."""
+    return f"{prefix}{CI_PROBE}"
+
+
+# A probe of job queues: one DescribeTaskQueue each, all at once; a probe no CI worker takes in
+# this long counts every queue as unserved (no CI worker is up).
+CI_PROBE_TIMEOUT = timedelta(seconds=10)
+CI_PROBE_RETRY = RetryPolicy(maximum_attempts=1)
 
 
 # Listing workflow files at a commit: fetch the mirror (may be a first clone) and read blobs.

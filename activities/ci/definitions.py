@@ -24,6 +24,7 @@ from workflows.ci.types.reconcile import (
     ReconcileRepos,
 )
 from workflows.ci.types.schedules import ACTIVITY_SYNC_SCHEDULES, SyncSchedulesInput, SyncSchedulesResult
+from workflows.ci.types.semaphore import ACTIVITY_SERVED_QUEUES, ServedQueues, ServedQueuesInput
 from workflows.ci.types.status import ACTIVITY_REPORT_STATUS, StatusReport, StatusReportResult
 
 
@@ -88,4 +89,13 @@ class CIScheduleDefinition:
     @activity.defn(name=ACTIVITY_SYNC_SCHEDULES)
     async def sync_schedules(self, inp: SyncSchedulesInput) -> SyncSchedulesResult:
         """Make the repository's Temporal Schedules match its default branch's ``on.schedule``."""
+        raise NotImplementedError
+
+
+class CIProbeDefinition:
+    """Implemented by ``activities.ci.probe.CIProbeActivities`` (CI workers, probe queue)."""
+
+    @activity.defn(name=ACTIVITY_SERVED_QUEUES)
+    async def served_queues(self, inp: ServedQueuesInput) -> ServedQueues:
+        """Which of the job queues a CI worker polls now (``DescribeTaskQueue``)."""
         raise NotImplementedError

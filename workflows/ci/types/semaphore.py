@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, Field
+
+ACTIVITY_SERVED_QUEUES = "ci_served_queues"
 
 
 class SlotRequest(BaseModel):
@@ -12,6 +16,11 @@ class SlotRequest(BaseModel):
     key: str
     # The tenant's cap as the run knows it (the newest request's value applies).
     limit: int
+    # The task queue the job's activity goes to: granted only while a CI worker polls it.
+    # Empty (a run of an older build): granted as before, without asking.
+    queue: str = ""
+    # Where the semaphore asks whether ``queue`` is polled (``queues.ci_probe_queue``).
+    probe_queue: str = ""
 
 
 class SlotRelease(BaseModel):
@@ -61,3 +70,28 @@ class SemaphoreState(BaseModel):
     granted_total: int = 0
     # Slots a run handed from a finished job round to its next one (``SlotTransfer``).
     transferred_total: int = 0
+    # Job queues a probe found polled, and when (workflow time): requests for them are granted
+    # without asking again until ``SERVED_FRESH`` has passed.
+    served: dict[str, datetime] = Field(default_factory=dict)
+    # Job queues the last probe found unpolled, with when they were first found so (the next
+    # probe comes sooner for a queue that only just lost its workers). Their requests hold no
+    # slot and wait; the tenant's other requests are granted past them.
+    unserved: dict[str, datetime] = Field(default_factory=dict)
+    # When each unserved queue was last probed.
+    probed: dict[str, datetime] = Field(default_factory=dict)
+    probes_total: int = 0
+    # The CI workers' probe queue (from the newest request that names one).
+    probe_queue: str = ""
+
+
+class ServedQueuesInput(BaseModel):
+    """Activity ``ci_served_queues``: which of these job queues a CI worker polls now."""
+
+    queues: list[str]
+
+
+class ServedQueues(BaseModel):
+    """The queues of the input that have pollers (``DescribeTaskQueue``); a queue the engine
+    could not describe counts as unserved (asked again soon)."""
+
+    served: list[str] = Field(default_factory=list)

@@ -1,0 +1,160 @@
+"""One job-slot budget for a CI worker across the queues of all its label subsets.
+
+A worker of labels ``L`` takes the jobs of every label set it holds all of (``runs-on: [a, b]``
+runs on a worker of ``a, b, c``, as on GitHub), so it polls the queue of each non-empty subset
+of ``L`` (``queues.ci_label_subsets``, at most ``MAX_CI_WORKER_LABELS`` labels): one Temporal
+``Worker`` per queue, since a worker polls one queue. All of them draw their activity slots
+from one ``SharedSlots`` supplier (a ``CustomSlotSupplier`` in each one's tuner), so the
+process never runs more than ``ci_job_slots`` jobs whatever the queues they came from.
+
+The engine's workers reserve a slot before each poll (a poll that gets a task must be able to
+run it), so a slot is counted from its reservation to its release, and an idle poll holds one.
+A worker with fewer free slots than queues therefore polls only that many queues at a time;
+the others' pollers wait in line (first come, first served) and get the slot a poll gives
+back when it ends empty (after the engine's long-poll timeout, about a minute) or a job ends.
+Give a worker at least as many slots as queues (``2**n - 1`` for ``n`` labels) for every one
+of them to be polled while it is idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import (
+    CustomSlotSupplier,
+    FixedSizeSlotSupplier,
+    PollerBehaviorSimpleMaximum,
+    SlotMarkUsedContext,
+    SlotPermit,
+    SlotReleaseContext,
+    SlotReserveContext,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkerTuner,
+)
+
+from workflows.queues import ci_label_subsets, ci_queue
+
+# Pollers per queue at most (the SDK's default); fewer when slots are shared by many queues.
+MAX_POLLERS_PER_QUEUE = 5
+
+
+class SharedSlots(CustomSlotSupplier):
+    """At most ``slots`` permits out at once across every worker that uses this supplier;
+    reservations beyond that wait, first come first served."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("a slot budget needs at least one slot")
+        self.slots = slots
+        self._lock = threading.Lock()
+        self._out = 0
+        self._used = 0
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+
+    @property
+    def out(self) -> int:
+        """Permits reserved or in use now."""
+        return self._out
+
+    @property
+    def used(self) -> int:
+        """Permits running a task now."""
+        return self._used
+
+    async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._out < self.slots and not self._waiters:
+                self._out += 1
+                return SlotPermit()
+            future: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, future))
+        try:
+            # A release hands its permit over by resolving this future (the count stays).
+            await future
+        except asyncio.CancelledError:
+            with self._lock:
+                try:
+                    self._waiters.remove((loop, future))
+                except ValueError:
+                    # Handed a permit just as we were cancelled: give it to the next in line.
+                    self._hand_over()
+            raise
+        return SlotPermit()
+
+    def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        with self._lock:
+            if self._out < self.slots and not self._waiters:
+                self._out += 1
+                return SlotPermit()
+        return None
+
+    def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
+        with self._lock:
+            self._used += 1
+
+    def release_slot(self, ctx: SlotReleaseContext) -> None:
+        with self._lock:
+            if ctx.slot_info is not None:
+                self._used = max(0, self._used - 1)
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """A permit came back (lock held): to the oldest waiter still waiting, else to the pool."""
+        while self._waiters:
+            loop, future = self._waiters.popleft()
+            if not future.done() and not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, future)
+                return
+        self._out -= 1
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def shared_tuner(slots: SharedSlots) -> WorkerTuner:
+    """A tuner whose activity slots come from ``slots`` (the job workers host no workflows)."""
+    return WorkerTuner.create_composite(
+        workflow_supplier=FixedSizeSlotSupplier(1),
+        activity_supplier=slots,
+        local_activity_supplier=FixedSizeSlotSupplier(1),
+        nexus_supplier=FixedSizeSlotSupplier(1),
+    )
+
+
+def job_queues(labels: Sequence[str], prefix: str, isolation: str) -> list[str]:
+    """The job queues a worker of ``labels`` polls: one per non-empty subset (its own set first)."""
+    return [ci_queue(subset, prefix, isolation) for subset in ci_label_subsets(list(labels))]
+
+
+def job_workers(
+    client: Client,
+    queues: Sequence[str],
+    activities: Sequence[Any],
+    slots: SharedSlots,
+    executor: Executor,
+    deployment_config: WorkerDeploymentConfig | None,
+) -> list[Worker]:
+    """One ``Worker`` per queue, all drawing on ``slots`` and running on ``executor``."""
+    pollers = max(1, min(MAX_POLLERS_PER_QUEUE, slots.slots // len(queues)))
+    return [
+        Worker(
+            client,
+            task_queue=queue,
+            activities=list(activities),
+            activity_executor=executor,
+            tuner=shared_tuner(slots),
+            activity_task_poller_behavior=PollerBehaviorSimpleMaximum(pollers),
+            deployment_config=deployment_config,
+        )
+        for queue in queues
+    ]
