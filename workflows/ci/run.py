@@ -158,6 +158,7 @@ class CIRunWorkflow(RunScheduling):
         self._slot_gifts = {}
         self._reserved = {}
         self._issued = {}
+        self._served_queues = set()
         self._last_report = None
 
     @workflow.query

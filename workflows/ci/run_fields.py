@@ -141,6 +141,10 @@ class RunFields:
     # and the highest attempt number ever issued per job (a number is never issued twice).
     _reserved: dict[str, tuple[int, int]]
     _issued: dict[str, int]
+    # Job queues this run has had a slot granted for (a live worker polled them then): a slot
+    # of the run moves (hand-over, transfer, inheritance) only to a job round on one of them,
+    # so a round no worker serves never holds one.
+    _served_queues: set[str]
 
     def _set_status(self, status: RunStatus) -> None:
         if self._state.status != status:

@@ -112,8 +112,14 @@ class RunScheduling(RunRounds):
             matrix_job_id=job.matrix_of,
         )
         inherited: str | None = None
-        if self._spare_slots and inp.push.max_concurrent_jobs is not None and job.job_id not in self._job_groups:
-            # Same condition as when the slot was kept (``_run_job``: capped, no job-level group).
+        if (
+            self._spare_slots
+            and inp.push.max_concurrent_jobs is not None
+            and job.job_id not in self._job_groups
+            and self._may_take_over(job.job_id)
+        ):
+            # Same condition as when the slot was kept (``_run_job``: capped, no job-level group),
+            # and a queue a worker serves (a round no worker serves asks, and waits unheld).
             inherited = self._spare_slots.pop(0)
         self._tasks[job.job_id] = asyncio.create_task(self._run_job(job.job_id, job.round, spec, act, inherited))
 
@@ -205,6 +211,9 @@ class RunScheduling(RunRounds):
                         job_state.slot_key = slot
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
+            if capped:
+                # Held: the semaphore granted it for this queue, or it came from a round that did.
+                self._served_queues.add(self._job_queue(job_id))
             if not spec.secrets:
                 # No secrets to fetch, so no token: the attempt's number travels with the activity.
                 job = self._state.job(job_id)

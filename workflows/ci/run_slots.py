@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         SlotRequests,
         SlotTransfer,
     )
-    from workflows.queues import orchestration_queue
+    from workflows.queues import ci_probe_queue, ci_queue, orchestration_queue
 
 
 # What a shared workflow's run method takes.
@@ -40,6 +40,28 @@ P = TypeVar("P")
 
 class RunSlots(RunGraph):
     """The slot protocol of a run with its tenant's semaphore."""
+
+    def _job_queue(self, job_id: str) -> str:
+        """The task queue of the job's current round (its evaluated ``runs-on``)."""
+        job = self._state.job(job_id)
+        push = self._inp.push
+        return ci_queue(job.runs_on if job is not None else [], push.queue_prefix, push.isolation)
+
+    def _may_take_over(self, job_id: str) -> bool:
+        """Whether a slot of this run may move to the job's round without asking the semaphore:
+        only to a queue a worker was found to poll (the semaphore grants no other)."""
+        return self._job_queue(job_id) in self._served_queues
+
+    def _slot_request(self, job_id: str, key: str) -> SlotRequest:
+        inp = self._inp
+        assert inp.push.max_concurrent_jobs is not None
+        return SlotRequest(
+            holder=workflow.info().workflow_id,
+            key=key,
+            limit=inp.push.max_concurrent_jobs,
+            queue=self._job_queue(job_id),
+            probe_queue=ci_probe_queue(inp.push.queue_prefix),
+        )
 
     def _slots_in_play(self) -> int:
         """Slots this run holds, has asked for, or is handing over: never more than the cap."""
@@ -81,7 +103,7 @@ class RunSlots(RunGraph):
             if job_id in self._abort_wait:
                 return key
         self._requested.add(key)
-        req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+        req = self._slot_request(job_id, key)
         # Jobs started in one pass run their tasks one after the other before the flush task
         # created by the first of them: it sends all their requests in one signal.
         self._acquire_batch.append(req)
@@ -151,7 +173,7 @@ class RunSlots(RunGraph):
         except FailureError:
             # The semaphore was ended from outside (its holders with it): have a new one count
             # this round, which is already running.
-            req = SlotRequest(holder=workflow.info().workflow_id, key=key, limit=inp.push.max_concurrent_jobs)
+            req = self._slot_request(job_id, key)
             await self._send_acquire(SIGNAL_ACQUIRE, req, [req])
 
     async def _moved(self, keys: list[str]) -> None:
@@ -164,8 +186,9 @@ class RunSlots(RunGraph):
     def _release_spare_slots(self) -> None:
         """Slots no job of this pass took over go to this run's job rounds waiting in its own
         queue (no signal), then to those waiting for a grant (oldest first, a ``transfer`` each),
-        and the rest back to the tenant (in one signal)."""
-        for job_id in [j for j in self._slot_queue if j not in self._abort_wait]:
+        and the rest back to the tenant (in one signal); only to rounds on a queue a worker was
+        found to poll (``_may_take_over``)."""
+        for job_id in [j for j in self._slot_queue if j not in self._abort_wait and self._may_take_over(j)]:
             if not self._spare_slots:
                 break
             # Held all along: the semaphore's count is right as it is.
@@ -174,7 +197,7 @@ class RunSlots(RunGraph):
         waiting = [
             (key, job_id)
             for key, job_id in self._awaiting_grant.items()
-            if key not in self._granted and job_id not in self._abort_wait
+            if key not in self._granted and job_id not in self._abort_wait and self._may_take_over(job_id)
         ]
         if self._spare_slots and waiting:
             for key, job_id in waiting[: len(self._spare_slots)]:

@@ -26,6 +26,16 @@ the cap start one after the other without a release and a grant each. Like a cha
 slot stays with the run rather than going to the tenant's oldest waiter (most often the same:
 a run asks for all its ready jobs at once, before the tenant's later runs ask).
 
+A slot goes only to a job that a live CI worker can take: each request names its job's task
+queue, and a request whose queue no worker polls holds nothing and waits, while the tenant's
+later requests for served queues are granted past it (so a label nobody serves never blocks
+the tenant's other jobs). Whether a queue is served comes from the ``ci_served_queues`` activity
+(``DescribeTaskQueue`` on the CI workers' probe queue), asked only for queues not found served
+in the last ``SERVED_FRESH`` and only while a slot is free: a tenant busy on served labels
+pays one probe a minute per queue, not one per job. An unserved queue is asked again every
+``UNSERVED_RECHECK_MIN`` to ``UNSERVED_RECHECK_MAX`` (longer the longer it stays unserved), so
+its jobs start within seconds of a worker appearing.
+
 The workflow lives as long as the tenant uses CI and continues as new before its history
 grows large, carrying holders and waiters.
 """
@@ -33,14 +43,16 @@ grows large, carrying holders and waiters.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ci.definitions import CIProbeDefinition
     from workflows.ci.types.semaphore import (
         SemaphoreState,
+        ServedQueuesInput,
         SlotGrants,
         SlotRelease,
         SlotReleases,
@@ -48,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         SlotRequests,
         SlotTransfer,
     )
+    from workflows.queues import CI_PROBE_RETRY, CI_PROBE_TIMEOUT
 
 SEMAPHORE_PREFIX = "ci-tenant-sem:"
 SIGNAL_ACQUIRE = "acquire"
@@ -60,6 +73,14 @@ SIGNAL_GRANTED_MANY = "slots_granted"
 MAX_HISTORY_EVENTS = 2000
 # An idle semaphore still continues as new now and then, so its history stays short.
 IDLE_ROLLOVER = timedelta(hours=6)
+# A queue found polled is taken as served this long without asking again.
+SERVED_FRESH = timedelta(seconds=60)
+# How often a queue found unpolled is asked again: a tenth of how long it has been unserved,
+# within these bounds.
+UNSERVED_RECHECK_MIN = timedelta(seconds=2)
+UNSERVED_RECHECK_MAX = timedelta(seconds=60)
+# Most queues one probe asks about (the rest wait for the next probe).
+MAX_PROBED_QUEUES = 32
 
 
 def rollover_due(started: bool, max_events: int = MAX_HISTORY_EVENTS) -> bool:
@@ -89,6 +110,9 @@ class CITenantSemaphoreWorkflow:
     @workflow.init
     def __init__(self, state: SemaphoreState) -> None:
         self._state = state
+        if not state.probe_queue:
+            # Started by a run with its first requests: they name where to ask.
+            state.probe_queue = next((r.probe_queue for r in state.pending if r.probe_queue), "")
         self._dirty = False
         # Grants to signal to their runs (signal handlers cannot await).
         self._notify: list[SlotRequest] = []
@@ -101,6 +125,8 @@ class CITenantSemaphoreWorkflow:
     def acquire(self, req: SlotRequest) -> None:
         st = self._state
         st.limit = max(1, req.limit)
+        if req.probe_queue:
+            st.probe_queue = req.probe_queue
         same = [r for r in (*st.holders, *st.pending) if r.holder == req.holder and r.key == req.key]
         if same:
             # A repeated request (e.g. a run replayed a signal): re-grant if it already holds.
@@ -159,7 +185,7 @@ class CITenantSemaphoreWorkflow:
         while True:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
-            self._grant()
+            ask = self._grant()
             if self._notify:
                 # One ``slots_granted`` per run of the round, all in this task.
                 runs: dict[str, list[str]] = {}
@@ -167,15 +193,22 @@ class CITenantSemaphoreWorkflow:
                     runs.setdefault(req.holder, []).append(req.key)
                 self._notify = []
                 await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
+            if ask:
+                # Waiters whose queues nobody was known to poll: ask, then grant again.
+                await self._probe(ask)
+                continue
             # Holders and waiters carry over.
             if rollover_due(started):
                 break
             started = False
             if self._dirty:
                 continue
+            recheck = self._next_recheck()
             try:
-                await workflow.wait_condition(lambda: self._dirty, timeout=IDLE_ROLLOVER)
+                await workflow.wait_condition(lambda: self._dirty, timeout=min(IDLE_ROLLOVER, recheck))
             except TimeoutError:
+                if recheck < IDLE_ROLLOVER:
+                    continue
                 break
         await workflow.wait_condition(workflow.all_handlers_finished)
         # Waiters and holders carry over; the next run grants what is free.
@@ -183,13 +216,88 @@ class CITenantSemaphoreWorkflow:
             self._state, initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
         )
 
-    def _grant(self) -> None:
+    def _grant(self) -> list[str]:
+        """Grant free slots to waiters whose queue is served, first come first served; the
+        queues to ask about before their waiters can be granted (only while a slot is free)."""
         st = self._state
-        while st.pending and len(st.holders) < st.limit:
-            req = st.pending.pop(0)
-            st.holders.append(req)
-            st.granted_total += 1
-            self._notify.append(req)
+        now = workflow.now()
+        ask: list[str] = []
+        waiting: list[SlotRequest] = []
+        for req in st.pending:
+            if len(st.holders) >= st.limit:
+                waiting.append(req)
+                continue
+            served = self._served(req.queue, now)
+            if served:
+                st.holders.append(req)
+                st.granted_total += 1
+                self._notify.append(req)
+                continue
+            waiting.append(req)
+            if served is None and req.queue not in ask:
+                ask.append(req.queue)
+        st.pending = waiting
+        return ask[:MAX_PROBED_QUEUES] if st.probe_queue else []
+
+    def _served(self, queue: str, now: datetime) -> bool | None:
+        """Whether a worker polls ``queue`` as far as this workflow knows; ``None``: ask."""
+        st = self._state
+        if not queue or not st.probe_queue:
+            # A request of an older build (or no probe queue known): granted without asking.
+            return True
+        seen = st.served.get(queue)
+        if seen is not None and now - seen < SERVED_FRESH:
+            return True
+        since, probed = st.unserved.get(queue), st.probed.get(queue)
+        if since is not None and probed is not None and now - probed < _recheck_interval(now - since):
+            return False
+        return None
+
+    def _next_recheck(self) -> timedelta:
+        """How long until an unserved waiter's queue is due to be asked again (only while a slot
+        is free: a release wakes the workflow anyway)."""
+        st = self._state
+        if len(st.holders) >= st.limit:
+            return IDLE_ROLLOVER
+        now = workflow.now()
+        due = [
+            st.probed[q] + _recheck_interval(now - st.unserved[q]) - now
+            for q in {r.queue for r in st.pending}
+            if q in st.unserved and q in st.probed
+        ]
+        return max(min(due), timedelta(milliseconds=100)) if due else IDLE_ROLLOVER
+
+    async def _probe(self, queues: list[str]) -> None:
+        st = self._state
+        try:
+            answer = await workflow.execute_activity_method(
+                CIProbeDefinition.served_queues,
+                ServedQueuesInput(queues=queues),
+                task_queue=st.probe_queue,
+                schedule_to_close_timeout=CI_PROBE_TIMEOUT,
+                retry_policy=CI_PROBE_RETRY,
+            )
+            served = set(answer.served)
+        except ActivityError as err:
+            # No CI worker took the probe in time (none is up): nothing is served.
+            workflow.logger.warning("probe of %s failed: %s", queues, err.cause)
+            served = set()
+        now = workflow.now()
+        st.probes_total += 1
+        for q in queues:
+            if q in served:
+                st.served[q] = now
+                st.unserved.pop(q, None)
+                st.probed.pop(q, None)
+            else:
+                st.served.pop(q, None)
+                st.unserved.setdefault(q, now)
+                st.probed[q] = now
+        # Forget queues no waiter names (bounded state across continue-as-new).
+        wanted = {r.queue for r in st.pending} | {r.queue for r in st.holders}
+        st.served = {q: t for q, t in st.served.items() if q in wanted or now - t < SERVED_FRESH}
+        st.unserved = {q: t for q, t in st.unserved.items() if q in wanted}
+        st.probed = {q: t for q, t in st.probed.items() if q in st.unserved}
 
     async def _tell_run(self, holder: str, keys: list[str]) -> None:
         try:
@@ -198,3 +306,7 @@ class CITenantSemaphoreWorkflow:
             workflow.logger.warning("run %s is gone; freeing its slots %s", holder, keys)
             for key in keys:
                 self.release(SlotRelease(holder=holder, key=key))
+
+
+def _recheck_interval(unserved_for: timedelta) -> timedelta:
+    return min(UNSERVED_RECHECK_MAX, max(UNSERVED_RECHECK_MIN, unserved_for / 10))
