@@ -39,31 +39,33 @@ from leasehold.records.versioned import VersionedRow, dialect_insert, write_vers
 Row = TypeVar("Row", bound=Base)
 
 
-class CIPushRecord(VersionedRow, Base):
+class _CommitRow(VersionedRow):
+    """A read-model row of one commit of a repository at a ref: a push or a run (a mixin)."""
+
+    repo_id: Mapped[str] = mapped_column(String(32))
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    ref: Mapped[str] = mapped_column(String(255))
+
+
+class CIPushRecord(_CommitRow, Base):
     """One push (repository + commit + ref + event) and the runs it made; ``state`` is its
     ``CIPushState``."""
 
     __tablename__ = "ci_pushes"
 
     push_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    repo_id: Mapped[str] = mapped_column(String(32))
-    commit_sha: Mapped[str] = mapped_column(String(64))
-    ref: Mapped[str] = mapped_column(String(255))
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     __table_args__ = (Index("ix_ci_pushes_repo", "tenant_id", "repo_id", "received_at"),)
 
 
-class CIRunRecord(VersionedRow, Base):
+class CIRunRecord(_CommitRow, Base):
     """One run (repository + commit + workflow file + event); ``state`` is its ``CIRunState``,
     what ``GET /v1/runs/{id}`` and the log reader use."""
 
     __tablename__ = "ci_runs"
 
     run_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    repo_id: Mapped[str] = mapped_column(String(32))
-    commit_sha: Mapped[str] = mapped_column(String(64))
-    ref: Mapped[str] = mapped_column(String(255))
     workflow_path: Mapped[str] = mapped_column(String(255))
     event: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
