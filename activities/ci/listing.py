@@ -12,6 +12,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from actions_language.filters import matches_any
 from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
 from actions_language.loader import MAX_WORKFLOW_BYTES
 from actions_language.parser import parse_workflow
@@ -23,6 +24,7 @@ from actions_language.triggers import (
     pull_request_triggers,
     push_triggers,
     typed_event_triggers,
+    workflow_run_triggers,
 )
 from activities.ci.actions import ActionResolver, ActionSource
 from activities.ci.definitions import CIListingDefinition
@@ -71,13 +73,12 @@ class CIListingActivities(CIListingDefinition):
         if inp.event == "schedule":
             return self._list_scheduled(inp)
         resolved = False
-        if not inp.commit_sha and inp.event == "release":
-            # A release names its tag; the commit is the tag's, read from the repository now.
+        if not inp.commit_sha and inp.event in ("release", "workflow_run"):
+            # A release names its tag, a workflow_run the default branch: the commit is the
+            # one they point at now, read from the repository.
             found_tag = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
             if found_tag is None:
-                raise ApplicationError(
-                    f"the repository has no tag {inp.ref!r}", type=PUSH_GIT_FAILED, non_retryable=True
-                )
+                raise ApplicationError(f"the repository has no {inp.ref!r}", type=PUSH_GIT_FAILED, non_retryable=True)
             inp = inp.model_copy(update={"ref": found_tag[1], "commit_sha": found_tag[2]})
             resolved = True
         try:
@@ -129,6 +130,7 @@ class CIListingActivities(CIListingDefinition):
             environments=self._rules(inp, files),
             run_numbers=self._numbers(inp, inp.commit_sha, files),
             report_status=self._reports(inp, files),
+            workflow_run_listened=listened(files),
             # A release's commit and tag, resolved here (the push adopts them).
             commit_sha=inp.commit_sha if resolved else None,
             ref=inp.ref if resolved else None,
@@ -252,6 +254,14 @@ class CIListingActivities(CIListingDefinition):
         )
 
 
+def listened(files: list[WorkflowFile]) -> list[str]:
+    """The files whose workflow (by name) some file's ``on.workflow_run`` names."""
+    patterns = [p for f in files if f.spec and f.spec.on_workflow_run.enabled for p in f.spec.on_workflow_run.workflows]
+    if not patterns:
+        return []
+    return [f.path for f in files if f.spec and any(matches_any([p], f.spec.name) for p in patterns)]
+
+
 def event_trigger(spec: WorkflowSpec, inp: ListWorkflowsInput) -> tuple[PushFilter, bool]:
     """The file's filter for the event being listed, and whether the event matches it."""
     action = inp.action or ""
@@ -262,6 +272,9 @@ def event_trigger(spec: WorkflowSpec, inp: ListWorkflowsInput) -> tuple[PushFilt
         return spec.on_release, typed_event_triggers(spec.on_release, action)
     if inp.event == "merge_group":
         return spec.on_merge_group, typed_event_triggers(spec.on_merge_group, action or "checks_requested")
+    if inp.event == "workflow_run":
+        hit = workflow_run_triggers(spec.on_workflow_run, inp.triggering_workflow, action, inp.triggering_branch)
+        return PushFilter(enabled=hit), hit
     return spec.on_push, push_triggers(spec.on_push, inp.ref)
 
 

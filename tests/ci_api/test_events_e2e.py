@@ -7,6 +7,7 @@ tag's commit; a merge queue's ``checks_requested`` runs its head; redeliveries a
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 
 from tests.ci_api.conftest import CIStack
@@ -185,3 +186,52 @@ def test_event_payloads_missing_what_starts_a_run_are_400s_naming_the_field(ci_s
     payload = for_repository(example("release", "published"), name)
     payload["release"]["tag_name"] = "bad tag name"
     assert deliver(ci_stack, secret, "release", json.dumps(payload).encode()).status_code == 400
+
+
+def _named(name: str, on: str, echo: str = "ran") -> str:
+    return f'name: {name}\non:\n{on}\njobs:\n  j:\n    runs-on: linux\n    steps:\n      - run: echo "{echo}"\n'
+
+
+def test_workflow_run_follows_a_run_and_stops_after_three_levels(ci_engine: CIStack) -> None:
+    after_echo = (
+        "event=${{ github.event_name }} action=${{ github.event.action }} of=${{ github.event.workflow_run.name }}"
+        " conclusion=${{ github.event.workflow_run.conclusion }} branch=${{ github.event.workflow_run.head_branch }}"
+        " sha=${{ github.sha }} ref=${{ github.ref }}"
+    )
+    files = {
+        "ci.yml": _named("CI", "  push:"),
+        "after.yml": _named("After", "  workflow_run:\n    workflows: [CI]\n    types: [completed]", after_echo),
+        "requested.yml": _named("Requested", "  workflow_run:\n    workflows: ['C*']\n    types: [requested]"),
+        "level2.yml": _named("L2", "  workflow_run:\n    workflows: [After]\n    types: [completed]"),
+        "level3.yml": _named("L3", "  workflow_run:\n    workflows: [L2]\n    types: [completed]"),
+        "level4.yml": _named("L4", "  workflow_run:\n    workflows: [L3]\n    types: [completed]"),
+    }
+    client, _, repo_id, _, _, head = _setup(ci_engine, files)
+
+    def runs() -> dict[str, dict]:
+        listed = client.get("/v1/runs", params={"repo": repo_id, "limit": 50}).json()["data"]
+        return {r["workflow_path"].rsplit("/", 1)[-1]: get_run(client, r["id"]) for r in listed}
+
+    done = wait_for(
+        "the chain to level 3",
+        lambda: (found := runs()).get("level3.yml", {}).get("status") in ("success", "failure") and found,
+        timeout=180,
+    )
+    assert {name: r["event"] for name, r in done.items()} == {
+        "ci.yml": "push",
+        "requested.yml": "workflow_run",
+        "after.yml": "workflow_run",
+        "level2.yml": "workflow_run",
+        "level3.yml": "workflow_run",
+    }, done
+    assert all(r["status"] == "success" for r in done.values()), done
+    after = done["after.yml"]
+    assert after["commit_sha"] == head
+    text = log_text(client, after["id"], "j")
+    assert (
+        f"event=workflow_run action=completed of=CI conclusion=success branch=main sha={head} ref=refs/heads/main"
+        in text
+    ), text
+    # A fourth level does not start (GitHub's limit), however long one waits.
+    time.sleep(5)
+    assert "level4.yml" not in runs()

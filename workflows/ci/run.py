@@ -102,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search_attributes as sa
     from workflows.ci.run_fields import initial_state
     from workflows.ci.run_scheduling import RunScheduling
+    from workflows.ci.run_triggers import start_workflow_run_push, workflow_run_push
     from workflows.ci.types.projection import current_snapshot_version
     from workflows.ci.types.run import CIRunInput, CIRunState, RunStatus
     from workflows.ci.types.status import STATUS_RETRY, STATUS_SCHEDULE_TO_CLOSE, STATUS_START_TO_CLOSE, StatusReport
@@ -189,10 +190,12 @@ class CIRunWorkflow(RunScheduling):
             self._retry_pending = False
             self._run_group = None
             self._report(round_number, final=False)
+            self._announce(round_number, "requested")
             if inp.spec.concurrency is None or await self._enter_run_group():
                 await self._execute()
             self._finish()
             self._report(round_number, final=True)
+            self._announce(round_number, "completed")
             if self._run_group is not None:
                 self._leave_group(*self._run_group)
             try:
@@ -234,6 +237,13 @@ class CIRunWorkflow(RunScheduling):
                 workflow.logger.warning("run %s: status report not delivered: %s", self._inp.run_id, err.cause)
 
         self._last_report = asyncio.create_task(send())
+
+    def _announce(self, round_number: int, action: str) -> None:
+        """Start the ``workflow_run`` push of this round's start or end, if a file listens for
+        this workflow (``workflows.ci.run_triggers``); delivered before the run closes."""
+        triggered = workflow_run_push(self._inp, self._state, round_number, action)
+        if triggered is not None:
+            self._releases.append(asyncio.create_task(start_workflow_run_push(triggered)))
 
     async def _reports_sent(self) -> None:
         """Every queued report delivered (or given up) before the run closes."""

@@ -92,6 +92,11 @@ class PushContext(BaseModel):
     # The webhook's activity type for events without a pull request (``release`` published,
     # ``merge_group`` checks_requested); a pull request's is ``pull_request.action``.
     action: str = ""
+    # A ``workflow_run`` push: how many workflow_run levels led here (1 for the first), and the
+    # triggering run's workflow name and head branch (what ``on.workflow_run`` filters match).
+    workflow_run_depth: int = 0
+    triggering_workflow: str = ""
+    triggering_branch: str = ""
 
 
 _PUSH_FIELDS = frozenset(PushContext.model_fields)
@@ -190,6 +195,9 @@ class ListWorkflowsInput(BaseModel):
     # The push's dispatch key (``PushContext.dispatch_key``): part of its runs' ids, which the
     # activity numbers.
     dispatch_key: str = ""
+    # A ``workflow_run``: the triggering run's workflow name and head branch.
+    triggering_workflow: str = ""
+    triggering_branch: str = ""
 
 
 class EnvironmentRule(BaseModel):
@@ -215,6 +223,9 @@ class ListWorkflowsResult(BaseModel):
     run_numbers: dict[str, int] = Field(default_factory=dict)
     # The repository has a status reporter (its runs report to the git host).
     report_status: bool = False
+    # The files whose workflow some listed file's ``on.workflow_run`` names: their runs start
+    # ``workflow_run`` pushes (``workflows.ci.run_triggers``).
+    workflow_run_listened: list[str] = Field(default_factory=list)
 
 
 # Error type of a dispatch the workflow file refuses (unknown ref or file, no

@@ -68,6 +68,9 @@ class CIRunInput(PushScoped):
     # Report each round's state to the git host (the repository had a reporter when the push
     # was listed; ``activities.ci.status_report``).
     report_status: bool = False
+    # Some file of the push listens for this workflow's runs (``on.workflow_run``): each round's
+    # start and end start a ``workflow_run`` push (``workflows.ci.run_triggers``).
+    notify_workflow_run: bool = False
 
 
 class JobAttemptState(BaseModel):
