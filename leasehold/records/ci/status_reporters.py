@@ -24,7 +24,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Integer, LargeBinary, String, Text, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, FieldError, from_row, utcnow
 from leasehold.records.ci.secrets import Keyring
 
 _AAD_VERSION = b"leasehold-ci-status-reporter-v1"
@@ -71,13 +71,8 @@ class CIStatusDelivery(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class ReporterError(ValueError):
+class ReporterError(FieldError):
     """A reporter setting the caller can fix; ``field`` names it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -142,15 +137,7 @@ def _check(setting: ReporterSetting) -> tuple[str, str]:
 
 
 def _info(row: CIStatusReporter) -> ReporterInfo:
-    return ReporterInfo(
-        repo_id=row.repo_id,
-        api_url=row.api_url,
-        repository=row.repository,
-        kind=row.kind,
-        app_id=row.app_id,
-        installation_id=row.installation_id,
-        updated_at=row.updated_at,
-    )
+    return from_row(ReporterInfo, row)
 
 
 def put_reporter(
