@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, LargeBinary, String, UniqueConstraint, func, or_, select
+from sqlalchemy import BigInteger, DateTime, ForeignKey, String, UniqueConstraint, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.clone_urls import ClonePolicy, CloneUrlRefused, parse
 from leasehold.records.base import Base, FieldError, from_row, utcnow
-from leasehold.records.ci.secrets import Keyring, KeyringError
+from leasehold.records.ci.secrets import Keyring, KeyringError, Sealed
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +59,13 @@ class Repository(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class RepoWebhookSecret(Base):
+class RepoWebhookSecret(Sealed, Base):
     """A repository's sealed webhook secret (a table of its own: the plain-text column is too
     short for a sealed value, and ``create_all`` adds tables to old databases, not columns)."""
 
     __tablename__ = "repo_webhook_secrets"
 
     repo_id: Mapped[str] = mapped_column(String(32), ForeignKey("repositories.id"), primary_key=True)
-    key_id: Mapped[str] = mapped_column(String(32))
-    nonce: Mapped[bytes] = mapped_column(LargeBinary(12))
-    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 @dataclass(frozen=True)

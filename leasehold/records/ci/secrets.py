@@ -44,7 +44,16 @@ KEY_FILE = "secrets-keys"
 _AAD_VERSION = b"leasehold-ci-secret-v1"
 
 
-class CISecret(Base):
+class Sealed:
+    """A value sealed by ``Keyring.seal``, as a table's columns (a mixin): the key's id, the
+    nonce and the ciphertext."""
+
+    key_id: Mapped[str] = mapped_column(String(32))
+    nonce: Mapped[bytes] = mapped_column(LargeBinary(12))
+    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class CISecret(Sealed, Base):
     """One sealed secret value."""
 
     __tablename__ = "ci_secrets"
@@ -55,9 +64,6 @@ class CISecret(Base):
     # "" for tenant-wide, else the repository id.
     repo_scope: Mapped[str] = mapped_column(String(64), default=TENANT_SCOPE)
     name: Mapped[str] = mapped_column(String(128))
-    key_id: Mapped[str] = mapped_column(String(32))
-    nonce: Mapped[bytes] = mapped_column(LargeBinary(12))
-    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -21,11 +21,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, LargeBinary, String, Text, UniqueConstraint, select
+from sqlalchemy import DateTime, Integer, String, Text, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.records.base import Base, FieldError, from_row, utcnow
-from leasehold.records.ci.secrets import Keyring
+from leasehold.records.ci.secrets import Keyring, Sealed
 
 _AAD_VERSION = b"leasehold-ci-status-reporter-v1"
 # GitHub's own limits: owner 39 characters, repository name 100.
@@ -34,7 +34,7 @@ MAX_PRIVATE_KEY_BYTES = 16 * 1024
 MAX_TOKEN_BYTES = 1024
 
 
-class CIStatusReporter(Base):
+class CIStatusReporter(Sealed, Base):
     """A repository's git host and its sealed credentials."""
 
     __tablename__ = "ci_status_reporters"
@@ -49,9 +49,6 @@ class CIStatusReporter(Base):
     kind: Mapped[str] = mapped_column(String(16))
     app_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     installation_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    key_id: Mapped[str] = mapped_column(String(32))
-    nonce: Mapped[bytes] = mapped_column(LargeBinary(12))
-    ciphertext: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
