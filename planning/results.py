@@ -41,33 +41,34 @@ class TierFigures:
 
 @dataclass
 class RunResult:
-    """Everything one run measured over its window ``[warmup, horizon]``."""
+    """Everything one run measured over its window ``[warmup, horizon]`` (each count from 0)."""
 
     scenario: Scenario
     checkpoint_interval: float
     window: float
     tiers: dict[str, TierFigures]
     held_gpu_seconds: dict[int, float]  # by pool index
-    busy_gpu_seconds: float
-    useful_gpu_seconds: float
-    lost_gpu_seconds: float  # computed then thrown away (since the last checkpoint)
-    overhead_gpu_seconds: float  # checkpoint writes, resumes, data transfer, gang members idling
-    preemptions: int  # attempts ended by a preemption or reclaim
-    jobs_preempted: int
-    lost_per_preemption: list[float]
-    cost_usd: float
-    completed_in_window: int
-    accepted_total: int
-    completed_total: int
-    failed_total: int
-    open_at_end: int
-    mean_waiting: float  # time-average of jobs waiting for a worker
-    mean_busy: float  # time-average of GPUs generating
-    accepted_per_second: float
-    mean_work_per_job: float  # measured mean GPU-seconds of steps per accepted job
-    remote_jobs: int
-    backfilled: int  # jobs started ahead of a waiting gang
-    series: list[tuple[float, int, int, int, int, float | None]]  # t, waiting paid, free, busy, alive, free ETA
+    busy_gpu_seconds: float = 0.0
+    useful_gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0  # computed then thrown away (since the last checkpoint)
+    overhead_gpu_seconds: float = 0.0  # checkpoint writes, resumes, data transfer, gang members idling
+    preemptions: int = 0  # attempts ended by a preemption or reclaim
+    jobs_preempted: int = 0
+    lost_per_preemption: list[float] = field(default_factory=list)
+    cost_usd: float = 0.0
+    completed_in_window: int = 0
+    accepted_total: int = 0
+    completed_total: int = 0
+    failed_total: int = 0
+    open_at_end: int = 0
+    mean_waiting: float = 0.0  # time-average of jobs waiting for a worker
+    mean_busy: float = 0.0  # time-average of GPUs generating
+    accepted_per_second: float = 0.0
+    mean_work_per_job: float = 0.0  # measured mean GPU-seconds of steps per accepted job
+    remote_jobs: int = 0
+    backfilled: int = 0  # jobs started ahead of a waiting gang
+    # t, waiting paid, free, busy, alive, free ETA
+    series: list[tuple[float, int, int, int, int, float | None]] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
 
     def tier(self, name: str) -> TierFigures:
