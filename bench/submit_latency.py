@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import httpx
 from temporalio.client import Client
@@ -20,29 +21,34 @@ FLOOR_QUEUE = "bench-floor-unpolled"
 P99_LIMIT = 0.5
 
 
-async def _open_loop(rate: float, seconds: float, call: Callable[[int], Awaitable[None]]) -> tuple[list[float], int]:
-    """Issue ``call(i)`` at ``rate`` per second for ``seconds`` (not waiting on answers); latencies and errors."""
-    latencies: list[float] = []
-    errors = 0
+@dataclass
+class Timings:
+    """The latencies of the calls that answered, and how many failed."""
 
-    async def one(i: int) -> None:
-        nonlocal errors
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    async def time(self, call: Callable[[int], Awaitable[None]], arg: int) -> None:
         started = time.perf_counter()
         try:
-            await call(i)
-            latencies.append(time.perf_counter() - started)
+            await call(arg)
+            self.latencies.append(time.perf_counter() - started)
         except Exception:
-            errors += 1
+            self.errors += 1
 
+
+async def _open_loop(rate: float, seconds: float, call: Callable[[int], Awaitable[None]]) -> tuple[list[float], int]:
+    """Issue ``call(i)`` at ``rate`` per second for ``seconds`` (not waiting on answers); latencies and errors."""
+    timings = Timings()
     tasks = []
     begin = time.perf_counter()
     for i in range(int(rate * seconds)):
         delay = begin + i / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(one(i)))
+        tasks.append(asyncio.ensure_future(timings.time(call, i)))
     await asyncio.gather(*tasks)
-    return latencies, errors
+    return timings.latencies, timings.errors
 
 
 async def run(

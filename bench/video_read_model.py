@@ -34,7 +34,7 @@ from sqlalchemy import insert
 from temporalio.client import Client
 
 from bench.report import Table, ms, percentile, process_cpu_seconds
-from bench.submit_latency import FLOOR_QUEUE, FLOOR_WORKFLOW, _open_loop
+from bench.submit_latency import FLOOR_QUEUE, FLOOR_WORKFLOW, Timings, _open_loop
 from leasehold.database import init_database
 from leasehold.devserver import free_port
 from leasehold.records.api_keys import create_key
@@ -57,22 +57,15 @@ CAP_SUBMITS = 20
 
 async def _closed_loop(workers: int, seconds: float, call: Callable[[int], Awaitable[None]]) -> tuple[list[float], int]:
     """``workers`` loops calling ``call(worker)`` back to back for ``seconds``; latencies and errors."""
-    latencies: list[float] = []
-    errors = 0
+    timings = Timings()
     deadline = time.perf_counter() + seconds
 
     async def loop(worker: int) -> None:
-        nonlocal errors
         while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            try:
-                await call(worker)
-                latencies.append(time.perf_counter() - started)
-            except Exception:
-                errors += 1
+            await timings.time(call, worker)
 
     await asyncio.gather(*(loop(w) for w in range(workers)))
-    return latencies, errors
+    return timings.latencies, timings.errors
 
 
 async def submits(base: str, keys: list[str], client: Client, rates: list[float], seconds: float) -> Table:
