@@ -29,6 +29,7 @@ definition. Models and encoders implement the small protocols below.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -37,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +48,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from activities.video.checkpoints import JobCheckpoints, attempt_prefix
 from activities.video.definitions import GENERATE_VIDEO, VideoGenerationDefinition
+from activities.video.references import read_reference
 from leasehold.retry import retry_within
 from leasehold.storage import ObjectStore
 from workflows.video.models import format_size, get_model
@@ -84,6 +86,10 @@ class GenerationJob:
     frames: int
     fps: int
     steps: int
+    # Image-to-video: the first frame's image (its bytes, read from the store by the activity)
+    # and their SHA-256, which is what the checkpoint fingerprint covers.
+    reference: bytes | None = field(default=None, repr=False, compare=False)
+    reference_sha256: str | None = None
 
 
 class VideoModel(Protocol):
@@ -235,18 +241,26 @@ def resolve_job(model_name: str, input: GenerateInput) -> GenerationJob:
         )
     if not request.prompt.strip():
         raise ApplicationError("prompt is empty", type=VideoErrorType.INVALID_REQUEST, non_retryable=True)
+    if spec.takes_image != (request.input_reference is not None):
+        needs = "starts from an image: input_reference is required" if spec.takes_image else "takes no input_reference"
+        raise ApplicationError(f"{spec.name} {needs}", type=VideoErrorType.INVALID_REQUEST, non_retryable=True)
     return GenerationJob(
         # As asked: the model, the prompt, the seed and the frame size.
         **request.model_dump(include={"model", "prompt", "seed", "width", "height"}),
         frames=spec.frame_count(request.seconds),
         fps=spec.fps,
         steps=steps,
+        reference_sha256=request.input_reference.sha256 if request.input_reference is not None else None,
     )
 
 
 def job_fingerprint(model: VideoModel, job: GenerationJob) -> str:
     """Identifies the inputs a checkpoint was made for; a mismatch means it is not ours."""
-    body = json.dumps({"revision": model.revision, **job.__dict__}, sort_keys=True)
+    fields = {name: value for name, value in job.__dict__.items() if name != "reference"}
+    if fields["reference_sha256"] is None:
+        # Text-to-video fingerprints stay what they were before image-to-video existed.
+        del fields["reference_sha256"]
+    body = json.dumps({"revision": model.revision, **fields}, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -293,6 +307,8 @@ class VideoGenerationActivities(VideoGenerationDefinition):
     def generate_video(self, input: GenerateInput) -> GenerateResult:
         """Run (or resume) one job; see the module docstring."""
         job = resolve_job(self._model.name, input)
+        if input.request.input_reference is not None:
+            job = dataclasses.replace(job, reference=read_reference(self._store, input.request.input_reference))
         info = activity.info()
         attempt = info.attempt
         outcome = "failed"

@@ -24,10 +24,19 @@ def _wan(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoM
     return model
 
 
+def _wan_i2v(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
+    from worker_gpu.models.wan_i2v import WanImageToVideoModel
+
+    model = WanImageToVideoModel(spec, device=device, threads=threads, pace_seconds_per_frame_megapixel=pace)
+    model.load()
+    return model
+
+
 # family -> factory(catalogue entry, device, torch threads, step pace) returning a loaded model.
 LOADERS: dict[str, Callable[[VideoModelSpec, str, int, float], VideoModel]] = {
     "procedural": _procedural,
     "wan": _wan,
+    "wan-i2v": _wan_i2v,
 }
 
 

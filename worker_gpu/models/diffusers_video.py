@@ -113,10 +113,23 @@ class DiffusersState:
     guidance_scale: float
     generator: torch.Generator
     scheduler: Any
+    # Image-to-video (``worker_gpu.models.wan_i2v``): the mask and image latents the transformer
+    # reads beside the noisy latents, and the image's CLIP embedding; ``None`` for text-to-video.
+    condition: torch.Tensor | None = None
+    image_embeds: torch.Tensor | None = None
+
+
+# Tensors of a state that only some jobs have (saved when present).
+_OPTIONAL_TENSORS = ("negative_embeds", "condition", "image_embeds")
 
 
 class WanVideoModel:
     """A Wan 2.1 text-to-video pipeline from a catalogue entry; ``load`` once, then many jobs."""
+
+    # The diffusers pipeline class the weights folder holds, and whether its jobs start from an
+    # image (a subclass loads another).
+    pipeline_class = "WanPipeline"
+    takes_image = False
 
     def __init__(
         self,
@@ -141,7 +154,8 @@ class WanVideoModel:
 
     def load(self) -> None:
         """Load the pipeline's components from local files onto the device, deterministically."""
-        from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler, WanPipeline
+        import diffusers
+        from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
         from diffusers.utils import logging as diffusers_logging
 
         # Worker logs are structured lines, not progress bars.
@@ -151,14 +165,16 @@ class WanVideoModel:
         folder = weights_folder(self.spec)
         if not self.spec.version:
             self.revision = f"{self.spec.name}@{weights_digest(folder)}"
-        pipe = WanPipeline.from_pretrained(str(folder), dtype=self.dtype, local_files_only=True)
+        pipeline = getattr(diffusers, self.pipeline_class)
+        pipe = pipeline.from_pretrained(str(folder), dtype=self.dtype, local_files_only=True)
         if self.spec.scheduler == "unipc":
             pipe.scheduler = UniPCMultistepScheduler.from_config(
                 pipe.scheduler.config, prediction_type="flow_prediction", use_flow_sigmas=True
             )
         elif self.spec.scheduler == "flow-euler":
             pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(pipe.scheduler.config)
-        for module in (pipe.text_encoder, pipe.transformer, pipe.vae):
+        modules = [pipe.text_encoder, pipe.transformer, pipe.vae, getattr(pipe, "image_encoder", None)]
+        for module in (m for m in modules if m is not None):
             module.eval().requires_grad_(False)
             if self.device.type == "cpu":
                 # Safetensors weights are memory-mapped at unaligned addresses, where the CPU
@@ -191,6 +207,10 @@ class WanVideoModel:
         if (job.frames - 1) % pipe.vae_scale_factor_temporal:
             raise ValueError(f"frames must be k x {pipe.vae_scale_factor_temporal} + 1 for {self.name}")
 
+    def _prompt_encoder(self) -> Any:
+        """The pipeline whose ``encode_prompt`` encodes the job's prompt (a subclass may lend one)."""
+        return self.pipe
+
     # The model interface ---------------------------------------------------------------
 
     @torch.no_grad()
@@ -198,15 +218,30 @@ class WanVideoModel:
         self._check_job(job)
         pipe = self.pipe
         guidance = self.spec.guidance_scale
-        prompt_embeds, negative_embeds = pipe.encode_prompt(
+        prompt_embeds, negative_embeds = self._prompt_encoder().encode_prompt(
             prompt=job.prompt,
             negative_prompt=self.spec.negative_prompt,
             do_classifier_free_guidance=guidance > 1.0,
             max_sequence_length=MAX_SEQUENCE_LENGTH,
             device=self.device,
         )
-        generator = torch.Generator(device="cpu").manual_seed(job.seed)
-        latents = pipe.prepare_latents(
+        state = DiffusersState(
+            job=job,
+            step=0,
+            latents=torch.empty(0),
+            prompt_embeds=prompt_embeds.to(pipe.transformer.dtype),
+            negative_embeds=None if negative_embeds is None else negative_embeds.to(pipe.transformer.dtype),
+            guidance_scale=guidance,
+            generator=torch.Generator(device="cpu").manual_seed(job.seed),
+            scheduler=self._scheduler(job.steps),
+        )
+        self._init_latents(state)
+        return state
+
+    def _init_latents(self, state: DiffusersState) -> None:
+        """The initial noise, drawn from the job's generator (a subclass adds its conditioning)."""
+        job, pipe = state.job, self.pipe
+        state.latents = pipe.prepare_latents(
             1,
             pipe.transformer.config.in_channels,
             job.height,
@@ -214,17 +249,7 @@ class WanVideoModel:
             job.frames,
             torch.float32,
             self.device,
-            generator,
-        )
-        return DiffusersState(
-            job=job,
-            step=0,
-            latents=latents,
-            prompt_embeds=prompt_embeds.to(pipe.transformer.dtype),
-            negative_embeds=None if negative_embeds is None else negative_embeds.to(pipe.transformer.dtype),
-            guidance_scale=guidance,
-            generator=generator,
-            scheduler=self._scheduler(job.steps),
+            state.generator,
         )
 
     @torch.no_grad()
@@ -240,10 +265,20 @@ class WanVideoModel:
     def _step(self, state: DiffusersState) -> None:
         transformer = self.pipe.transformer
         t = state.scheduler.timesteps[state.step]
-        latents_in = state.latents.to(transformer.dtype)
+        latents_in = state.latents
+        extra_inputs: dict[str, Any] = {}
+        if state.condition is not None:
+            # Image-to-video: the image's mask and latents ride along as extra channels.
+            latents_in = torch.cat([state.latents, state.condition], dim=1)
+            extra_inputs["encoder_hidden_states_image"] = state.image_embeds
+        latents_in = latents_in.to(transformer.dtype)
         timestep = t.expand(state.latents.shape[0])
         noise_pred = transformer(
-            hidden_states=latents_in, timestep=timestep, encoder_hidden_states=state.prompt_embeds, return_dict=False
+            hidden_states=latents_in,
+            timestep=timestep,
+            encoder_hidden_states=state.prompt_embeds,
+            return_dict=False,
+            **extra_inputs,
         )[0]
         if state.negative_embeds is not None:
             noise_uncond = transformer(
@@ -251,6 +286,7 @@ class WanVideoModel:
                 timestep=timestep,
                 encoder_hidden_states=state.negative_embeds,
                 return_dict=False,
+                **extra_inputs,
             )[0]
             noise_pred = noise_uncond + state.guidance_scale * (noise_pred - noise_uncond)
         # Schedulers that draw noise per step (stochastic sampling) take the job's generator.
@@ -327,8 +363,10 @@ class WanVideoModel:
             "prompt_embeds": state.prompt_embeds.detach().to("cpu").contiguous(),
             "generator": state.generator.get_state(),
         }
-        if state.negative_embeds is not None:
-            tensors["negative_embeds"] = state.negative_embeds.detach().to("cpu").contiguous()
+        for name in _OPTIONAL_TENSORS:
+            value = getattr(state, name)
+            if value is not None:
+                tensors[name] = value.detach().to("cpu").contiguous()
         scheduler: dict[str, Any] = {}
         for attr in _SCHEDULER_RUNTIME:
             if hasattr(state.scheduler, attr):
@@ -376,17 +414,20 @@ class WanVideoModel:
             setattr(fresh_scheduler, attr, _decode_value(encoded, tensors, self.device))
         generator = torch.Generator(device="cpu")
         generator.set_state(tensors["generator"])
-        negative = tensors.get("negative_embeds")
-        return DiffusersState(
+        optional = {name: tensors[name].to(self.device) if name in tensors else None for name in _OPTIONAL_TENSORS}
+        state = DiffusersState(
             job=job,
             step=step,
             latents=tensors["latents"].to(self.device),
             prompt_embeds=tensors["prompt_embeds"].to(self.device),
-            negative_embeds=None if negative is None else negative.to(self.device),
             guidance_scale=float(metadata["guidance_scale"]),
             generator=generator,
             scheduler=fresh_scheduler,
+            **optional,
         )
+        if (state.condition is not None) != self.takes_image:
+            raise ValueError("state does not fit this job (text-to-video and image-to-video states differ)")
+        return state
 
 
 def _metadata(data: bytes) -> dict[str, str]:

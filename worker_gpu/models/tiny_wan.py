@@ -20,11 +20,52 @@ _CHARS = "abcdefghijklmnopqrstuvwxyz0123456789,.'!?-"
 
 def build_tiny_wan(folder: Path, scheduler: str = "unipc") -> Path:
     """Write a tiny random-weight Wan pipeline to ``folder`` (about 300 KiB); returns it."""
+    from diffusers import WanPipeline
+
+    pipe: Any = WanPipeline(**_components(scheduler, in_channels=16))
+    folder.mkdir(parents=True, exist_ok=True)
+    pipe.save_pretrained(str(folder))
+    return folder
+
+
+def build_tiny_wan_i2v(folder: Path, scheduler: str = "unipc") -> Path:
+    """Write a tiny random-weight Wan 2.1 image-to-video pipeline to ``folder``; returns it.
+
+    As diffusers' own image-to-video tests build it: the transformer also takes the image's
+    latents (16 noise + 4 mask + 16 image channels in) and the CLIP image embedding
+    (``image_dim``), from a 2-layer CLIP vision tower over 32x32 crops.
+    """
+    from diffusers import WanImageToVideoPipeline
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    components = _components(scheduler, in_channels=36, image_dim=4)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        image_encoder = CLIPVisionModel(
+            CLIPVisionConfig(
+                hidden_size=4,
+                projection_dim=4,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=32,
+                intermediate_size=16,
+                patch_size=1,
+            )
+        )
+    pipe: Any = WanImageToVideoPipeline(
+        **components, image_encoder=image_encoder, image_processor=CLIPImageProcessor(crop_size=32, size=32)
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    pipe.save_pretrained(str(folder))
+    return folder
+
+
+def _components(scheduler: str, in_channels: int, image_dim: int | None = None) -> dict[str, Any]:
+    """The tokenizer, text encoder, VAE, scheduler and transformer both tiny pipelines share."""
     from diffusers import (
         AutoencoderKLWan,
         FlowMatchEulerDiscreteScheduler,
         UniPCMultistepScheduler,
-        WanPipeline,
         WanTransformer3DModel,
     )
     from transformers import T5Tokenizer, UMT5Config, UMT5EncoderModel
@@ -35,7 +76,7 @@ def build_tiny_wan(folder: Path, scheduler: str = "unipc") -> Path:
             patch_size=(1, 2, 2),
             num_attention_heads=2,
             attention_head_dim=12,
-            in_channels=16,
+            in_channels=in_channels,
             out_channels=16,
             text_dim=32,
             freq_dim=256,
@@ -44,6 +85,7 @@ def build_tiny_wan(folder: Path, scheduler: str = "unipc") -> Path:
             cross_attn_norm=True,
             qk_norm="rms_norm_across_heads",
             rope_max_seq_len=32,
+            image_dim=image_dim,
         )
         vae = AutoencoderKLWan(
             base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
@@ -76,12 +118,13 @@ def build_tiny_wan(folder: Path, scheduler: str = "unipc") -> Path:
         )
     else:
         sampler = FlowMatchEulerDiscreteScheduler(shift=3.0)
-    pipe: Any = WanPipeline(
-        tokenizer=tokenizer, text_encoder=text_encoder, vae=vae, scheduler=sampler, transformer=transformer
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    pipe.save_pretrained(str(folder))
-    return folder
+    return {
+        "tokenizer": tokenizer,
+        "text_encoder": text_encoder,
+        "vae": vae,
+        "scheduler": sampler,
+        "transformer": transformer,
+    }
 
 
 def tiny_catalogue_entry(name: str, folder: Path, **overrides: object) -> str:

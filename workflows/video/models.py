@@ -25,8 +25,11 @@ OPENAI_SECONDS: tuple[int, ...] = (4, 8, 12)
 MAX_PROMPT_CHARS = 4000
 
 # Pipeline families a catalogue entry may name. ``procedural``: the built-in stand-in;
-# ``wan``: Wan 2.1 text-to-video through diffusers (worker_gpu/models/diffusers_video.py).
-FAMILIES: tuple[str, ...] = ("procedural", "wan")
+# ``wan``: Wan 2.1 text-to-video through diffusers (worker_gpu/models/diffusers_video.py);
+# ``wan-i2v``: Wan 2.1 image-to-video (worker_gpu/models/wan_i2v.py).
+FAMILIES: tuple[str, ...] = ("procedural", "wan", "wan-i2v")
+# Families whose jobs start from an image (``input_reference``): they need one, the others refuse one.
+IMAGE_FAMILIES: frozenset[str] = frozenset({"wan-i2v"})
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SCHEDULERS: tuple[str, ...] = ("pipeline", "unipc", "flow-euler")
 
@@ -72,6 +75,11 @@ class VideoModelSpec:
     # /v1/models: when the entry was published (Unix seconds) and by whom.
     created: int = 0
     owned_by: str = "leasehold"
+
+    @property
+    def takes_image(self) -> bool:
+        """Whether jobs of this model start from an image (``input_reference``, required)."""
+        return self.family in IMAGE_FAMILIES
 
     def accepts_size(self, size: str) -> bool:
         return size in self.sizes

@@ -28,6 +28,18 @@ class VideoStatus(StrEnum):
 TERMINAL_STATUSES = frozenset({VideoStatus.COMPLETED, VideoStatus.FAILED, VideoStatus.CANCELLED, VideoStatus.EXPIRED})
 
 
+class InputReference(BaseModel):
+    """The image an image-to-video job starts from: validated by the API, stored under the job."""
+
+    # Object-store key (under ``job_object_prefix``) and what the API found in the bytes.
+    key: str
+    sha256: str
+    content_type: str
+    width: int
+    height: int
+    size_bytes: int
+
+
 class VideoRequest(BaseModel):
     """What to generate; validated by the API before a job exists."""
 
@@ -39,6 +51,8 @@ class VideoRequest(BaseModel):
     seed: int
     # Sampler steps; ``None`` means the model's catalogue default (tests ask for more, to run longer).
     steps: int | None = None
+    # Image-to-video: the first frame's image (``None``: text-to-video, and every older job).
+    input_reference: InputReference | None = None
 
 
 class VideoJobFacts(BaseModel):
@@ -198,6 +212,12 @@ SPRITESHEET_NAME = "spritesheet.jpg"
 def job_object_prefix(job_id: str) -> str:
     """Every object of a job (checkpoints, video, thumbnail) lives under this store prefix."""
     return f"videos/{job_id}"
+
+
+def reference_key(job_id: str, sha256: str, extension: str) -> str:
+    """Where a job's input image is stored: named by its content, so a replayed submit writes
+    the same object and another image never overwrites it."""
+    return f"{job_object_prefix(job_id)}/input/reference-{sha256[:16]}.{extension}"
 
 
 class VideoEventType(StrEnum):
