@@ -160,6 +160,7 @@ class CIRunWorkflow(RunScheduling):
         self._reserved = {}
         self._issued = {}
         self._served_queues = set()
+        self._unserved_asks = set()
         self._last_report = None
 
     @workflow.query

@@ -145,6 +145,8 @@ class RunFields:
     # of the run moves (hand-over, transfer, inheritance) only to a job round on one of them,
     # so a round no worker serves never holds one.
     _served_queues: set[str]
+    # Requests the semaphore said wait on a queue no worker polls (keys): not counted in play.
+    _unserved_asks: set[str]
 
     def _set_status(self, status: RunStatus) -> None:
         if self._state.status != status:

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_RELEASE,
         SIGNAL_RELEASE_MANY,
         SIGNAL_TRANSFER,
+        SIGNAL_UNSERVED,
         CITenantSemaphoreWorkflow,
         semaphore_workflow_id,
     )
@@ -64,8 +65,11 @@ class RunSlots(RunGraph):
         )
 
     def _slots_in_play(self) -> int:
-        """Slots this run holds, has asked for, or is handing over: never more than the cap."""
-        return len(self._granted) + len(self._spare_slots) + len(self._slot_gifts) + len(self._requested)
+        """Slots this run holds, has asked for, or is handing over: never more than the cap.
+        A request the semaphore found waiting on an unserved queue counts for nothing, so the
+        run's other jobs still ask (the semaphore keeps the cap exact)."""
+        asked = len(self._requested - self._unserved_asks)
+        return len(self._granted) + len(self._spare_slots) + len(self._slot_gifts) + asked
 
     async def _wait_in_run_queue(self, job_id: str, limit: int) -> str | None:
         """Wait in the run's own queue: a slot of the run handed over (its key), or ``None`` when
@@ -240,3 +244,9 @@ class RunSlots(RunGraph):
         """The tenant semaphore granted slots to several job rounds of this run at once."""
         self._granted.update(grants.keys)
         self._requested.difference_update(grants.keys)
+        self._unserved_asks.difference_update(grants.keys)
+
+    @workflow.signal(name=SIGNAL_UNSERVED)
+    def slots_unserved(self, asks: SlotGrants) -> None:
+        """The semaphore holds these requests until a worker polls their queue."""
+        self._unserved_asks.update(k for k in asks.keys if k in self._requested)

@@ -69,6 +69,8 @@ SIGNAL_TRANSFER = "transfer"
 SIGNAL_ACQUIRE_MANY = "acquire_many"
 SIGNAL_RELEASE_MANY = "release_many"
 SIGNAL_GRANTED_MANY = "slots_granted"
+# To a run: its requests whose queue no worker polls (they wait, and count against nothing).
+SIGNAL_UNSERVED = "slots_unserved"
 # Continue as new past this many history events (each grant costs a few).
 MAX_HISTORY_EVENTS = 2000
 # An idle semaphore still continues as new now and then, so its history stays short.
@@ -116,6 +118,8 @@ class CITenantSemaphoreWorkflow:
         self._dirty = False
         # Grants to signal to their runs (signal handlers cannot await).
         self._notify: list[SlotRequest] = []
+        # Requests found waiting on an unserved queue, to tell their runs (once each).
+        self._unserved: list[SlotRequest] = []
 
     @workflow.query
     def state(self) -> SemaphoreState:
@@ -186,13 +190,15 @@ class CITenantSemaphoreWorkflow:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
             ask = self._grant()
-            if self._notify:
-                # One ``slots_granted`` per run of the round, all in this task.
-                runs: dict[str, list[str]] = {}
-                for req in self._notify:
-                    runs.setdefault(req.holder, []).append(req.key)
-                self._notify = []
-                await asyncio.gather(*(self._tell_run(holder, keys) for holder, keys in runs.items()))
+            if self._notify or self._unserved:
+                # One ``slots_granted`` (and one ``slots_unserved``) per run of the round, all in
+                # this task.
+                granted, self._notify = _by_run(self._notify), []
+                unserved, self._unserved = _by_run(self._unserved), []
+                await asyncio.gather(
+                    *(self._tell_run(holder, keys) for holder, keys in granted.items()),
+                    *(self._tell_unserved(holder, keys) for holder, keys in unserved.items()),
+                )
             if ask:
                 # Waiters whose queues nobody was known to poll: ask, then grant again.
                 await self._probe(ask)
@@ -224,10 +230,12 @@ class CITenantSemaphoreWorkflow:
         ask: list[str] = []
         waiting: list[SlotRequest] = []
         for req in st.pending:
+            served = self._served(req.queue, now)
             if len(st.holders) >= st.limit:
                 waiting.append(req)
+                if served is False:
+                    self._tell_unserved_once(req)
                 continue
-            served = self._served(req.queue, now)
             if served:
                 st.holders.append(req)
                 st.granted_total += 1
@@ -236,8 +244,16 @@ class CITenantSemaphoreWorkflow:
             waiting.append(req)
             if served is None and req.queue not in ask:
                 ask.append(req.queue)
+            elif served is False:
+                self._tell_unserved_once(req)
         st.pending = waiting
         return ask[:MAX_PROBED_QUEUES] if st.probe_queue else []
+
+    def _tell_unserved_once(self, req: SlotRequest) -> None:
+        """Have its run stop counting this request against its own share of the cap."""
+        if not req.told_unserved:
+            req.told_unserved = True
+            self._unserved.append(req)
 
     def _served(self, queue: str, now: datetime) -> bool | None:
         """Whether a worker polls ``queue`` as far as this workflow knows; ``None``: ask."""
@@ -299,6 +315,13 @@ class CITenantSemaphoreWorkflow:
         st.unserved = {q: t for q, t in st.unserved.items() if q in wanted}
         st.probed = {q: t for q, t in st.probed.items() if q in st.unserved}
 
+    async def _tell_unserved(self, holder: str, keys: list[str]) -> None:
+        try:
+            await workflow.get_external_workflow_handle(holder).signal(SIGNAL_UNSERVED, SlotGrants(keys=keys))
+        except FailureError:
+            # Gone: its requests are dropped when it releases them, or with its grant.
+            workflow.logger.warning("run %s is gone; not told of its unserved requests %s", holder, keys)
+
     async def _tell_run(self, holder: str, keys: list[str]) -> None:
         try:
             await workflow.get_external_workflow_handle(holder).signal(SIGNAL_GRANTED_MANY, SlotGrants(keys=keys))
@@ -310,3 +333,10 @@ class CITenantSemaphoreWorkflow:
 
 def _recheck_interval(unserved_for: timedelta) -> timedelta:
     return min(UNSERVED_RECHECK_MAX, max(UNSERVED_RECHECK_MIN, unserved_for / 10))
+
+
+def _by_run(reqs: list[SlotRequest]) -> dict[str, list[str]]:
+    runs: dict[str, list[str]] = {}
+    for req in reqs:
+        runs.setdefault(req.holder, []).append(req.key)
+    return runs

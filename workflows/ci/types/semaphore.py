@@ -21,6 +21,8 @@ class SlotRequest(BaseModel):
     queue: str = ""
     # Where the semaphore asks whether ``queue`` is polled (``queues.ci_probe_queue``).
     probe_queue: str = ""
+    # Set by the semaphore once it told the run this request waits on an unserved queue.
+    told_unserved: bool = False
 
 
 class SlotRelease(BaseModel):
@@ -55,7 +57,8 @@ class SlotReleases(BaseModel):
 
 
 class SlotGrants(BaseModel):
-    """Signal ``slots_granted`` to a run: every grant of one semaphore round for that run."""
+    """Signal ``slots_granted`` to a run: every grant of one semaphore round for that run (and
+    ``slots_unserved``: its requests found waiting on a queue no worker polls)."""
 
     keys: list[str]
 
