@@ -11,8 +11,11 @@ from the records the dispatcher itself acts on, never from a second bookkeeping:
 * the tenant's cap: the tenant semaphore's ``state`` query (``SemaphoreState``): ``holders`` of
   ``limit`` slots in use, and the job's place in ``pending``, which the semaphore grants first
   come, first served;
-* a worker for its ``runs-on``: the job's activity goes to ``ci_queue(runs_on)``, a queue only
-  a CI worker whose label set equals the job's polls. ``DescribeTaskQueue`` returns the pollers
+* a worker for its ``runs-on``: the job's activity goes to ``ci_queue(runs_on)``, a queue every
+  CI worker that has all of the job's labels polls (a worker polls each subset of its labels).
+  The semaphore grants no slot to a job whose queue no worker polls: such a job is told it
+  waits for a worker and holds no slot, and the tenant's jobs behind it in ``pending`` are not
+  told it is ahead of them (the semaphore grants past it). ``DescribeTaskQueue`` returns the pollers
   the engine's matching service saw on that queue within its poller TTL (about five minutes;
   a busy worker that stopped polling still counts until then, so a worker that died shows as
   serving for up to that long). The label sets offered as "served" are those of
@@ -38,12 +41,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, TypeVar
 
 from fastapi import Depends, Request
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.ci.probe import has_pollers
 from api.schemas.ci.runs import JobQueueOut, QueueBlockerOut, QueueReason
 from leasehold.settings import Settings
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow, group_workflow_id
@@ -51,7 +52,7 @@ from workflows.ci.ids import run_id_from_workflow_id, run_workflow_id
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.concurrency import GroupRequest, GroupState
 from workflows.ci.types.run import JOB_FINAL_STATUSES, CIRunState, JobState, JobStatus, RunStatus
-from workflows.ci.types.semaphore import SemaphoreState
+from workflows.ci.types.semaphore import SemaphoreState, SlotRequest
 from workflows.queues import DEFAULT_CI_ISOLATION, ci_queue
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,20 @@ class Facts:
     served: dict[tuple[str, ...], bool | Unavailable] = field(default_factory=dict)
     # Label sets offered as served (the deployment's and the run's own).
     candidates: list[tuple[str, ...]] = field(default_factory=list)
+    # Queues no worker polls: those of label sets described without pollers, and those the
+    # tenant's semaphore found so (it grants their requests nothing).
+    unserved_queues: set[str] = field(default_factory=set)
+    # Label set -> its queue name (this deployment's prefix, the run's isolation).
+    queue_names: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+    def waits_unserved(self, req: SlotRequest) -> bool:
+        """A semaphore request the semaphore passes over: its queue has no worker."""
+        return bool(req.queue) and req.queue in self.unserved_queues
+
+    def job_unserved(self, job: JobState) -> bool:
+        """The job's labels are known to have no worker."""
+        labels = label_set(job.runs_on)
+        return self.served.get(labels) is False or self.queue_names.get(labels) in self.unserved_queues
 
 
 def label_set(labels: Iterable[str]) -> tuple[str, ...]:
@@ -167,18 +182,13 @@ class QueueExplainer:
         return await self.cache.get(f"queue:{queue}", lambda: self._read_served(queue))
 
     async def _read_served(self, queue: str) -> bool | Unavailable:
-        request = DescribeTaskQueueRequest(
-            namespace=self.client.namespace,
-            task_queue=TaskQueue(name=queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-        )
         try:
-            described = await self.client.workflow_service.describe_task_queue(request, timeout=ENGINE_TIMEOUT)
+            # The same question the tenant semaphore asks before it grants a slot.
+            return await has_pollers(self.client, queue, ENGINE_TIMEOUT)
         except RPCError as exc:
             # A queue nobody ever used is described as empty, not missing: any error is a failure.
             self._failed(exc, f"queue {queue}")
             return UNAVAILABLE
-        return len(described.pollers) > 0
 
     def _failed(self, exc: BaseException, what: str) -> Unavailable | None:
         if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
@@ -237,6 +247,10 @@ class QueueExplainer:
             reads.append(read_served())
 
         await asyncio.gather(*(_guarded(r) for r in reads))
+        facts.queue_names = {ls: ci_queue(ls, self.prefix, state.isolation) for ls in wanted}
+        facts.unserved_queues = {facts.queue_names[ls] for ls, v in facts.served.items() if v is False}
+        if isinstance(facts.semaphore, SemaphoreState):
+            facts.unserved_queues.update(facts.semaphore.unserved)
         return facts
 
 
@@ -342,7 +356,11 @@ def _queued_blockers(
                 )
             )
     sem = facts.semaphore
-    if job.run_slot_wait:
+    if job.run_slot_wait and facts.job_unserved(job):
+        # It would ask for a slot only to get none until a worker polls its queue (told by
+        # ``_worker_blockers``).
+        pass
+    elif job.run_slot_wait:
         # Its run holds or has asked for as many slots as the cap leaves it: the job takes the
         # next slot a job of the run gives back, after the run's requests still waiting in the
         # tenant's queue (and every job ahead of those) and the run's jobs queued before it.
@@ -360,7 +378,12 @@ def _queued_blockers(
     elif isinstance(sem, SemaphoreState):
         out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
         place = next((i for i, r in enumerate(sem.pending) if r.holder == holder and r.key == slot_key), None)
-        if place is not None:
+        if place is not None and facts.job_unserved(job):
+            # Passed over until a worker polls its queue (told by ``_worker_blockers``).
+            pass
+        elif place is not None:
+            # Requests for queues nobody serves are granted nothing: they are not ahead of it.
+            place = sum(1 for r in sem.pending[:place] if not facts.waits_unserved(r))
             out.position, out.ahead = place + 1, place
             blockers.append(QueueBlockerOut(reason=QueueReason.TENANT_CAP, message=_cap_message(sem, place, holder)))
         elif not in_group_queue and not any(h.holder == holder and h.key == slot_key for h in sem.holders):
@@ -397,10 +420,12 @@ def _worker_blockers(
         out.served_labels = [list(s) for s in facts.candidates if facts.served.get(s) is True]
         if served is False:
             offered = "; ".join("[" + ", ".join(s) + "]" for s in out.served_labels) or "none"
+            # A queued job asks for a slot only to get none until a worker polls its queue.
+            holds = " (it holds no slot of your tenant's cap until one does)" if job.status == JobStatus.QUEUED else ""
             blockers.append(
                 QueueBlockerOut(
                     reason=QueueReason.NO_WORKER,
-                    message=f"no worker serves runs-on [{', '.join(labels)}]; label sets served: {offered}",
+                    message=f"no worker serves runs-on [{', '.join(labels)}]{holds}; label sets served: {offered}",
                 )
             )
         elif job.status == JobStatus.QUEUED and not before and served is True:
