@@ -1,11 +1,12 @@
 """Why is my job queued, through the real API, dev server and CI worker.
 
 A tenant held at its cap (one slot, taken by a long job) pushes a run with a job the worker
-serves and one whose labels no worker serves: both explain that they wait for a slot, with
-their places in line, and the second also that no worker serves its labels (and which label
-sets are served). Another tenant's run waits for an approval, for ``needs``, for a worker on
-its labels, and behind another job in its concurrency group; it is never shown the first
-tenant's labels, and it gets 404 for that run.
+serves and one whose labels no worker serves: the first explains that it waits for a slot,
+first in line (the other is not ahead of it: the semaphore grants it nothing), the second that
+no worker serves its labels, that it holds no slot, and which label sets are served. Another
+tenant's run waits for an approval, for ``needs``, for a worker on its labels, and behind
+another job in its concurrency group; it is never shown the first tenant's labels, and it gets
+404 for that run.
 """
 
 from __future__ import annotations
@@ -87,34 +88,36 @@ def test_capped_tenant_and_unserved_labels(queue_stack: CIStack) -> None:
     second = push_workflow(queue_stack, CAPPED, client=capped)
     try:
         both = wait_for(
-            "both jobs to wait for the tenant's slot",
+            "one job to wait for the tenant's slot, the other for a worker",
             lambda: (
                 (r := get_run(capped, second.run_id))
-                and all(j["queue"] and j["queue"]["reason"] == "tenant_cap" for j in r["jobs"])
+                and (job(r, "plain")["queue"] or {}).get("reason") == "tenant_cap"
+                and (job(r, "gpu")["queue"] or {}).get("reason") == "no_worker"
                 and r
             ),
         )
         plain, gpu = job(both, "plain")["queue"], job(both, "gpu")["queue"]
-        for q in (plain, gpu):
-            assert (q["slots_in_use"], q["slot_limit"]) == (1, 1)
-            assert "1 of 1 slots in use" in q["message"]
-        assert sorted((plain["position"], gpu["position"])) == [1, 2]
-        assert sorted((plain["ahead"], gpu["ahead"])) == [0, 1]
+        assert (plain["slots_in_use"], plain["slot_limit"]) == (1, 1)
+        assert "1 of 1 slots in use" in plain["message"]
+        # The unserved job is not in line ahead of the served one.
+        assert (plain["position"], plain["ahead"]) == (1, 0)
+        assert gpu["position"] is None
 
         assert reasons(job(both, "plain")) == ["tenant_cap"]
         assert plain["labels_served"] is True
-        assert reasons(job(both, "gpu")) == ["tenant_cap", "no_worker"]
+        assert reasons(job(both, "gpu")) == ["no_worker"]
         assert gpu["labels_served"] is False
         assert gpu["labels"] == ["linux", "gpu-none"]
-        no_worker = gpu["waiting_for"][1]["message"]
+        no_worker = gpu["waiting_for"][0]["message"]
         assert "no worker serves runs-on [gpu-none, linux]" in no_worker and "[linux]" in no_worker
+        assert "holds no slot" in no_worker
         # Served among the tenant's own label sets; the deployment's listed pool has no worker.
         assert gpu["served_labels"] == [["linux"]]
 
         # The job endpoint answers the same.
         one = capped.get(f"/v1/runs/{second.run_id}/jobs/gpu")
         assert one.status_code == 200, one.text
-        assert one.json()["queue"]["reason"] == "tenant_cap" and "no_worker" in reasons(one.json())
+        assert one.json()["queue"]["reason"] == "no_worker" and reasons(one.json()) == ["no_worker"]
         assert capped.get(f"/v1/runs/{second.run_id}/jobs/nope").status_code == 404
 
         # Another tenant: 404 for the run and its jobs, like a missing one.
@@ -162,9 +165,10 @@ def test_approval_needs_and_worker_explanations(queue_stack: CIStack) -> None:
         assert reasons(after) == ["needs", "no_worker"]
         assert after["queue"]["needs"] == ["deploy"]
         assert after["queue"]["message"] == "waiting for deploy (awaiting_approval)"
-        # Queued, holding a slot of its (default, roomy) cap: it waits only for a worker.
+        # Queued under its (default, roomy) cap: it waits only for a worker, and holds no slot
+        # (nor does any other job of the tenant: none of their labels has a worker).
         assert reasons(nowhere) == ["no_worker"]
-        assert nowhere["queue"]["position"] is None and nowhere["queue"]["slots_in_use"] >= 1
+        assert nowhere["queue"]["position"] is None and nowhere["queue"]["slots_in_use"] == 0
         # One of the two group members holds the group (and waits for a worker); the other
         # waits in the group behind it.
         inside, behind = sorted((job(run, "first"), job(run, "second")), key=lambda j: reasons(j)[0] != "no_worker")
