@@ -66,11 +66,12 @@ def _created_at(spec: VideoModelSpec) -> str:
 
 
 def input_schema(spec: VideoModelSpec) -> dict[str, Any]:
-    """The ``Input`` a version accepts (``api.replicate.inputs`` maps it onto a video request)."""
-    return {
+    """The ``Input`` a version accepts (``api.replicate.inputs`` maps it onto a video request);
+    an image-to-video version also requires ``image``, the first frame, of the video's size."""
+    schema: dict[str, Any] = {
         "type": "object",
         "title": "Input",
-        "required": ["prompt"],
+        "required": ["prompt", "image"] if spec.takes_image else ["prompt"],
         "properties": {
             "prompt": {"type": "string", "title": "Prompt", "x-order": 0},
             "seconds": {
@@ -114,6 +115,15 @@ def input_schema(spec: VideoModelSpec) -> dict[str, Any]:
             },
         },
     }
+    if spec.takes_image:
+        schema["properties"]["image"] = {
+            "type": "string",
+            "format": "uri",
+            "title": "Image",
+            "description": "The first frame: PNG, JPEG or WebP of the video's size, as a data URI.",
+            "x-order": 10,
+        }
+    return schema
 
 
 def version_object(spec: VideoModelSpec) -> dict[str, Any]:

@@ -14,8 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.errors import ApiError
 from api.replicate.problems import invalid_input
 from api.schemas.video import VideoCreateRequest
+from api.video.reference import ReferenceImage, data_url_bytes, read_image
 from workflows.video.models import VideoModelSpec, format_size, parse_size
 
 # The inputs a version takes (its schema, ``api.replicate.catalogue.input_schema``).
@@ -31,17 +33,17 @@ KNOWN_INPUTS = frozenset(
         "height",
         "seed",
         "num_inference_steps",
+        "image",
     }
 )
 # Inputs Replicate video models take that this deployment does not serve (yet): named as such.
 NOT_SERVED = {
-    "image": "image-to-video is not served by this model",
     "negative_prompt": "this model takes no negative prompt",
     "fps": "the frame rate is the model's own",
 }
 # Which input field a request field came from, so an error from the shared checks names the
 # field the caller sent.
-REQUEST_FIELDS = {"steps": "num_inference_steps"}
+REQUEST_FIELDS = {"steps": "num_inference_steps", "input_reference": "image"}
 
 
 def _integer(value: Any, field: str) -> int:
@@ -137,6 +139,27 @@ def create_request(fields: dict[str, Any], spec: VideoModelSpec) -> VideoCreateR
         first = exc.errors(include_url=False)[0]
         name = str(first["loc"][0]) if first.get("loc") else "prompt"
         raise invalid_input(f"input.{REQUEST_FIELDS.get(name, name)}", first["msg"]) from None
+
+
+def image_input(fields: dict[str, Any]) -> ReferenceImage | None:
+    """The ``image`` input, as Replicate's clients send a file: a data URI (the client's
+    ``file_encoding_strategy="base64"``); 422 naming ``input.image`` when it is not an image
+    taken here (``api.video.reference``)."""
+    value = fields.get("image")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid_input("input.image", "must be a data URI (data:image/png;base64,...)")
+    if value.lower().startswith(("http://", "https://")):
+        raise invalid_input(
+            "input.image",
+            "image URLs are not fetched here; send the file as a data URI (data:image/png;base64,...; "
+            'the replicate client does so with file_encoding_strategy="base64")',
+        )
+    try:
+        return read_image(data_url_bytes(value))
+    except ApiError as exc:
+        raise invalid_input("input.image", exc.message) from None
 
 
 def input_field(param: str | None) -> str:

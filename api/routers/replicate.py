@@ -176,9 +176,10 @@ async def _create(
     wait = wait_seconds(prefer)
     subscription = _subscription(request, body, principal)
     create = inputs.create_request(body.input, spec)
+    image = inputs.image_input(body.input)
     jobs = VideoJobs.of_app(request.app.state, principal)
     try:
-        view = await jobs.submit(create, idempotency_key, request)
+        view = await jobs.submit(create, idempotency_key, request, image)
     except ApiError as exc:
         # The shared checks against the model's limits: Replicate's invalid input.
         if exc.status == 400 and exc.code == "invalid_request" and exc.param != "Idempotency-Key":

@@ -31,8 +31,9 @@ from temporalio.service import RPCError
 from api.errors import ApiError, from_temporal, invalid, is_not_found, not_found
 from api.schemas.video import VideoCreateRequest
 from api.video.live import LiveProgress
+from api.video.reference import ReferenceImage, job_reference
 from api.video.spritesheet import spritesheet_of
-from api.video.submit import CallerVideos, SubmitGate, VideoSubmission
+from api.video.submit import CallerVideos, StoredReference, SubmitGate, VideoSubmission
 from api.video.views import JobView, row_view
 from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import record_deletion
@@ -71,8 +72,12 @@ def default_seed(job_id: str) -> int:
 
 
 def request_hash(request: VideoRequest) -> str:
-    """SHA-256 of the resolved request (defaults filled in): what "the same body" means."""
-    return hashlib.sha256(request.model_dump_json().encode()).hexdigest()
+    """SHA-256 of the resolved request (defaults filled in): what "the same body" means.
+
+    A text-to-video request hashes as it did before ``input_reference`` existed, so keys used
+    before then still replay; an image's hash (in its reference) is part of the body."""
+    exclude = {"input_reference"} if request.input_reference is None else None
+    return hashlib.sha256(request.model_dump_json(exclude=exclude).encode()).hexdigest()
 
 
 # Validation -----------------------------------------------------------------------------
@@ -85,8 +90,11 @@ def _spec(model: str, settings: Settings) -> VideoModelSpec:
     return spec
 
 
-def resolve_request(body: VideoCreateRequest, settings: Settings, job_id: str) -> VideoRequest:
-    """The request with the model's defaults filled in; ``ApiError`` naming the field if out of range."""
+def resolve_request(
+    body: VideoCreateRequest, settings: Settings, job_id: str, image: ReferenceImage | None = None
+) -> VideoRequest:
+    """The request with the model's defaults filled in; ``ApiError`` naming the field if out of range
+    (``input_reference``: an image the model cannot take, or one not of the video's size)."""
     spec = _spec(body.model or settings.models[0], settings)
     size = body.size or spec.default_size
     if not spec.accepts_size(size):
@@ -100,6 +108,7 @@ def resolve_request(body: VideoCreateRequest, settings: Settings, job_id: str) -
     if body.steps is not None and body.steps > spec.max_steps:
         raise invalid("steps", f"steps must be at most {spec.max_steps} for {spec.name} (got {body.steps})")
     width, height = video_models.parse_size(size)
+    reference = job_reference(job_id, spec, image, size)
     seed = body.seed if body.seed is not None else default_seed(job_id)
     return VideoRequest(
         prompt=body.prompt,
@@ -109,6 +118,7 @@ def resolve_request(body: VideoCreateRequest, settings: Settings, job_id: str) -
         height=height,
         seed=seed,
         steps=body.steps,
+        input_reference=reference,
     )
 
 
@@ -134,13 +144,18 @@ class VideoJobs(CallerVideos):
     # Submit -----------------------------------------------------------------------------
 
     async def submit(
-        self, body: VideoCreateRequest, idempotency_key: str | None, request: Request | None = None
+        self,
+        body: VideoCreateRequest,
+        idempotency_key: str | None,
+        request: Request | None = None,
+        image: ReferenceImage | None = None,
     ) -> JobView:
-        """Accept a job (or answer the one this idempotency key already made): ``api.video.submit``."""
+        """Accept a job (or answer the one this idempotency key already made): ``api.video.submit``.
+        ``image``: an image-to-video job's first frame (``api.video.reference``)."""
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
             raise ApiError(400, "invalid_request", "Idempotency-Key must be 1-255 characters", "Idempotency-Key")
         job_id = job_id_for(self.principal, idempotency_key)
-        resolved = resolve_request(body, self.settings, job_id)
+        resolved = resolve_request(body, self.settings, job_id, image)
         gate = request.app.state.video_submit_gate if request is not None else SubmitGate(1)
         submission = VideoSubmission(self.client, self.settings, self.db, self.principal, self.capacity, gate)
         return await submission.submit(
@@ -149,6 +164,7 @@ class VideoJobs(CallerVideos):
             request_hash(resolved),
             keyed=idempotency_key is not None,
             disconnected=request.is_disconnected if request is not None else None,
+            reference=None if image is None else StoredReference(self.store, image.data),
         )
 
     # Read -------------------------------------------------------------------------------

@@ -59,12 +59,13 @@ from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import VideoDeletion
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
+from leasehold.storage import ObjectStore
 from video_policy.admission import Admission, queued_limit
 from workflows import search_attributes as sa
 from workflows.queues import orchestration_queue, video_queue
 from workflows.video.ids import workflow_id
 from workflows.video.job import VideoJobWorkflow
-from workflows.video.types import VideoJobInput, VideoJobState, VideoRequest, VideoStatus
+from workflows.video.types import InputReference, VideoJobInput, VideoJobState, VideoRequest, VideoStatus
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,29 @@ def mark_started(db: sessionmaker, job_ids: list[str]) -> None:
 # The submit -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StoredReference:
+    """An image-to-video job's image, to store under the job once the job is about to be reserved."""
+
+    store: ObjectStore
+    data: bytes
+
+    def put(self, reference: InputReference) -> bool:
+        """Store it; whether this call created the object (``False``: a replay already had)."""
+        if self.store.exists(reference.key):
+            # Named by its content: the object there is these bytes, and another job's row may
+            # point at it (a replayed key), so this submit must not remove it on a refusal.
+            return False
+        self.store.put(reference.key, self.data, reference.content_type)
+        return True
+
+    def remove(self, reference: InputReference) -> None:
+        try:
+            self.store.delete(reference.key)
+        except Exception as exc:  # a leftover image is only a stray object under the job's prefix
+            log.warning("removing %s of a refused submit failed: %s", reference.key, exc)
+
+
 @dataclass(eq=False)
 class CallerVideos:
     """What serving one caller's videos takes (one instance per request, scoped to one principal)."""
@@ -222,8 +246,10 @@ class VideoSubmission(CallerVideos):
         digest: str,
         keyed: bool,
         disconnected: Callable[[], Awaitable[bool]] | None = None,
+        reference: StoredReference | None = None,
     ) -> JobView:
-        """Accept ``request`` as job ``job_id`` (or answer the job a replayed key made)."""
+        """Accept ``request`` as job ``job_id`` (or answer the job a replayed key made).
+        ``reference``: the image of ``request.input_reference``, stored only if the job is accepted."""
         with self.gate.slot():
             if keyed:
                 replay = await asyncio.to_thread(self._replay, job_id, digest)
@@ -238,7 +264,17 @@ class VideoSubmission(CallerVideos):
             if disconnected is not None and await disconnected():
                 raise ApiError(CLIENT_CLOSED, "client_closed_request", "the client went away; nothing was started")
             now = datetime.now(UTC)
-            reserved = await asyncio.to_thread(self._reserve, job_id, request, digest, admission, now, gpu_class)
+            image = request.input_reference
+            created = False
+            if reference is not None and image is not None:
+                # Before the row: a committed job always finds its image.
+                created = await asyncio.to_thread(reference.put, image)
+            try:
+                reserved = await asyncio.to_thread(self._reserve, job_id, request, digest, admission, now, gpu_class)
+            except BaseException:
+                if created and reference is not None and image is not None:
+                    await asyncio.to_thread(reference.remove, image)
+                raise
             if isinstance(reserved, JobView):
                 # The same key raced in from another replica and won: that job, as a replay.
                 reserved.estimate = self.capacity.estimate(reserved)

@@ -13,15 +13,18 @@ from fastapi.responses import RedirectResponse, StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.datastructures import FormData, UploadFile
 
 from api.body_limits import BodyTooLarge
 from api.content_types import content_type_for
 from api.deps import IdempotencyKeyHeader, PrincipalDep, SettingsDep, StoreDep
-from api.errors import DATABASE_UNAVAILABLE_MESSAGE, SERVICE_UNAVAILABLE, ApiError
+from api.errors import DATABASE_UNAVAILABLE_MESSAGE, SERVICE_UNAVAILABLE, ApiError, invalid
 from api.forms import string_fields
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
 from api.video.jobs import VideoJobs
 from api.video.live import LiveProgress
+from api.video.reference import FIELD as REFERENCE_FIELD
+from api.video.reference import MAX_DATA_URL_CHARS, MAX_REFERENCE_BYTES, data_url_bytes, read_image
 from api.video.views import JobView, poll_after_ms
 from leasehold.db_retry import is_connection_error
 from leasehold.storage import LocalObjectStore, ObjectNotFound
@@ -30,8 +33,10 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1/videos", tags=["videos"])
 
-# A create body is a prompt and a few short fields; anything much larger is not a create request.
-MAX_BODY_BYTES = 64 * 1024
+# A create body is a prompt and a few short fields, and at most one image (``input_reference``,
+# as a file or a base64 data URL): anything much larger is not a create request.
+MAX_FIELD_BYTES = 64 * 1024
+MAX_BODY_BYTES = MAX_DATA_URL_CHARS + MAX_FIELD_BYTES
 MAX_FORM_FIELDS = 16
 # An SSE stream ends after this long; the client reconnects with Last-Event-ID.
 SSE_MAX_SECONDS = 3600.0
@@ -62,18 +67,52 @@ _CREATE_BODY = {
 }
 
 
+def _reference_object(value: Any) -> bytes:
+    """The image of OpenAI's reference object (``{"image_url": ...}``) or of a bare data URL."""
+    if isinstance(value, str):
+        return data_url_bytes(value)
+    if not isinstance(value, dict) or not value:
+        raise invalid(REFERENCE_FIELD, "give a file upload, or an object with image_url (a base64 data URL)")
+    if "file_id" in value:
+        raise invalid(REFERENCE_FIELD, "file_id is not served here (no Files API): upload the image or send image_url")
+    unknown = sorted(set(value) - {"image_url"})
+    if unknown or not isinstance(value.get("image_url"), str):
+        raise invalid(REFERENCE_FIELD, f"the reference object takes image_url (a string); got {unknown or value}")
+    return data_url_bytes(value["image_url"])
+
+
+async def _form_fields(request: Request) -> dict[str, Any]:
+    """The fields and the uploaded image of a form body (what the SDK sends)."""
+    try:
+        form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES)
+    except BodyTooLarge:
+        raise  # the body limit (413), not a malformed form
+    except Exception as exc:
+        # Starlette reports malformed multipart as several exception types; all mean one thing.
+        raise ApiError(400, "invalid_request", "the form body could not be parsed", "body") from exc
+    upload = form.get(REFERENCE_FIELD)
+    image: bytes | None = None
+    if isinstance(upload, UploadFile):
+        # One byte past the limit is enough to refuse it (api.video.reference).
+        image = await upload.read(MAX_REFERENCE_BYTES + 1)
+        form = FormData([(name, value) for name, value in form.multi_items() if name != REFERENCE_FIELD])
+    fields: dict[str, Any] = string_fields(form, "unsupported_parameter", "{name} (a file upload) is not taken here")
+    # The SDK flattens a reference object into input_reference[image_url] / [file_id].
+    prefix = f"{REFERENCE_FIELD}["
+    nested = {name[len(prefix) : -1]: fields.pop(name) for name in list(fields) if name.startswith(prefix)}
+    if nested:
+        fields[REFERENCE_FIELD] = nested
+    if image is not None:
+        fields[REFERENCE_FIELD] = image
+    return fields
+
+
 async def _create_fields(request: Request) -> dict[str, Any]:
-    """The create fields from a JSON or form body (the SDK sends multipart form)."""
+    """The create fields from a JSON or form body (the SDK sends multipart form);
+    ``input_reference`` as the image's bytes, or the object or data URL a client sent."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        try:
-            form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES)
-        except BodyTooLarge:
-            raise  # the body limit (413), not a malformed form
-        except Exception as exc:
-            # Starlette reports malformed multipart as several exception types; all mean one thing.
-            raise ApiError(400, "invalid_request", "the form body could not be parsed", "body") from exc
-        return string_fields(form, "unsupported_parameter", "{name} (a file upload) is not supported here")
+        return await _form_fields(request)
     if content_type not in ("application/json", ""):
         raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data", "Content-Type")
     # BodyLimitMiddleware (api/app.py) holds this route to MAX_BODY_BYTES while the body streams.
@@ -126,9 +165,10 @@ async def create_video(
 ) -> Video:
     """Accept a generation job and return it queued; never waits for generation."""
     fields = await _create_fields(request)
-    if fields.get("input_reference") not in (None, ""):
-        raise ApiError(400, "unsupported_parameter", "input_reference is not supported", "input_reference")
-    fields.pop("input_reference", None)
+    reference = fields.pop(REFERENCE_FIELD, None)
+    image = None
+    if reference not in (None, ""):
+        image = read_image(reference if isinstance(reference, bytes) else _reference_object(reference))
     try:
         body = VideoCreateRequest.model_validate(fields)
     except ValidationError as exc:
@@ -136,7 +176,7 @@ async def create_video(
             [{**err, "loc": ("body", *err.get("loc", ()))} for err in exc.errors(include_url=False)]
         ) from None
     # The request, so a client that went away starts nothing (api.video.submit).
-    view = await jobs.submit(body, idempotency_key, request)
+    view = await jobs.submit(body, idempotency_key, request, image)
     return view.to_video()
 
 
