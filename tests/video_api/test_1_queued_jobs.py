@@ -76,7 +76,8 @@ def test_malformed_bodies_are_rejected_without_a_trace(video_stack: VideoStack) 
     missing = caller.http.post("/v1/videos", json={"model": MODEL})
     assert missing.status_code == 400
     assert _error(missing)["param"] == "prompt"
-    # Multipart, as the SDK sends it, is validated the same way; a file upload is refused.
+    # Multipart, as the SDK sends it, is validated the same way; an input_reference that is no
+    # image is refused naming it (tests/video_models/test_image_to_video.py has the rest).
     form = caller.http.post("/v1/videos", data={"prompt": "a cat", "seconds": "99"})
     assert form.status_code == 400
     assert _error(form)["param"] == "seconds"

@@ -16,6 +16,8 @@ from workflows.video.catalogue import load_catalogue
 from workflows.video.models import DEFAULT_CATALOGUE, VideoModelSpec, use_catalogue
 
 MODEL = "wan-tiny"
+# The image-to-video twin (WanImageToVideoPipeline components, tiny random weights).
+I2V_MODEL = "wan-i2v-tiny"
 PROCEDURAL = "procedural-v1"
 
 
@@ -30,13 +32,18 @@ class Catalogue:
 def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalogue]:
     """A catalogue file with the tiny Wan pipeline (weights given relative to the file) and the
     stand-in; installed in this process too, as the API and the worker install it."""
-    from worker_gpu.models.tiny_wan import build_tiny_wan, tiny_catalogue_entry
+    from worker_gpu.models.tiny_wan import build_tiny_wan, build_tiny_wan_i2v, tiny_catalogue_entry
 
     root = tmp_path_factory.mktemp("models")
     weights = build_tiny_wan(root / "weights" / "wan-tiny")
+    build_tiny_wan_i2v(root / "weights" / "wan-i2v-tiny")
     path = root / "catalogue.toml"
     path.write_text(
         tiny_catalogue_entry(MODEL, Path("weights/wan-tiny"), max_steps=1000, created=1767225600)
+        + "\n"
+        + tiny_catalogue_entry(
+            I2V_MODEL, Path("weights/wan-i2v-tiny"), family="wan-i2v", max_steps=1000, created=1767225600
+        )
         + "\n[models.procedural-v1]\nfamily = 'procedural'\nsizes = ['180x320']\ndefault_size = '180x320'\n"
         "min_seconds = 1\nmax_seconds = 2\ndefault_seconds = 1\nfps = 8\ndefault_steps = 4\n"
     )
@@ -50,9 +57,9 @@ def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalogue]:
 
 @dataclass
 class ModelStack(ProcessStack):
-    def gpu(self, name: str) -> ManagedProcess:
-        """A GPU worker for the tiny model, started (not yet waited for)."""
-        return self.start_worker(gpu_worker(MODEL, name=name))
+    def gpu(self, name: str, model: str = MODEL) -> ManagedProcess:
+        """A GPU worker for a tiny model, started (not yet waited for)."""
+        return self.start_worker(gpu_worker(model, name=name))
 
 
 @pytest.fixture(scope="package")
@@ -66,7 +73,7 @@ def model_stack(
         tmp_path_factory.mktemp("model-stack"),
         ORCHESTRATION,
         model_catalogue=catalogue.path,
-        models=[MODEL, PROCEDURAL],
+        models=[MODEL, I2V_MODEL, PROCEDURAL],
         # A step of the tiny model at 64x64 (9 frames) takes at least 26 ms: on an idle host the
         # whole 400-step job otherwise ended before a checkpoint could be seen and a worker
         # killed. The floor changes no bytes (the reference video is computed unpaced).

@@ -5,59 +5,29 @@ killed (-9) and preempted (SIGTERM) that still ends with the bytes of an uninter
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import secrets
 import signal
-import tempfile
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from temporalio.client import Client
-from temporalio.testing import ActivityEnvironment
 
-from activities.video.generation import VideoGenerationActivities
-from leasehold.database import init_database
-from leasehold.records.api_keys import create_key
-from leasehold.storage import LocalObjectStore
 from tests.video_core.jobs import busy_worker, pending_progress, probe_mp4, wait_for
-from tests.video_models.conftest import MODEL, PROCEDURAL, Catalogue, ModelStack
-from worker_gpu.encoding import H264Encoder
-from worker_gpu.models.diffusers_video import WanVideoModel
+from tests.video_models.conftest import I2V_MODEL, MODEL, PROCEDURAL, Catalogue, ModelStack
+from tests.video_models.runs import checkpointed, key_for, kill9_after_first_checkpoint, reference_video
 from workflows.video.ids import workflow_id
 from workflows.video.job import VideoJobWorkflow
-from workflows.video.types import GenerateInput, VideoRequest, VideoStatus
+from workflows.video.types import VideoRequest, VideoStatus
 
 pytestmark = pytest.mark.slow
-
-
-def key_for(stack: ModelStack) -> str:
-    return create_key(init_database(stack.settings.resolved_database_url), f"t-{secrets.token_hex(4)}", "u", "paid")
-
-
-def reference_video(catalogue: Catalogue, request: VideoRequest) -> bytes:
-    """An uninterrupted run in this process, through the same activity and encoder."""
-    model = WanVideoModel(catalogue.models[MODEL], device="cpu", threads=1)
-    model.load()
-    with tempfile.TemporaryDirectory(prefix="leasehold-reference-") as tmp:
-        store = LocalObjectStore(Path(tmp), b"reference", "http://127.0.0.1:1")
-        env = ActivityEnvironment()
-        env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=60))
-        result = env.run(
-            VideoGenerationActivities(model, H264Encoder(), store).generate_video,
-            GenerateInput(job_id="reference", request=request, object_prefix="ref", checkpoint_interval_seconds=1e9),
-        )
-        return store.get(result.video_key)
 
 
 def test_models_list_and_retrieve_with_the_openai_sdk(model_stack: ModelStack, catalogue: Catalogue) -> None:
     key = key_for(model_stack)
     sdk = openai.OpenAI(base_url=f"{model_stack.base_url}/v1", api_key=key, max_retries=0, timeout=30)
     listed = sdk.models.list()
-    assert [m.id for m in listed.data] == [MODEL, PROCEDURAL]
+    assert [m.id for m in listed.data] == [MODEL, I2V_MODEL, PROCEDURAL]
     assert all(m.object == "model" and m.owned_by == "leasehold" for m in listed.data)
     wan = sdk.models.retrieve(MODEL)
     assert wan.id == MODEL and wan.created == 1767225600
@@ -104,23 +74,13 @@ async def test_a_job_completes_and_survives_kill9_and_sigterm_with_identical_byt
         video_id = created.json()["id"]
         handle = temporal_client.get_workflow_handle_for(VideoJobWorkflow.run, workflow_id(video_id))
 
-        async def checkpointed(attempt: int, after_step: int = 0) -> bool:
-            progress, _attempt, _started = await pending_progress(handle)
-            return progress is not None and progress.attempt >= attempt and progress.checkpoint_step > after_step
-
         # kill -9 of the busy worker after its first checkpoint: the other one takes the job
         # over after the heartbeat timeout and resumes from that checkpoint.
-        await wait_for(lambda: checkpointed(1), 60, "a first checkpoint")
-        victim = await busy_worker([first, second])
-        other = second if victim is first else first
-        progress, _attempt, _started = await pending_progress(handle)
-        assert progress is not None
-        killed_at = progress.checkpoint_step
-        victim.kill9()
+        killed_at, other = await kill9_after_first_checkpoint(handle, [first, second])
 
         # SIGTERM (the preemption notice) to that one after its own first checkpoint: it
         # checkpoints at once, exits cleanly, and a third worker finishes the job.
-        await wait_for(lambda: checkpointed(2, killed_at), 90, "a checkpoint of the next attempt")
+        await wait_for(lambda: checkpointed(handle, 2, killed_at), 90, "a checkpoint of the next attempt")
         assert await busy_worker([other]) is other
         progress, _attempt, _started = await pending_progress(handle)
         assert progress is not None

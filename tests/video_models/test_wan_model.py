@@ -14,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.video.generation import GenerationJob
 from tests.video_models.conftest import MODEL, Catalogue
-from worker_gpu.models.diffusers_video import WanVideoModel
+from worker_gpu.models.diffusers_video import DiffusersState, WanVideoModel
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,8 @@ def job_of(catalogue: Catalogue, steps: int = 8, seed: int = 5) -> GenerationJob
     )  # fmt: skip
 
 
-def run(model: WanVideoModel, state: object, until: int) -> None:
-    while state.step < until:  # type: ignore[attr-defined]
+def run(model: WanVideoModel, state: DiffusersState, until: int) -> None:
+    while state.step < until:
         model.step(state)
 
 
