@@ -23,6 +23,7 @@ from api.openapi import install_openapi
 from api.principal_cache import PrincipalCache
 from api.routers import files, health, replicate
 from api.routers.ci import (
+    artifacts,
     dispatches,
     environments,
     hooks,
@@ -137,6 +138,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(dispatches.router)
     app.include_router(runs.router)
     app.include_router(logs.router)
+    app.include_router(artifacts.router)
     app.include_router(secrets.router)
     app.include_router(variables.router)
     # The secrets broker CI workers trade attempt tokens at (internal).

@@ -208,6 +208,8 @@ class Settings(BaseSettings):
     ci_reconcile_interval_seconds: float = 300.0
     # Largest actions/cache archive a CI job may save (bytes before compression).
     ci_cache_max_bytes: int = 2 << 30
+    # Largest artifact (the zip actions/upload-artifact sends) a CI job may upload.
+    ci_artifact_max_bytes: int = Field(default=2 << 30, ge=1)
     # Where tenants' clone URLs may point (leasehold.clone_urls). Remote URLs: these schemes
     # ("https", optionally "http"), these hosts ("git.example.com", "*.example.com"; empty: any
     # public host), and never a loopback, link-local, private or metadata address unless a CIDR

@@ -66,6 +66,9 @@ def _job_config(settings: Settings, ci_dir: Path) -> JobConfig:
         log_max_bytes=settings.ci_log_max_bytes,
         log_retry_seconds=settings.ci_log_retry_seconds,
         cache_max_bytes=settings.ci_cache_max_bytes,
+        runtime_dir=ci_dir / "runtime",
+        artifact_retention_days=settings.ci_log_retention_days,
+        artifact_max_bytes=settings.ci_artifact_max_bytes,
     )
 
 
@@ -160,6 +163,7 @@ async def serve(settings: Settings) -> None:
         # The worker holds no secrets key: it trades each attempt's token at the API.
         ApiSecretSource(settings.resolved_api_internal_url, settings.database_failover_seconds),
         actions,
+        artifacts=db,
     )
     workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues)
     stop = asyncio.Event()

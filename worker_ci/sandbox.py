@@ -98,10 +98,15 @@ GATE_SCRIPT = _gate_script(None)
 GATE_OPEN = b"go\n"
 
 
-def _rlimits(limits: SandboxLimits) -> list[tuple[int, int]]:
-    """(resource, soft and hard limit) for each process of a step, as ``prlimit_argv``'s."""
+def _rlimits(limits: SandboxLimits, cgroup_memory: bool = False) -> list[tuple[int, int]]:
+    """(resource, soft and hard limit) for each process of a step, as ``prlimit_argv``'s.
+
+    With the step's cgroup bounding its memory, the address space is not limited: runtimes
+    reserve far more than they use (V8's WebAssembly, which Node's ``fetch`` needs, reserves
+    about 10 GiB per instance), and GitHub's runners set no such limit."""
+    memory = [] if cgroup_memory else [(resource.RLIMIT_AS, limits.memory_bytes)]
     return [
-        (resource.RLIMIT_AS, limits.memory_bytes),
+        *memory,
         (resource.RLIMIT_NPROC, limits.max_processes),
         (resource.RLIMIT_FSIZE, limits.max_file_bytes),
         (resource.RLIMIT_CPU, limits.cpu_seconds),
@@ -333,6 +338,11 @@ class BubblewrapSandbox:
         if not request.writable_actions:
             args += ["--ro-bind", str(request.root / "actions"), f"{MOUNT_POINT}/actions"]
         args += ["--bind", str(request.root / "tmp"), "/tmp"]
+        for host, inside in request.binds:
+            # Parents bubblewrap makes for a bind are the sandbox user's to traverse only so.
+            parent = inside.rsplit("/", 1)[0]
+            args += ["--perms", "0755", "--dir", parent.rsplit("/", 1)[0] or "/", "--perms", "0755", "--dir", parent]
+            args += ["--bind", host, inside]
         args += ["--remount-ro", "/", "--chdir", _clean(request.cwd)]
         loader: list[str] = []
         for key, value in request.env.items():
@@ -406,7 +416,7 @@ class BubblewrapSandbox:
             # The gate holds the process before bubblewrap: its rlimits are in place before
             # anything of the sandbox exists (it is our unreaped child: its pid is its own).
             if request.limits is not None:
-                for which, value in _rlimits(request.limits):
+                for which, value in _rlimits(request.limits, cgroup is not None):
                     resource.prlimit(proc.pid, which, (value, value))
             os.write(gate_write, GATE_OPEN)
         except (OSError, ValueError) as exc:

@@ -21,6 +21,8 @@ from temporalio.exceptions import ApplicationError
 from actions_language.commands import WorkflowCommands
 from actions_language.masking import StreamMasker
 from activities.ci.action_steps import ActionRunner
+from activities.ci.artifact_runtime import attach_artifacts
+from activities.ci.artifact_service import ArtifactScope, ArtifactService
 from activities.ci.builtin_actions import BuiltinActions
 from activities.ci.git import CommitNotFound, GitError, InvalidRequest
 from activities.ci.job_context import JobContext, resolve_step_limits, shown_name
@@ -103,6 +105,8 @@ class JobAttempt:
         self.actions = ActionRunner(self)
         # Where each remote action's files were put for this attempt: (repository, sha) -> dir.
         self.action_dirs: dict[tuple[str, str], str] = {}
+        # The attempt's artifact service, when its job has action steps (``_attach_artifacts``).
+        self.artifacts: ArtifactService | None = None
         self.log = LogShipper(
             owner._store,
             self.prefix,
@@ -160,6 +164,7 @@ class JobAttempt:
             else:
                 self._load_secrets()
                 self._prepare()
+                self._attach_artifacts()
                 status, exit_code, error, steps, outputs = self._run_steps()
             if status == AttemptStatus.SUCCESS and not self.shutdown:
                 self.builtins.save_caches()
@@ -172,6 +177,8 @@ class JobAttempt:
             self.log.close(AttemptStatus.ERROR, None, self.heartbeat)
             raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         finally:
+            if self.artifacts is not None:
+                self.artifacts.stop()
             if self.owner is not None:
                 # No process of the job runs any more: the reaper empties the root as the job
                 # and then frees its uid, while the result goes back to the run.
@@ -264,6 +271,24 @@ class JobAttempt:
         if not self.o._sandbox.supports_network:
             return "network: true: this CI worker cannot give jobs a filtered network (see its log)"
         return None
+
+    def _attach_artifacts(self) -> None:
+        """Start this attempt's artifact service and hand its binding to the step runner."""
+        config = self.o._config
+        scope = ArtifactScope(
+            tenant_id=self.trusted.tenant_id,
+            repo_id=self.trusted.repo_id,
+            run_id=self.inp.run_id,
+            job_id=self.job.id,
+            attempt=self.attempt,
+            retention_days=config.artifact_retention_days,
+            max_bytes=config.artifact_max_bytes,
+        )
+        found = attach_artifacts(
+            config.runtime_dir, self.o._sandbox.name, self.o._artifacts, self.o._store, scope, self.job
+        )
+        if found is not None:
+            self.artifacts, self.runner.runtime = found
 
     def _prepare(self) -> None:
         self.root.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Gauge
+from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -81,6 +82,12 @@ class JobConfig:
     # Finished jobs' roots that may wait to be emptied in the background; past that an attempt
     # empties its own before it returns (0: always before).
     reap_backlog: int = 8
+    # The artifact service (``activities.ci.artifact_service``): where attempts' sockets and
+    # upload spools live (the worker's own directory; None: no artifacts), how long artifacts
+    # are kept unless the tenant's log retention says otherwise, and one artifact's limit.
+    runtime_dir: Path | None = None
+    artifact_retention_days: int = 90
+    artifact_max_bytes: int = 2 << 30
 
 
 class CIJobActivities(CIJobDefinition):
@@ -97,8 +104,11 @@ class CIJobActivities(CIJobDefinition):
         records: RunRecords,
         secrets: SecretSource | None = None,
         actions: ActionSource | None = None,
+        artifacts: sessionmaker | None = None,
     ) -> None:
         self._config = config
+        # The database artifacts are recorded in (None: jobs get no artifact service).
+        self._artifacts = artifacts
         # Where remote actions' code comes from (``None``: only local ``./path`` actions run).
         self._actions = actions
         self._records = records

@@ -53,6 +53,9 @@ class SandboxRequest:
     # ``actions/`` (remote actions' files) is read-only to the job's steps; only the job-side
     # helper, which puts them there and removes them, sees it writable.
     writable_actions: bool = False
+    # Host paths (outside any job tree: the worker's own) shown inside at the given paths,
+    # e.g. the attempt's artifact service socket; only the bubblewrap sandbox honours them.
+    binds: tuple[tuple[str, str], ...] = ()
 
 
 class SandboxProcess(Protocol):

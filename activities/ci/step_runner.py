@@ -23,6 +23,7 @@ from actions_language.commands import WorkflowCommands
 from actions_language.environment_files import MAX_PATH_ENTRIES, read_output_file, read_path_file
 from actions_language.shells import shell_argv
 from activities.ci.action_steps import SandboxRun
+from activities.ci.artifact_runtime import RuntimeBinding
 from activities.ci.job_context import JobContext
 from activities.ci.jobroot import JobRoot, JobTreeError, StepFiles
 from activities.ci.logs import LogShipper
@@ -130,6 +131,8 @@ class StepRunner:
     summary_bytes: int = field(default=0, init=False)
     # Whether the last byte of output ended a line (a command must start one).
     output_ended_line: bool = field(default=True, init=False)
+    # The attempt's artifact service, when it has one (``activities.ci.artifact_runtime``).
+    runtime: RuntimeBinding | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.mount = self.context.mount
@@ -204,6 +207,11 @@ class StepRunner:
         return env
 
     def _start(self, argv: list[str], env: dict[str, str], cwd: str) -> SandboxProcess:
+        binds: tuple[tuple[str, str], ...] = ()
+        if self.runtime is not None:
+            # The attempt's artifact service: a forwarder in the sandbox carries its port there.
+            argv, binds = self.runtime.wrap(argv), self.runtime.binds()
+            env = {**env, **self.runtime.env}
         return self.sandbox.start(
             SandboxRequest(
                 argv=argv,
@@ -213,6 +221,7 @@ class StepRunner:
                 network=self.network,
                 limits=self.limits,
                 name=f"{self.name_prefix}-{self.process_seq}",
+                binds=binds,
             )
         )
 

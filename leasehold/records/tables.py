@@ -9,6 +9,7 @@ this one, never the reverse.
 # Imported for what importing does: each module declares its tables on Base.
 from leasehold.records import api_keys  # noqa: F401
 from leasehold.records.ci import (  # noqa: F401
+    artifacts,
     environments,
     heads,
     plans,

@@ -67,6 +67,7 @@ def push_workflow(
     before_push: Callable[[httpx.Client, str], None] | None = None,
     files: dict[str, str] | None = None,
     name: str | None = None,
+    binary_files: dict[str, bytes] | None = None,
 ) -> Pushed:
     """A fresh repository with one workflow file, pushed for real to main; waits until its one
     run exists. ``before_push(client, repo_id)`` runs after registration (e.g. to store secrets)."""
@@ -78,6 +79,9 @@ def push_workflow(
     remote.write(WORKFLOW_PATH, yaml_text)
     for path, text in (files or {}).items():
         remote.write(path, text)
+    for path, data in (binary_files or {}).items():
+        (remote.work / path).parent.mkdir(parents=True, exist_ok=True)
+        (remote.work / path).write_bytes(data)
     sha = remote.commit("ci")
     remote.push()
     (delivery,) = remote.deliveries()

@@ -169,6 +169,19 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("POST", "/v1/runs/{run}/jobs/{job}/reject"): expect_404(
         "POST", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/reject"
     ),
+    ("PUT", "/v1/repos/{repo_id}/status-reporter"): expect_404(
+        "PUT", lambda v: f"/v1/repos/{v.pushed.repo_id}/status-reporter", {"token": "b-token"}
+    ),
+    ("GET", "/v1/repos/{repo_id}/status-reporter"): expect_404(
+        "GET", lambda v: f"/v1/repos/{v.pushed.repo_id}/status-reporter"
+    ),
+    ("DELETE", "/v1/repos/{repo_id}/status-reporter"): expect_404(
+        "DELETE", lambda v: f"/v1/repos/{v.pushed.repo_id}/status-reporter"
+    ),
+    ("GET", "/v1/runs/{run}/artifacts"): expect_404("GET", lambda v: f"/v1/runs/{v.pushed.run_id}/artifacts"),
+    ("GET", "/v1/runs/{run}/artifacts/{artifact_id}/zip"): expect_404(
+        "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/artifacts/1/zip"
+    ),
 }
 
 

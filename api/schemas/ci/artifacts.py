@@ -1,0 +1,25 @@
+"""Bodies of ``/v1/runs/{run}/artifacts``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from api.schemas.objects import ObjectList
+
+
+class ArtifactOut(BaseModel):
+    id: int
+    name: str
+    size: int
+    digest: str | None = None
+    job_id: str
+    attempt: int
+    created_at: datetime
+    expires_at: datetime
+    download_url: str
+
+
+class ArtifactList(ObjectList[ArtifactOut]):
+    pass
