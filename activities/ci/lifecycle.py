@@ -36,6 +36,7 @@ from activities.ci.log_compaction import build_compacted, compacted_key, read_ch
 from activities.lifecycle_definitions import CILifecycleDefinition
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.base import utcnow
+from leasehold.records.ci.artifacts import CIArtifact, delete_artifact, expired_artifacts
 from leasehold.records.ci.plans import retention_overrides
 from leasehold.records.ci.runs import CIAnnotationRecord, CIAttemptRecord, CIJobRecord, CIPushRecord, CIRunRecord
 from leasehold.storage import ObjectStore
@@ -161,6 +162,8 @@ def delete_run(store: ObjectStore, factory: sessionmaker, run_id: str, closed_be
         if run is None or not _expired(run, closed_before):
             return deleted
         session.execute(delete(CIAnnotationRecord).where(CIAnnotationRecord.run_id == run_id))
+        # Their zips lay under the run's prefix, gone above.
+        session.execute(delete(CIArtifact).where(CIArtifact.run_id == run_id))
         session.execute(delete(CIAttemptRecord).where(CIAttemptRecord.run_id == run_id))
         session.execute(delete(CIJobRecord).where(CIJobRecord.run_id == run_id))
         session.execute(delete(CIRunRecord).where(CIRunRecord.run_id == run_id))
@@ -250,6 +253,11 @@ class CILifecycleActivities(CILifecycleDefinition):
             return or_(*clauses)
 
         result = BatchResult(done=False)
+        # Artifacts kept for less than their run (upload-artifact's retention-days) go first.
+        for artifact in expired_artifacts(self.factory, now, inp.batch_size):
+            self.store.delete(artifact.object_key)
+            delete_artifact(self.factory, artifact.id)
+            result.deleted_objects += 1
         if not (batch.cursor or "").startswith(_PUSH_PHASE):
             r = CIRunRecord
             with self.factory() as session:

@@ -106,3 +106,28 @@ def test_retention_waits_out_the_retry_window(store: LocalObjectStore, db: sessi
     assert run_ids(db) == {"run_retryable"}
     retain(store, db, min_seconds=86400)
     assert run_ids(db) == set()
+
+
+def test_artifacts_go_with_their_run_or_when_they_expire(store: LocalObjectStore, db: sessionmaker) -> None:
+    from datetime import UTC, datetime
+
+    from leasehold.records.ci.artifacts import finalize, run_artifacts, start_upload
+
+    now = datetime.now(UTC)
+
+    def artifact(run_id: str, name: str, expires_in: timedelta) -> str:
+        made, _ = start_upload(db, "tenant-a", "repo", run_id, "build", 1, name, now + expires_in)
+        store.put(made.object_key, b"PK zip")
+        finalize(db, made.id, 6, "sha256:x")
+        return made.object_key
+
+    add_run_with_log(store, db, "run_old", finished_ago=timedelta(days=91))
+    add_run_with_log(store, db, "run_new", finished_ago=timedelta(days=1))
+    with_run = artifact("run_old", "old-report", timedelta(days=30))
+    short = artifact("run_new", "short-lived", timedelta(seconds=-1))
+    kept = artifact("run_new", "kept", timedelta(days=89))
+    retain(store, db)
+    assert not store.exists(with_run) and not store.exists(short)
+    assert store.exists(kept)
+    assert run_artifacts(db, "run_old") == []
+    assert [a.name for a in run_artifacts(db, "run_new")] == ["kept"]
