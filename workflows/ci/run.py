@@ -161,6 +161,7 @@ class CIRunWorkflow(RunScheduling):
         self._issued = {}
         self._served_queues = set()
         self._unserved_asks = set()
+        self._expired_asks = set()
         self._last_report = None
 
     @workflow.query

@@ -147,6 +147,8 @@ class RunFields:
     _served_queues: set[str]
     # Requests the semaphore said wait on a queue no worker polls (keys): not counted in play.
     _unserved_asks: set[str]
+    # Requests the semaphore dropped after a day on an unserved queue (keys): their rounds fail.
+    _expired_asks: set[str]
 
     def _set_status(self, status: RunStatus) -> None:
         if self._state.status != status:

@@ -175,6 +175,15 @@ class RunScheduling(RunRounds):
             else Priority(),
         )
 
+    def _record_no_worker(self, job_id: str, round_: int, spec: JobSpec) -> None:
+        """The round's slot request waited a day on a queue no worker polls: it fails as its
+        activity did when it waited that long for a worker."""
+        job = self._state.job(job_id)
+        if job is not None and job.round == round_:
+            labels = ", ".join(sorted(set(spec.runs_on)))
+            error = f"no worker serves runs-on [{labels}]: gave up waiting for one"
+            self._finish_job(job, JobStatus.FAILURE, error=error)
+
     async def _run_job(
         self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput, inherited: str | None = None
     ) -> None:
@@ -211,6 +220,9 @@ class RunScheduling(RunRounds):
                         job_state.slot_key = slot
             if job_id in self._abort_wait:
                 raise asyncio.CancelledError
+            if slot in self._expired_asks:
+                self._record_no_worker(job_id, round_, spec)
+                return
             if capped:
                 # Held: the semaphore granted it for this queue, or it came from a round that did.
                 self._served_queues.add(self._job_queue(job_id))

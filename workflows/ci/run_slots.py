@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ci.semaphore import (
         SIGNAL_ACQUIRE,
         SIGNAL_ACQUIRE_MANY,
+        SIGNAL_EXPIRED,
         SIGNAL_GRANTED_MANY,
         SIGNAL_RELEASE,
         SIGNAL_RELEASE_MANY,
@@ -119,7 +120,9 @@ class RunSlots(RunGraph):
         # Acknowledged: a transfer to this key reaches the semaphore after the request did.
         self._awaiting_grant[key] = job_id
         try:
-            await workflow.wait_condition(lambda: key in self._granted or job_id in self._abort_wait)
+            await workflow.wait_condition(
+                lambda: key in self._granted or job_id in self._abort_wait or key in self._expired_asks
+            )
         finally:
             self._awaiting_grant.pop(key, None)
         return key
@@ -250,3 +253,11 @@ class RunSlots(RunGraph):
     def slots_unserved(self, asks: SlotGrants) -> None:
         """The semaphore holds these requests until a worker polls their queue."""
         self._unserved_asks.update(k for k in asks.keys if k in self._requested)
+
+    @workflow.signal(name=SIGNAL_EXPIRED)
+    def slots_expired(self, asks: SlotGrants) -> None:
+        """The semaphore dropped these requests: no worker polled their queue for a day. Their
+        rounds fail (``_run_job``) without a release (nothing is held or asked any more)."""
+        mine = [k for k in asks.keys if k in self._requested]
+        self._requested.difference_update(mine)
+        self._expired_asks.update(mine)

@@ -71,6 +71,8 @@ SIGNAL_RELEASE_MANY = "release_many"
 SIGNAL_GRANTED_MANY = "slots_granted"
 # To a run: its requests whose queue no worker polls (they wait, and count against nothing).
 SIGNAL_UNSERVED = "slots_unserved"
+# To a run: its requests dropped after waiting ``unserved_expiry_seconds`` on an unserved queue.
+SIGNAL_EXPIRED = "slots_expired"
 # Continue as new past this many history events (each grant costs a few).
 MAX_HISTORY_EVENTS = 2000
 # An idle semaphore still continues as new now and then, so its history stays short.
@@ -120,6 +122,8 @@ class CITenantSemaphoreWorkflow:
         self._notify: list[SlotRequest] = []
         # Requests found waiting on an unserved queue, to tell their runs (once each).
         self._unserved: list[SlotRequest] = []
+        # Requests dropped for waiting too long on an unserved queue, to tell their runs.
+        self._expired: list[SlotRequest] = []
 
     @workflow.query
     def state(self) -> SemaphoreState:
@@ -131,6 +135,8 @@ class CITenantSemaphoreWorkflow:
         st.limit = max(1, req.limit)
         if req.probe_queue:
             st.probe_queue = req.probe_queue
+        if req.asked_at is None:
+            req.asked_at = workflow.now()
         same = [r for r in (*st.holders, *st.pending) if r.holder == req.holder and r.key == req.key]
         if same:
             # A repeated request (e.g. a run replayed a signal): re-grant if it already holds.
@@ -190,14 +196,16 @@ class CITenantSemaphoreWorkflow:
             # Cleared first: a signal arriving while grants are being told wakes the next round.
             self._dirty = False
             ask = self._grant()
-            if self._notify or self._unserved:
-                # One ``slots_granted`` (and one ``slots_unserved``) per run of the round, all in
-                # this task.
+            if self._notify or self._unserved or self._expired:
+                # One ``slots_granted`` (and one ``slots_unserved``, ``slots_expired``) per run of
+                # the round, all in this task.
                 granted, self._notify = _by_run(self._notify), []
                 unserved, self._unserved = _by_run(self._unserved), []
+                expired, self._expired = _by_run(self._expired), []
                 await asyncio.gather(
                     *(self._tell_run(holder, keys) for holder, keys in granted.items()),
-                    *(self._tell_unserved(holder, keys) for holder, keys in unserved.items()),
+                    *(self._tell(SIGNAL_UNSERVED, holder, keys) for holder, keys in unserved.items()),
+                    *(self._tell(SIGNAL_EXPIRED, holder, keys) for holder, keys in expired.items()),
                 )
             if ask:
                 # Waiters whose queues nobody was known to poll: ask, then grant again.
@@ -231,6 +239,10 @@ class CITenantSemaphoreWorkflow:
         waiting: list[SlotRequest] = []
         for req in st.pending:
             served = self._served(req.queue, now)
+            if served is False and len(st.holders) < st.limit and self._expires(req, now):
+                # Found unserved by a fresh probe, with a slot free for it all the same.
+                self._expired.append(req)
+                continue
             if len(st.holders) >= st.limit:
                 waiting.append(req)
                 if served is False:
@@ -315,12 +327,20 @@ class CITenantSemaphoreWorkflow:
         st.unserved = {q: t for q, t in st.unserved.items() if q in wanted}
         st.probed = {q: t for q, t in st.probed.items() if q in st.unserved}
 
-    async def _tell_unserved(self, holder: str, keys: list[str]) -> None:
+    def _expires(self, req: SlotRequest, now: datetime) -> bool:
+        """Whether the request has waited on an unserved queue for ``unserved_expiry_seconds``."""
+        since = self._state.unserved.get(req.queue)
+        if since is None or not req.queue:
+            return False
+        waited = now - max(since, req.asked_at or since)
+        return waited.total_seconds() >= self._state.unserved_expiry_seconds
+
+    async def _tell(self, signal: str, holder: str, keys: list[str]) -> None:
         try:
-            await workflow.get_external_workflow_handle(holder).signal(SIGNAL_UNSERVED, SlotGrants(keys=keys))
+            await workflow.get_external_workflow_handle(holder).signal(signal, SlotGrants(keys=keys))
         except FailureError:
-            # Gone: its requests are dropped when it releases them, or with its grant.
-            workflow.logger.warning("run %s is gone; not told of its unserved requests %s", holder, keys)
+            # Gone: an unserved request is dropped with its grant or release (an expired one is).
+            workflow.logger.warning("run %s is gone; not told %s of %s", holder, signal, keys)
 
     async def _tell_run(self, holder: str, keys: list[str]) -> None:
         try:

@@ -23,6 +23,8 @@ class SlotRequest(BaseModel):
     probe_queue: str = ""
     # Set by the semaphore once it told the run this request waits on an unserved queue.
     told_unserved: bool = False
+    # When the semaphore received it (set by the semaphore).
+    asked_at: datetime | None = None
 
 
 class SlotRelease(BaseModel):
@@ -85,6 +87,10 @@ class SemaphoreState(BaseModel):
     probes_total: int = 0
     # The CI workers' probe queue (from the newest request that names one).
     probe_queue: str = ""
+    # A request whose queue stays unserved this long (from when it asked or its queue lost its
+    # workers, the later) is dropped and its run told (``slots_expired``): the job fails as it
+    # did when its activity waited that long for a worker (CI_JOB_SCHEDULE_TO_START_SECONDS).
+    unserved_expiry_seconds: float = 24 * 3600.0
 
 
 class ServedQueuesInput(BaseModel):
