@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.ci.probe import CIProbeActivities
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
@@ -44,7 +45,7 @@ from workflows.ci.types.projection import ACTIVITY_PROJECT_RUN, CIRunSnapshot
 from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState, JobStatus, RetryJobRequest, RunStatus
 from workflows.ci.types.spec import JobSpec, StepSpec, WorkflowSpec
-from workflows.queues import ci_queue, orchestration_queue
+from workflows.queues import ci_probe_queue, ci_queue, orchestration_queue
 
 LABEL = "pregrant"
 
@@ -162,7 +163,9 @@ async def test_pregranted_attempts_and_a_silent_handoff(temporal_env: WorkflowEn
         activities=[project_ci_run],
     )
     ci = Worker(client, task_queue=ci_queue([LABEL], prefix), activities=[stand_in.run_job])
-    async with orchestration, ci:
+    # What every CI worker also serves: the semaphore asks it whether the job queue is polled.
+    probe = Worker(client, task_queue=ci_probe_queue(prefix), activities=[CIProbeActivities(client).served_queues])
+    async with orchestration, ci, probe:
         handle = await client.start_workflow(
             CIRunWorkflow.run, inp, id=run_workflow_id(inp.run_id), task_queue=orchestration_queue(prefix)
         )

@@ -5,30 +5,40 @@
   ``Worker`` instances against the session's dev server: never more jobs at once than slots).
 * The tenant semaphore grants only requests whose queue a worker polls (a stub probe activity
   answers which), past a waiter whose queue nobody serves, and grants that waiter once its
-  queue is served.
+  queue is served; a waiter unserved for ``unserved_expiry_seconds`` is dropped and its run told.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from temporalio import activity, workflow
+from temporalio.common import RawValue
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.ci_dispatch.test_semaphore_transfer import GrantHolder, held, until
 from worker_ci.job_slots import SharedSlots, job_queues, job_workers
-from workflows.ci.semaphore import SIGNAL_ACQUIRE, SIGNAL_RELEASE, CITenantSemaphoreWorkflow
+from workflows.ci.semaphore import (
+    SIGNAL_ACQUIRE,
+    SIGNAL_EXPIRED,
+    SIGNAL_GRANTED_MANY,
+    SIGNAL_RELEASE,
+    SIGNAL_UNSERVED,
+    CITenantSemaphoreWorkflow,
+)
 from workflows.ci.types.semaphore import (
     ACTIVITY_SERVED_QUEUES,
     SemaphoreState,
     ServedQueues,
     ServedQueuesInput,
+    SlotGrants,
     SlotRelease,
     SlotRequest,
 )
@@ -220,4 +230,60 @@ async def test_unserved_requests_hold_nothing(temporal_env: WorkflowEnvironment)
         await until(unserved_granted, "the waiters' grants once their queue is served", within=30)
         assert (await state()).unserved == {}
         for handle in (run_u, run_s, sem):
+            await handle.terminate()
+
+
+@workflow.defn(sandboxed=False)
+class ExpiryHolder:
+    """Stands for a run: keeps what the semaphore tells it."""
+
+    def __init__(self) -> None:
+        self.told: dict[str, list[str]] = {}
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal(dynamic=True)
+    def told_of(self, name: str, args: Sequence[RawValue]) -> None:
+        grants = workflow.payload_converter().from_payload(args[0].payload, SlotGrants)
+        self.told.setdefault(name, []).extend(grants.keys)
+
+    @workflow.query
+    def seen(self) -> dict[str, list[str]]:
+        return self.told
+
+
+async def test_a_request_unserved_too_long_is_dropped_and_its_run_told(temporal_env: WorkflowEnvironment) -> None:
+    client = temporal_env.client
+    queue = f"sem-expiry-{uuid.uuid4().hex[:8]}"
+    probe = f"{queue}-probe"
+    nowhere = f"{queue}-ci.nowhere"
+    async with (
+        Worker(client, task_queue=queue, workflows=[CITenantSemaphoreWorkflow, ExpiryHolder]),
+        Worker(client, task_queue=probe, activities=[stub_served_queues]),
+    ):
+        run = await client.start_workflow(ExpiryHolder.run, id=f"{queue}-r", task_queue=queue)
+        request = SlotRequest(holder=run.id, key="j#0", limit=1, queue=nowhere, probe_queue=probe)
+        sem = await client.start_workflow(
+            CITenantSemaphoreWorkflow.run,
+            SemaphoreState(tenant_id="t", limit=1, unserved_expiry_seconds=3.0),
+            id=f"{queue}-sem",
+            task_queue=queue,
+        )
+        await sem.signal(SIGNAL_ACQUIRE, request)
+
+        async def told_unserved() -> bool:
+            return (await run.query(ExpiryHolder.seen)).get(SIGNAL_UNSERVED) == ["j#0"]
+
+        await until(told_unserved, "the run to be told its request waits unserved")
+
+        async def expired() -> bool:
+            return (await run.query(ExpiryHolder.seen)).get(SIGNAL_EXPIRED) == ["j#0"]
+
+        await until(expired, "the request to expire", within=30)
+        st = await sem.query(CITenantSemaphoreWorkflow.state)
+        assert st.pending == [] and st.holders == []
+        assert SIGNAL_GRANTED_MANY not in await run.query(ExpiryHolder.seen)
+        for handle in (run, sem):
             await handle.terminate()

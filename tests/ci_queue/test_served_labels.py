@@ -8,10 +8,12 @@ the real API, dev server and CI worker processes.
   still runs that run's served job, and another run's jobs at its full cap; the unserved jobs
   explain that no worker serves them and that they hold no slot, and they run once a worker
   with that label starts.
+* A job whose labels stay unserved past the semaphore's expiry (a day; seconds here) fails.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
 import httpx
@@ -19,9 +21,13 @@ import pytest
 
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_plan
+from leasehold.temporal import connect
 from testing.harness import ManagedProcess, start_worker
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, push_workflow, wait_for, wait_run
+from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
+from workflows.ci.types.semaphore import SemaphoreState
+from workflows.queues import ci_probe_queue, orchestration_queue
 
 pytestmark = pytest.mark.slow
 
@@ -159,3 +165,44 @@ jobs:
                 tenant.post(f"/v1/runs/{rid}/cancel")
         if late is not None:
             _stop(queue_stack, late)
+
+
+def test_a_job_nobody_serves_fails_once_its_wait_expires(queue_stack: CIStack) -> None:
+    """The tenant's semaphore is started first with a 3 s expiry (a day by default): the job's
+    request is dropped and the job fails, saying that no worker serves its labels."""
+    tenant = queue_stack.new_tenant()
+    tenant_id: str = tenant.tenant_id  # type: ignore[attr-defined]
+    set_plan(init_database(queue_stack.settings.resolved_database_url), tenant_id, 1.0, 2)
+    prefix = queue_stack.settings.queue_prefix
+
+    async def start_semaphore() -> None:
+        client = await connect(queue_stack.settings)
+        state = SemaphoreState(
+            tenant_id=tenant_id, limit=2, unserved_expiry_seconds=3.0, probe_queue=ci_probe_queue(prefix)
+        )
+        await client.start_workflow(
+            CITenantSemaphoreWorkflow.run,
+            state,
+            id=semaphore_workflow_id(tenant_id),
+            task_queue=orchestration_queue(prefix),
+        )
+
+    asyncio.run(start_semaphore())
+    nowhere = f"nowhere-{secrets.token_hex(3)}"
+    pushed = push_workflow(
+        queue_stack,
+        f"""
+name: expires
+on: push
+jobs:
+  lost:
+    runs-on: [{nowhere}]
+    steps: [{{run: "true"}}]
+""",
+        client=tenant,
+    )
+    done = wait_run(tenant, pushed.run_id, timeout=90)
+    assert done["status"] == "failure", done
+    lost = job(done, "lost")
+    assert lost["status"] == "failure" and lost["attempts"] == []
+    assert lost["error"] == f"no worker serves runs-on [{nowhere}]: gave up waiting for one"
