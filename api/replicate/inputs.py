@@ -10,6 +10,7 @@ ignored: a caller who sent ``negative_prompt`` would otherwise get a video that 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -141,23 +142,25 @@ def create_request(fields: dict[str, Any], spec: VideoModelSpec) -> VideoCreateR
         raise invalid_input(f"input.{REQUEST_FIELDS.get(name, name)}", first["msg"]) from None
 
 
-def image_input(fields: dict[str, Any]) -> ReferenceImage | None:
-    """The ``image`` input, as Replicate's clients send a file: a data URI (the client's
-    ``file_encoding_strategy="base64"``); 422 naming ``input.image`` when it is not an image
-    taken here (``api.video.reference``)."""
+def image_input(fields: dict[str, Any], uploaded: Callable[[str], bytes | None]) -> ReferenceImage | None:
+    """The ``image`` input, as Replicate's clients send a file: the URL of an upload to this
+    server's Files API (``uploaded`` reads it; ``api.replicate.files``) or a data URI (the
+    client's ``file_encoding_strategy="base64"``); 422 naming ``input.image`` when it is not an
+    image taken here (``api.video.reference``)."""
     value = fields.get("image")
     if value is None:
         return None
     if not isinstance(value, str):
-        raise invalid_input("input.image", "must be a data URI (data:image/png;base64,...)")
-    if value.lower().startswith(("http://", "https://")):
+        raise invalid_input("input.image", "must be a file URL or a data URI (data:image/png;base64,...)")
+    data = uploaded(value)
+    if data is None and value.lower().startswith(("http://", "https://")):
         raise invalid_input(
             "input.image",
-            "image URLs are not fetched here; send the file as a data URI (data:image/png;base64,...; "
-            'the replicate client does so with file_encoding_strategy="base64")',
+            "only this server's file URLs (POST /v1/files) are read, other URLs are not fetched; upload "
+            "the file or send it as a data URI (data:image/png;base64,...)",
         )
     try:
-        return read_image(data_url_bytes(value))
+        return read_image(data if data is not None else data_url_bytes(value))
     except ApiError as exc:
         raise invalid_input("input.image", exc.message) from None
 

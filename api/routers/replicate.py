@@ -24,18 +24,21 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import UploadFile
 
+from api.body_limits import BodyTooLarge
 from api.deps import IdempotencyKeyHeader, get_principal
 from api.errors import ApiError
-from api.replicate import catalogue, inputs
+from api.replicate import catalogue, files, inputs
 from api.replicate.predictions import TERMINAL, prediction_of
 from api.replicate.problems import Problem, ProblemRoute, invalid_input
 from api.replicate.webhooks import EVENTS, PredictionWebhooks, Subscription, check_url, signing_secret
 from api.video.jobs import WATCH_INTERVAL_SECONDS, VideoJobs
+from api.video.reference import MAX_REFERENCE_BYTES
 from api.video.views import JobView
 from leasehold.records.api_keys import Principal
 from leasehold.webhook_urls import MAX_URL_LENGTH
@@ -176,7 +179,8 @@ async def _create(
     wait = wait_seconds(prefer)
     subscription = _subscription(request, body, principal)
     create = inputs.create_request(body.input, spec)
-    image = inputs.image_input(body.input)
+    store, base_url = request.app.state.store, _base_url(request)
+    image = inputs.image_input(body.input, lambda url: files.image_bytes(store, principal, base_url, url))
     jobs = VideoJobs.of_app(request.app.state, principal)
     try:
         view = await jobs.submit(create, idempotency_key, request, image)
@@ -380,6 +384,49 @@ async def stream_prediction(prediction_id: str, request: Request, caller: Caller
     return StreamingResponse(
         events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+# Files --------------------------------------------------------------------------------------
+
+
+@router.post("/v1/files", status_code=201)
+async def create_file(request: Request, caller: CallerDep) -> dict[str, Any]:
+    """Upload a file to pass as a model input (what ``client.files.create`` and a file in
+    ``input`` send): multipart ``content``, optional ``metadata`` (JSON)."""
+    try:
+        form = await request.form(max_files=1, max_fields=4)
+    except BodyTooLarge:
+        raise
+    except Exception as exc:  # Starlette reports malformed multipart as several types
+        raise Problem(400, "the form body could not be parsed") from exc
+    content = form.get("content")
+    if not isinstance(content, UploadFile):
+        raise invalid_input("content", "is required: the file, as a multipart file field")
+    data = await content.read(MAX_REFERENCE_BYTES + 1)
+    if len(data) > MAX_REFERENCE_BYTES:
+        raise Problem(413, f"a file holds at most {MAX_REFERENCE_BYTES} bytes here")
+    metadata: Any = {}
+    raw_metadata = form.get("metadata")
+    if isinstance(raw_metadata, str) and raw_metadata:
+        try:
+            metadata = json.loads(raw_metadata)
+        except ValueError:
+            raise invalid_input("metadata", "must be a JSON object") from None
+    name = content.filename or "file"
+    kind = content.content_type or "application/octet-stream"
+    state = request.app.state
+    return await asyncio.to_thread(files.create, state.store, caller, _base_url(request), data, name, kind, metadata)
+
+
+@router.get("/v1/files/{file_id}")
+async def get_file(file_id: str, request: Request, caller: CallerDep) -> dict[str, Any]:
+    return await asyncio.to_thread(files.get, request.app.state.store, caller, _base_url(request), file_id)
+
+
+@router.delete("/v1/files/{file_id}", status_code=204)
+async def delete_file(file_id: str, request: Request, caller: CallerDep) -> Response:
+    await asyncio.to_thread(files.delete, request.app.state.store, caller, file_id)
+    return Response(status_code=204)
 
 
 # Webhooks -----------------------------------------------------------------------------------

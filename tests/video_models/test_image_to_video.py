@@ -156,14 +156,23 @@ def test_the_replicate_client_makes_a_video_from_an_image(model_stack: ModelStac
     worker = model_stack.gpu("i2v-replicate", I2V_MODEL)
     worker.wait_healthy(120)
     client = replicate.Client(api_token=key_for(model_stack), base_url=model_stack.base_url)
-    version = client.models.get(f"leasehold/{I2V_MODEL}").latest_version
+    ref = f"leasehold/{I2V_MODEL}"
+    version = client.models.get(ref).latest_version
     assert version is not None
     assert "image" in version.openapi_schema["components"]["schemas"]["Input"]["required"]
-    # The client sends a file as a data URI with file_encoding_strategy="base64" (it honours
-    # that with a version; with model= it drops it and uploads to the Files API instead).
+
+    # run() with a file uploads it to the Files API and passes its URL as the input.
+    first_frame = io.BytesIO(picture(48, 32, "JPEG"))
+    output = client.run(ref, input={"prompt": "a green kite", "image": first_frame, "size": "48x32"})
+    assert isinstance(output, str), output
+    assert probe_mp4(FileOutput(output, client).read())[1:] == (48, 32, 9)
+    upload = client.files.create(io.BytesIO(picture(48, 32)), filename="first.png")
+    assert client.files.get(upload.id).size == upload.size > 0
+
+    # With a version it honours file_encoding_strategy="base64": a data URI.
     prediction = client.predictions.create(
-        version=version.id,
-        input={"prompt": "a green kite", "image": io.BytesIO(picture(48, 32, "JPEG")), "size": "48x32", "seed": 3},
+        version.id,
+        {"prompt": "a blue kite", "image": io.BytesIO(picture(48, 32, "WEBP")), "size": "48x32", "seed": 3},
         file_encoding_strategy="base64",
     )
     prediction.wait()
@@ -171,19 +180,24 @@ def test_the_replicate_client_makes_a_video_from_an_image(model_stack: ModelStac
     assert isinstance(prediction.output, str)
     assert probe_mp4(FileOutput(prediction.output, client).read())[1:] == (48, 32, 9)
 
-    for image, says in (
-        (io.BytesIO(b"GIF89a not what it says"), "PNG, JPEG or WebP"),
-        (io.BytesIO(picture(32, 32)), "32x32 but the video is 48x32"),
+    stranger = replicate.Client(api_token=key_for(model_stack), base_url=model_stack.base_url)
+    for caller, image, says in (
+        (client, io.BytesIO(b"GIF89a not what it says"), "PNG, JPEG or WebP"),
+        (client, io.BytesIO(picture(32, 32)), "32x32 but the video is 48x32"),
+        # Another user's upload is no file of theirs.
+        (stranger, upload.urls["get"], "no file"),
     ):
         with pytest.raises(ReplicateError) as refused:
-            client.predictions.create(
-                version=version.id,
-                input={"prompt": "a kite", "image": image, "size": "48x32"},
-                file_encoding_strategy="base64",
+            caller.predictions.create(
+                version.id, {"prompt": "a kite", "image": image, "size": "48x32"}, file_encoding_strategy="base64"
             )
         # Replicate's invalid input: 422 naming the field, as every input error on this surface.
         assert refused.value.status == 422 and "input.image" in str(refused.value.detail), refused.value
         assert says in str(refused.value.detail)
+    with pytest.raises(ReplicateError) as hidden:
+        stranger.files.get(upload.id)
+    assert hidden.value.status == 404
+    assert client.files.delete(upload.id)
 
 
 def _reference_keys(stack: ModelStack) -> list[str]:
