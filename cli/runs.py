@@ -1,4 +1,4 @@
-"""``leasehold runs list|get|cancel|retry|logs``: CI runs through the API.
+"""``leasehold runs list|get|cancel|retry|logs|artifacts``: CI runs through the API.
 
 ``runs logs RUN JOB --follow`` tails the job's live log (``/logs/stream``, server-sent events
 whose id is the chunk's sequence number). After a dropped connection it reconnects with
@@ -15,6 +15,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from cli.artifacts import add_options as add_artifact_options
+from cli.artifacts import cmd_artifacts
 from cli.remote import (
     Api,
     CliFailure,
@@ -368,6 +370,8 @@ def add_commands(sub: Any) -> None:
     retry_help = "re-run a failed or cancelled job (default: each of them)"
     add_api_command(runs_sub, "retry", cmd_retry, retry_help, run, options=_retry_options)
     add_api_command(runs_sub, "logs", cmd_logs, "a job's log; --follow tails it live", run, job, options=_logs_options)
+    artifacts_help = "a run's artifacts; --download NAME writes one's zip"
+    add_api_command(runs_sub, "artifacts", cmd_artifacts, artifacts_help, run, options=add_artifact_options)
 
 
 def _list_options(ls: argparse.ArgumentParser) -> None:

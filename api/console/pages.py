@@ -28,6 +28,7 @@ from api.console.session import ConsolePrincipal
 from api.deps import CapacityDep, ClientDep, DbDep, SettingsDep, StoreDep
 from api.errors import ApiError
 from api.forms import string_fields
+from api.routers.ci import artifacts as artifacts_router
 from api.routers.ci import logs as logs_router
 from api.routers.ci import repos as repos_router
 from api.routers.ci import runs as runs_router
@@ -298,10 +299,12 @@ async def run_page(
 ) -> Response:
     out = await runs_router.get_run(run, principal, client, db, explainer)
     settings = request.app.state.settings
+    artifacts = (await artifacts_router.list_artifacts(run, principal, client, db)).data
     return page(
         request,
         "run.html",
         run=out,
+        artifacts=artifacts,
         graph=_graph(out),
         final=out.status in FINAL_RUN_STATUSES,
         temporal_link=_temporal_link(settings, run_workflow_id(out.id)),
@@ -315,6 +318,14 @@ def _run_snapshot(out: RunOut) -> dict[str, Any]:
         "cancel_requested": out.cancel_requested,
         "jobs": [{"id": j.id, "status": j.status, "attempt": j.attempt} for j in out.jobs],
     }
+
+
+@router.get("/runs/{run}/artifacts/{artifact_id}/zip")
+async def run_artifact(
+    run: str, artifact_id: int, principal: ConsolePrincipal, client: ClientDep, db: DbDep, store: StoreDep
+) -> Response:
+    """An artifact's zip, for the signed-in user (the API's download, by the console's session)."""
+    return await artifacts_router.download_artifact(run, artifact_id, principal, client, db, store)
 
 
 @router.get("/runs/{run}/events")

@@ -7,6 +7,9 @@ tenant gets 404; a second upload of the same name in the run is refused."""
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 import zipfile
 
 from tests.artifact_action import files as action_files
@@ -63,6 +66,24 @@ def test_an_artifact_goes_from_one_job_to_the_next(ci_engine: CIStack) -> None:
     assert len(zipped.content) == artifact["size"]
     with zipfile.ZipFile(io.BytesIO(zipped.content)) as archive:
         assert archive.read("out/greeting.txt") == b"hello from make\n"
+
+    # The CLI lists them and writes the zip.
+    key = client.headers["Authorization"].removeprefix("Bearer ")
+    cli = [sys.executable, "-m", "cli.main", "runs", "artifacts", pushed.run_id, "--api-url", ci_engine.base_url]
+    listed_cli = subprocess.run([*cli, "--api-key", key, "--json"], capture_output=True, text=True, timeout=60)
+    assert listed_cli.returncode == 0, listed_cli.stderr
+    assert [a["name"] for a in json.loads(listed_cli.stdout)["data"]] == ["greeting"]
+    target = ci_engine.root / f"{pushed.run_id}-greeting.zip"
+    fetched = subprocess.run(
+        [*cli, "--api-key", key, "--download", "greeting", "-o", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    assert target.read_bytes() == zipped.content
+    missing = subprocess.run([*cli, "--api-key", key, "--download", "nope"], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 3 and "no artifact named 'nope'" in missing.stderr
 
     other = ci_engine.new_tenant()
     assert other.get(f"/v1/runs/{pushed.run_id}/artifacts").status_code == 404
