@@ -130,9 +130,9 @@ def ci_probe_queue(prefix: str = "") -> str:
     return f"{prefix}{CI_PROBE}"
 
 
-# A probe of job queues: one DescribeTaskQueue each, all at once; a probe no CI worker takes in
-# this long counts every queue as unserved (no CI worker is up).
-CI_PROBE_TIMEOUT = timedelta(seconds=10)
+# A probe of job queues: one DescribeTaskQueue each, all at once; a probe no CI worker answers
+# in this long grants as if served (no CI worker of this build is up, e.g. during a rollout).
+CI_PROBE_TIMEOUT = timedelta(seconds=5)
 CI_PROBE_RETRY = RetryPolicy(maximum_attempts=1)
 
 

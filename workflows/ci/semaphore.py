@@ -29,12 +29,17 @@ a run asks for all its ready jobs at once, before the tenant's later runs ask).
 A slot goes only to a job that a live CI worker can take: each request names its job's task
 queue, and a request whose queue no worker polls holds nothing and waits, while the tenant's
 later requests for served queues are granted past it (so a label nobody serves never blocks
-the tenant's other jobs). Whether a queue is served comes from the ``ci_served_queues`` activity
+the tenant's other jobs; its run is told, ``slots_unserved``, so the request stops counting
+against the run's own share of the cap). Whether a queue is served comes from the ``ci_served_queues`` activity
 (``DescribeTaskQueue`` on the CI workers' probe queue), asked only for queues not found served
 in the last ``SERVED_FRESH`` and only while a slot is free: a tenant busy on served labels
-pays one probe a minute per queue, not one per job. An unserved queue is asked again every
+pays one probe a minute per queue, not one per job. A probe nobody answers (no CI worker of
+this build is up: during a rollout the older CI workers serve no probe queue) grants as an
+older build did, rather than stall every capped job. An unserved queue is asked again every
 ``UNSERVED_RECHECK_MIN`` to ``UNSERVED_RECHECK_MAX`` (longer the longer it stays unserved), so
-its jobs start within seconds of a worker appearing.
+its jobs start within seconds of a worker appearing; a request still unserved after
+``unserved_expiry_seconds`` (a day, as long as a job's activity once waited for a worker) is
+dropped and its run told (``slots_expired``), and the job fails.
 
 The workflow lives as long as the tenant uses CI and continues as new before its history
 grows large, carrying holders and waiters.
@@ -307,9 +312,11 @@ class CITenantSemaphoreWorkflow:
             )
             served = set(answer.served)
         except ActivityError as err:
-            # No CI worker took the probe in time (none is up): nothing is served.
-            workflow.logger.warning("probe of %s failed: %s", queues, err.cause)
-            served = set()
+            # No CI worker took the probe in time: none of this build is up (CI workers of an
+            # older build, during a rollout, serve no probe queue). Grant as an older build did
+            # rather than stall every capped job; asked again after SERVED_FRESH.
+            workflow.logger.warning("probe of %s not answered (%s): granting without it", queues, err.cause)
+            served = set(queues)
         now = workflow.now()
         st.probes_total += 1
         for q in queues:
