@@ -223,6 +223,7 @@ def test_bad_images_are_refused_naming_the_field_and_nothing_is_stored(model_sta
         ({"file_id": "file-123"}, "file_id is not served here"),
         ({"image_url": "https://example.com/first.png"}, "data URL"),
     ]
+    cases.append(({"data": {**fields, "input_reference[image_url]": data_url}}, "48x32 but the video is 64x64"))
     with httpx.Client(
         base_url=model_stack.base_url, headers={"Authorization": f"Bearer {key_for(model_stack)}"}, timeout=60
     ) as http:
@@ -236,4 +237,9 @@ def test_bad_images_are_refused_naming_the_field_and_nothing_is_stored(model_sta
             assert answer.status_code == 400, answer.text
             error = answer.json()["error"]
             assert error["param"] == "input_reference" and says in error["message"], error
+    # The SDK (2.x) itself sends input_reference only as a file: it refuses a reference object
+    # before any request, so the object form above is for JSON and plain HTTP clients.
+    sdk = openai.OpenAI(base_url=f"{model_stack.base_url}/v1", api_key=key_for(model_stack), max_retries=0)
+    with pytest.raises(RuntimeError, match="input_reference"):
+        sdk.videos.create(prompt="a kite", input_reference={"image_url": data_url})
     assert _reference_keys(model_stack) == stored_before

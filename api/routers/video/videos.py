@@ -97,7 +97,8 @@ async def _form_fields(request: Request) -> dict[str, Any]:
         image = await upload.read(MAX_REFERENCE_BYTES + 1)
         form = FormData([(name, value) for name, value in form.multi_items() if name != REFERENCE_FIELD])
     fields: dict[str, Any] = string_fields(form, "unsupported_parameter", "{name} (a file upload) is not taken here")
-    # The SDK flattens a reference object into input_reference[image_url] / [file_id].
+    # A reference object flattened into a form (input_reference[image_url] / [file_id]), as
+    # OpenAI's form encoding writes nested fields; the SDK itself sends only a file.
     prefix = f"{REFERENCE_FIELD}["
     nested = {name[len(prefix) : -1]: fields.pop(name) for name in list(fields) if name.startswith(prefix)}
     if nested:
