@@ -21,17 +21,8 @@ router = APIRouter(tags=["ci"])
 
 
 def _out(artifact: Artifact) -> ArtifactOut:
-    return ArtifactOut(
-        id=artifact.id,
-        name=artifact.name,
-        size=artifact.size,
-        digest=artifact.digest,
-        job_id=artifact.job_id,
-        attempt=artifact.attempt,
-        created_at=artifact.created_at,
-        expires_at=artifact.expires_at,
-        download_url=f"/v1/runs/{artifact.run_id}/artifacts/{artifact.id}/zip",
-    )
+    url = f"/v1/runs/{artifact.run_id}/artifacts/{artifact.id}/zip"
+    return ArtifactOut.model_validate(artifact).model_copy(update={"download_url": url})
 
 
 @router.get("/v1/runs/{run}/artifacts")

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
-
-from api.schemas.objects import ObjectList
+from api.schemas.objects import ObjectList, RecordView
 
 
-class ArtifactOut(BaseModel):
+class ArtifactOut(RecordView):
     id: int
     name: str
     size: int
@@ -18,7 +16,7 @@ class ArtifactOut(BaseModel):
     attempt: int
     created_at: datetime
     expires_at: datetime
-    download_url: str
+    download_url: str = ""
 
 
 class ArtifactList(ObjectList[ArtifactOut]):

@@ -45,6 +45,9 @@ TABLES = (
     "ci_jobs",
     "ci_attempts",
     "ci_annotations",
+    "ci_artifacts",
+    "ci_status_reporters",
+    "ci_status_deliveries",
 )
 
 
@@ -361,12 +364,70 @@ def _ci_jobs() -> None:
     op.create_index("ix_ci_annotations_tenant_level", "ci_annotations", ["tenant_id", "level"])
 
 
+def _ci_reporting() -> None:
+    """What runs leave outside the read model: artifacts, and reports to the git host."""
+    op.create_table(
+        "ci_artifacts",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        sa.Column("repo_id", sa.String(length=64), nullable=False),
+        sa.Column("run_id", sa.String(length=128), nullable=False),
+        sa.Column("job_id", sa.String(length=128), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("name", sa.String(length=256), nullable=False),
+        sa.Column("state", sa.String(length=16), nullable=False),
+        sa.Column("size", sa.BigInteger(), nullable=False),
+        sa.Column("digest", sa.String(length=100), nullable=True),
+        sa.Column("object_key", sa.String(length=512), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("run_id", "name", name="uq_ci_artifacts_run_name"),
+    )
+    op.create_index("ix_ci_artifacts_tenant_id", "ci_artifacts", ["tenant_id"])
+    op.create_index("ix_ci_artifacts_run_id", "ci_artifacts", ["run_id"])
+    op.create_index("ix_ci_artifacts_expires_at", "ci_artifacts", ["expires_at"])
+    op.create_table(
+        "ci_status_reporters",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        sa.Column("repo_id", sa.String(length=64), nullable=False),
+        sa.Column("api_url", sa.String(length=512), nullable=False),
+        sa.Column("repository", sa.String(length=140), nullable=False),
+        sa.Column("kind", sa.String(length=16), nullable=False),
+        sa.Column("app_id", sa.String(length=32), nullable=True),
+        sa.Column("installation_id", sa.String(length=32), nullable=True),
+        sa.Column("key_id", sa.String(length=32), nullable=False),
+        sa.Column("nonce", sa.LargeBinary(length=12), nullable=False),
+        sa.Column("ciphertext", sa.LargeBinary(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("tenant_id", "repo_id", name="uq_ci_status_reporters_repo"),
+    )
+    op.create_index("ix_ci_status_reporters_tenant_id", "ci_status_reporters", ["tenant_id"])
+    op.create_table(
+        "ci_status_deliveries",
+        sa.Column("key", sa.String(length=400), nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        sa.Column("run_id", sa.String(length=128), nullable=False),
+        sa.Column("outcome", sa.String(length=16), nullable=False),
+        sa.Column("remote_id", sa.String(length=64), nullable=True),
+        sa.Column("detail", sa.Text(), nullable=True),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("key"),
+    )
+    op.create_index("ix_ci_status_deliveries_tenant_id", "ci_status_deliveries", ["tenant_id"])
+    op.create_index("ix_ci_status_deliveries_run_id", "ci_status_deliveries", ["run_id"])
+
+
 def upgrade() -> None:
     _keys_and_repositories()
     _ci_settings()
     _video()
     _ci_runs()
     _ci_jobs()
+    _ci_reporting()
 
 
 def downgrade() -> None:

@@ -18,7 +18,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Integer, String, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
-from leasehold.records.base import Base, utcnow
+from leasehold.records.base import Base, from_row, utcnow
 
 UPLOADING = "uploading"
 FINALIZED = "finalized"
@@ -64,20 +64,7 @@ class ArtifactConflict(ValueError):
 
 
 def _record(row: CIArtifact) -> Artifact:
-    return Artifact(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        run_id=row.run_id,
-        job_id=row.job_id,
-        attempt=row.attempt,
-        name=row.name,
-        state=row.state,
-        size=row.size,
-        digest=row.digest,
-        object_key=row.object_key,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-    )
+    return from_row(Artifact, row)
 
 
 def artifact_key(tenant_id: str, run_id: str, artifact_id: int) -> str:
