@@ -277,6 +277,27 @@ def build_status_activities(settings: Settings, db: sessionmaker) -> StatusRepor
     )
 
 
+class _Refusal:
+    """Around one report's requests: a refusal of that request (404, 410, 422) is recorded under
+    its key and ends the report, not the activity; a refusal of the reporter propagates."""
+
+    def __init__(self, owner: StatusReportActivities, key: str, state: CIRunState, result: StatusReportResult) -> None:
+        self.owner, self.key, self.state, self.result = owner, key, state, result
+        self.remote: str | None = None
+        self.refused = False
+
+    def __enter__(self) -> _Refusal:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or isinstance(exc, ReporterRefused) or not isinstance(exc, Refused):
+            return False
+        self.owner._record(self.key, self.state, "refused", self.remote, str(exc))
+        self.result.refused[self.key] = str(exc)
+        self.refused = True
+        return True
+
+
 class StatusReportActivities(CIStatusDefinition):
     """``ci_report_status`` with its database, keyring and address policy (orchestration worker)."""
 
@@ -358,13 +379,9 @@ class StatusReportActivities(CIStatusDefinition):
             self._record(key, state, "delivered", None, "found on the host")
             result.already.append(key)
             return
-        try:
+        with _Refusal(self, key, state, result) as guard:
             answer = creds.host.call("POST", path, creds.header(), body)
-        except ReporterRefused:
-            raise
-        except Refused as exc:
-            self._record(key, state, "refused", None, str(exc))
-            result.refused[key] = str(exc)
+        if guard.refused:
             return
         remote = answer.body.get("id") if isinstance(answer.body, dict) else None
         self._record(key, state, "delivered", None if remote is None else str(remote), None)
@@ -397,7 +414,8 @@ class StatusReportActivities(CIStatusDefinition):
         remote, done = (row.remote_id, int(row.detail or "0")) if row is not None else (None, 0)
         if remote is None and activity.info().attempt > 1:
             remote, done = self._find_check_run(creds, repo, state.commit_sha, job.name, key)
-        try:
+        with _Refusal(self, key, state, result) as guard:
+            guard.remote = remote
             if remote is None:
                 payload: dict[str, Any] = {
                     "name": job.name,
@@ -414,16 +432,13 @@ class StatusReportActivities(CIStatusDefinition):
                     payload["completed_at"] = job.finished_at.strftime("%Y-%m-%dT%H:%M:%SZ")
                 answer = creds.host.call("POST", f"/repos/{repo}/check-runs", creds.header(), payload)
                 remote, done = str(answer.body["id"]), 1
+                guard.remote = remote
                 self._record(key, state, "partial", remote, str(done))
             for index in range(done, len(chunks)):
                 output = {"title": title, "summary": summary[:65535], "annotations": chunks[index]}
                 creds.host.call("PATCH", f"/repos/{repo}/check-runs/{remote}", creds.header(), {"output": output})
                 self._record(key, state, "partial", remote, str(index + 1))
-        except ReporterRefused:
-            raise
-        except Refused as exc:
-            self._record(key, state, "refused", remote, str(exc))
-            result.refused[key] = str(exc)
+        if guard.refused:
             return
         self._record(key, state, "delivered", remote, str(len(chunks)))
         result.sent.append(key)
