@@ -300,10 +300,15 @@ def workflow_run_triggers(event: WorkflowRunFilter, workflow_name: str, action: 
         return False
     if not any(matches_any([w], workflow_name) for w in event.workflows):
         return False
-    if event.branches is not None:
-        return _matches_any(event.branches, head_branch)
-    if event.branches_ignore is not None:
-        return not _matches_any(event.branches_ignore, head_branch)
+    return branch_allowed(event.branches, event.branches_ignore, head_branch)
+
+
+def branch_allowed(branches: list[str] | None, ignore: list[str] | None, branch: str) -> bool:
+    """GitHub's ``branches`` / ``branches-ignore`` (never both) over one branch name."""
+    if branches is not None:
+        return _matches_any(branches, branch)
+    if ignore is not None:
+        return not _matches_any(ignore, branch)
     return True
 
 
@@ -343,11 +348,7 @@ def pull_request_triggers(pr: PushFilter, base_branch: str, action: str) -> bool
     """Whether a pull request into ``base_branch`` with ``action`` triggers the workflow."""
     if not pr.enabled or action not in (pr.types or PULL_REQUEST_TYPES):
         return False
-    if pr.branches is not None:
-        return _matches_any(pr.branches, base_branch)
-    if pr.branches_ignore is not None:
-        return not _matches_any(pr.branches_ignore, base_branch)
-    return True
+    return branch_allowed(pr.branches, pr.branches_ignore, base_branch)
 
 
 # on.push filters ----------------------------------------------------------------------------
