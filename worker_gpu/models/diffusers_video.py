@@ -240,16 +240,15 @@ class WanVideoModel:
 
     def _init_latents(self, state: DiffusersState) -> None:
         """The initial noise, drawn from the job's generator (a subclass adds its conditioning)."""
-        job, pipe = state.job, self.pipe
-        state.latents = pipe.prepare_latents(
-            1,
-            pipe.transformer.config.in_channels,
-            job.height,
-            job.width,
-            job.frames,
-            torch.float32,
-            self.device,
-            state.generator,
+        state.latents = self._prepare_latents(state, (), self.pipe.transformer.config.in_channels)
+
+    def _prepare_latents(self, state: DiffusersState, leading: tuple[Any, ...], channels: int) -> Any:
+        """``pipe.prepare_latents`` for the job: ``leading`` arguments (the image-to-video
+        pipeline's image), then one video of ``channels`` latent channels of the job's size and
+        frames, in float32 on the device, from the job's generator."""
+        job = state.job
+        return self.pipe.prepare_latents(
+            *leading, 1, channels, job.height, job.width, job.frames, torch.float32, self.device, state.generator
         )
 
     @torch.no_grad()
@@ -273,21 +272,14 @@ class WanVideoModel:
             extra_inputs["encoder_hidden_states_image"] = state.image_embeds
         latents_in = latents_in.to(transformer.dtype)
         timestep = t.expand(state.latents.shape[0])
-        noise_pred = transformer(
-            hidden_states=latents_in,
-            timestep=timestep,
-            encoder_hidden_states=state.prompt_embeds,
-            return_dict=False,
-            **extra_inputs,
-        )[0]
+
+        def predict(embeds: torch.Tensor) -> torch.Tensor:
+            inputs = {"hidden_states": latents_in, "timestep": timestep, "encoder_hidden_states": embeds}
+            return transformer(**inputs, **extra_inputs, return_dict=False)[0]
+
+        noise_pred = predict(state.prompt_embeds)
         if state.negative_embeds is not None:
-            noise_uncond = transformer(
-                hidden_states=latents_in,
-                timestep=timestep,
-                encoder_hidden_states=state.negative_embeds,
-                return_dict=False,
-                **extra_inputs,
-            )[0]
+            noise_uncond = predict(state.negative_embeds)
             noise_pred = noise_uncond + state.guidance_scale * (noise_pred - noise_uncond)
         # Schedulers that draw noise per step (stochastic sampling) take the job's generator.
         extra = (

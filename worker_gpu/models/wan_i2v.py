@@ -77,14 +77,6 @@ class WanImageToVideoModel(WanVideoModel):
         # The order of __call__: the image embedding, then the noise, then the VAE's condition.
         state.image_embeds = pipe.encode_image(image, self.device).to(dtype)
         pixels = pipe.video_processor.preprocess(image, height=job.height, width=job.width)
-        state.latents, state.condition = pipe.prepare_latents(
-            pixels.to(self.device, dtype=torch.float32),
-            1,
-            pipe.vae.config.z_dim,
-            job.height,
-            job.width,
-            job.frames,
-            torch.float32,
-            self.device,
-            state.generator,
+        state.latents, state.condition = self._prepare_latents(
+            state, (pixels.to(self.device, dtype=torch.float32),), pipe.vae.config.z_dim
         )
