@@ -289,6 +289,9 @@ def follow_logs(api: Api, run: str, job: str, attempt: int | None, out: _LogOut,
                 else:
                     out.gap(seq, event_attempt)
                 last_seq = seq
+            elif event.event == "waiting":
+                # Not started yet: say what it waits for (a worker, a slot, an approval).
+                note(f"{job}: {data.get('message') or data.get('status')}")
             elif event.event == "end":
                 ended = data
                 break

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import httpx
 import pytest
 
 from tests.ci_api.conftest import CIStack
@@ -149,3 +150,37 @@ def test_runs_follow_resume_exit_codes_retry_and_cancel(people_stack: CIStack) -
             follower.kill()
             follower.wait(timeout=10)
     assert follower.returncode == 5, err
+
+
+WAITING = """
+on: push
+jobs:
+  nowhere:
+    runs-on: [linux, gpu-nobody-serves]
+    steps:
+      - run: echo never
+"""
+
+
+def test_follow_says_what_a_job_waits_for(people_stack: CIStack) -> None:
+    me = person(people_stack)
+    client = httpx.Client(base_url=people_stack.base_url, headers={"Authorization": f"Bearer {me.key}"}, timeout=30)
+    pushed = push_workflow(people_stack, WAITING, client=client)
+    follower = me.start("runs", "logs", pushed.run_id, "nowhere", "--follow")
+    found: list[str] = []
+
+    def read() -> None:
+        assert follower.stderr is not None
+        for line in follower.stderr:
+            found.append(line.rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_for("a line saying what the job waits for", lambda: any("nowhere:" in line for line in found), 60)
+    finally:
+        follower.kill()
+        follower.wait(timeout=10)
+        me.run("runs", "cancel", pushed.run_id)
+    said = next(line for line in found if "nowhere:" in line)
+    assert "gpu-nobody-serves" in said or "no worker" in said or "label" in said, found

@@ -263,6 +263,23 @@ def _event(kind: str, data: dict, event_id: int | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
+async def _waiting_for(request: Request, state: CIRunState, job: str) -> dict[str, Any] | None:
+    """``waiting`` event data: the job's status and its queue explanation's message."""
+    found = state.job(job)
+    if found is None:
+        return None
+    message = f"job {job} is {found.status.value}"
+    explainer = getattr(request.app.state, "ci_queue_explainer", None)
+    if explainer is not None:
+        try:
+            queue = (await explainer.explain(state, only=job)).get(job)
+        except (ApiError, RPCError):
+            queue = None
+        if queue is not None:
+            message = queue.message
+    return {"status": found.status.value, "message": message}
+
+
 async def _follow(
     request: Request,
     client: Client,
@@ -278,6 +295,7 @@ async def _follow(
     deadline = time.monotonic() + MAX_STREAM_SECONDS
     last_state = last_sent = time.monotonic()
     chosen = _attempt(state, job, attempt_no)
+    said: dict[str, Any] | None = None
     yield b"retry: 1000\n\n"
     while time.monotonic() < deadline:
         now = time.monotonic()
@@ -297,6 +315,12 @@ async def _follow(
                 # Finished without ever running (skipped, or cancelled while waiting).
                 yield _event("end", {"attempt": 0, "status": job_state.status.value, "next_seq": seq})
                 return
+            # What the job waits for, each time that changes (not a blank screen).
+            waiting_for = await _waiting_for(request, state, job)
+            if waiting_for is not None and waiting_for != said:
+                said = waiting_for
+                yield _event("waiting", waiting_for)
+                last_sent = time.monotonic()
             if await request.is_disconnected():
                 return
             await asyncio.sleep(POLL_SECONDS)
@@ -338,7 +362,9 @@ async def stream_logs(
     from_seq: int = Query(0, ge=0),
     last_event_id: str | None = Header(None),
 ) -> StreamingResponse:
-    """Server-sent events: ``log`` (id = seq) and ``gap`` events, then one ``end`` event.
+    """Server-sent events: ``log`` (id = seq) and ``gap`` events, then one ``end`` event; while
+    the job has no attempt yet, a ``waiting`` event (``status``, ``message``: what it waits for,
+    as the run's queue explanation says) each time that changes.
 
     A reconnecting client sends ``Last-Event-ID`` (the last seq it saw) and continues after it.
     """
