@@ -9,12 +9,15 @@ the real API, dev server and CI worker processes.
   explain that no worker serves them and that they hold no slot, and they run once a worker
   with that label starts.
 * A job whose labels stay unserved past the semaphore's expiry (a day; seconds here) fails.
+* A worker with more labels than the maximum refuses to start, saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -22,12 +25,12 @@ import pytest
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_plan
 from leasehold.temporal import connect
-from testing.harness import ManagedProcess, start_worker
+from testing.harness import ManagedProcess, process_env, start_worker
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import get_run, job, push_workflow, wait_for, wait_run
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
 from workflows.ci.types.semaphore import SemaphoreState
-from workflows.queues import ci_probe_queue, orchestration_queue
+from workflows.queues import MAX_CI_WORKER_LABELS, ci_probe_queue, orchestration_queue
 
 pytestmark = pytest.mark.slow
 
@@ -206,3 +209,16 @@ jobs:
     lost = job(done, "lost")
     assert lost["status"] == "failure" and lost["attempts"] == []
     assert lost["error"] == f"no worker serves runs-on [{nowhere}]: gave up waiting for one"
+
+
+def test_a_worker_with_more_labels_than_the_maximum_refuses_to_start(queue_stack: CIStack) -> None:
+    labels = ",".join(f"l{i}" for i in range(MAX_CI_WORKER_LABELS + 1))
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "worker", "ci", "--labels", labels],
+        env=process_env(queue_stack.settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "a CI worker serves at most 6 labels" in done.stderr and "got 7" in done.stderr, done.stderr[-2000:]
