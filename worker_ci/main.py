@@ -136,6 +136,8 @@ def _workers(
 async def serve(settings: Settings) -> None:
     """Run until SIGINT/SIGTERM; running jobs are stopped and retried elsewhere as new attempts."""
     state = {"ready": False}
+    # Refused before the sandbox's self-test: a label set too large never starts.
+    _served_queues(settings, DEFAULT_CI_ISOLATION)
     sandbox = make_sandbox(settings)
     # A gVisor worker serves the tenants whose plan asks for gVisor (their own queues).
     isolation = "gvisor" if sandbox.name == "gvisor" else DEFAULT_CI_ISOLATION
