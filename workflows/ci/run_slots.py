@@ -1,5 +1,8 @@
 """A run's slots under the tenant's cap: requests, grants, hand-overs and releases
-(``CITenantSemaphoreWorkflow``)."""
+(``CITenantSemaphoreWorkflow``). Each request names its job's queue, which the semaphore grants
+only while a worker polls it; a slot moves within the run only to a round on a queue the run
+was granted a slot for, and requests the semaphore says wait unserved (``slots_unserved``) do
+not count against the run's share, so its served jobs still ask."""
 
 from __future__ import annotations
 
