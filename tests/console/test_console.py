@@ -36,6 +36,8 @@ jobs:
           echo '::warning title=Careful::{XSS_LOG} warned'
           echo '## Built {XSS_LOG}' >> "$GITHUB_STEP_SUMMARY"
           for i in 1 2 3 4 5 6; do echo "tick $i"; sleep 1; done
+      - name: Package
+        run: echo packaged
   deploy:
     needs: build
     runs-on: linux
@@ -236,8 +238,22 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     log = page.locator("#log")
     log.get_by_text("tick 1", exact=True).wait_for(timeout=90_000)
     assert log.get_by_text("tick 6", exact=True).count() == 0
+    # The step list is live: the running step shows as in progress before any result exists.
+    assert page.locator('#steps [data-step="1"] .badge').inner_text() == "in_progress"
+    assert page.locator('#steps [data-step="2"]').count() == 0
     shot(console, page, "job-live")
     until(page, "document.querySelector('#log')?.dataset.ended === '1'", timeout=60_000)
+    # At the end the server's list replaces it: each step's status, start time and duration.
+    until(page, "document.querySelector('#steps')?.dataset.final === '1'", timeout=30_000)
+    assert page.locator("#steps li").count() == 2
+    assert page.locator('#steps [data-step="2"] .badge').inner_text() == "success"
+    assert "Package" in page.locator('#steps [data-step="2"]').inner_text()
+    assert " · " in page.locator('#steps [data-step="2"]').inner_text()
+    # The log is folded per step, groups inside their step.
+    package = log.locator('details.step[data-step="2"]')
+    assert "Step 2: Package" in package.locator("summary").first.inner_text()
+    assert package.get_by_text("packaged", exact=True).count() == 1
+    assert log.locator('details.step[data-step="1"] details > summary', has_text="Install things").count() == 1
     red = log.locator("span.ansi-fg-1", has_text="red alert")
     assert red.count() == 1 and "\x1b" not in log.inner_text()
     group = log.locator("details > summary", has_text="Install things")

@@ -191,25 +191,78 @@
     // Other escape sequences (cursor moves) are dropped rather than shown as noise.
   }
 
+  // The job's steps: the worker's "[leasehold] step N: name" line opens step N, folded in the
+  // log under its name and listed as in progress until the next one (or its failure line);
+  // the server's list, with every step's status, start and duration, replaces it at the end.
+  function stepRow(steps, n, name) {
+    var row = $('[data-step="' + n + '"]', steps);
+    if (row) return row;
+    row = document.createElement("li");
+    row.dataset.step = n;
+    row.className = "live";
+    var badge = document.createElement("span");
+    badge.className = "badge";
+    var label = document.createElement("span");
+    label.className = "name";
+    label.textContent = name;
+    row.appendChild(badge);
+    row.appendChild(document.createTextNode(" "));
+    row.appendChild(label);
+    steps.appendChild(row);
+    setBadge(badge, "in_progress");
+    return row;
+  }
+
+  function settle(row, status) {
+    if (!row || !row.classList.contains("live")) return;
+    var badge = $(".badge", row);
+    if (badge && badge.textContent === "in_progress") setBadge(badge, status);
+  }
+
   function logPage() {
     var log = $("#log");
     if (!log || !log.dataset.stream) return;
     var state = $("#log-state");
+    var steps = $("#steps");
     var lineNo = 0, pending = "", container = log, style = { fg: null, bg: null, bold: false }, jumped = false;
+    var stepBox = log, current = null;
+
+    function fold(title) {
+      var details = document.createElement("details");
+      var summary = document.createElement("summary");
+      summary.textContent = title;
+      details.appendChild(summary);
+      return details;
+    }
 
     function addLine(text) {
       text = text.replace(/\r$/, "");
+      var step = /^\[leasehold\] step ([0-9]+): (.*)$/.exec(text);
+      if (step) {
+        settle(current, "success");
+        stepBox = fold("Step " + step[1] + ": " + step[2]);
+        stepBox.className = "step";
+        stepBox.open = true;
+        stepBox.dataset.step = step[1];
+        log.appendChild(stepBox);
+        container = stepBox;
+        if (steps) current = stepRow(steps, step[1], step[2]);
+      }
+      var failed = /^\[leasehold\] step ([0-9]+) failed with exit code/.exec(text);
+      if (!step && failed && current && current.dataset.step === failed[1]) settle(current, "failure");
+      if (/^\[leasehold\] step (timed out|stopped|cancelled)/.test(text)) settle(current, "failure");
+      if (/^\[leasehold\] job \S+ finished/.test(text)) {
+        settle(current, "success");
+        stepBox = container = log;
+      }
       var group = /^::group::(.*)$/.exec(text);
       if (group) {
-        var details = document.createElement("details");
-        var summary = document.createElement("summary");
-        summary.textContent = group[1] || "group";
-        details.appendChild(summary);
-        log.appendChild(details);
+        var details = fold(group[1] || "group");
+        stepBox.appendChild(details);
         container = details;
         return;
       }
-      if (/^::endgroup::\s*$/.test(text)) { container = log; return; }
+      if (/^::endgroup::\s*$/.test(text)) { container = stepBox; return; }
       lineNo += 1;
       var line = document.createElement("div");
       line.className = "line";
@@ -271,6 +324,7 @@
       log.dataset.ended = "1";
       var badge = $("#job-status");
       if (badge && d.status) setBadge(badge, d.status);
+      refreshSteps(steps);
     });
     source.addEventListener("error", function (e) {
       if (e.data) { source.close(); state.textContent = "stream closed"; return; }
@@ -278,6 +332,25 @@
       // resumes after the last line shown.
       if (log.dataset.ended !== "1") state.textContent = "reconnecting…";
     });
+  }
+
+  // The page as the server renders it now: its step list has every step's final state once the
+  // attempt's result is recorded (a moment after its log ends), so it asks a few times.
+  function refreshSteps(steps, tries) {
+    if (!steps || !window.fetch) return;
+    tries = tries === undefined ? 20 : tries;
+    fetch(window.location.pathname + window.location.search, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        var fresh = html && new DOMParser().parseFromString(html, "text/html").getElementById("steps");
+        if (fresh && fresh.children.length) {
+          steps.replaceChildren.apply(steps, Array.prototype.slice.call(fresh.children));
+          steps.dataset.final = "1";
+        } else if (tries > 1) {
+          setTimeout(function () { refreshSteps(steps, tries - 1); }, 1000);
+        }
+      })
+      .catch(function () { /* the live list stays */ });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
