@@ -3,7 +3,8 @@
 Replicate's video models take ``prompt`` with ``num_frames`` or ``seconds``, ``resolution`` or
 ``size`` (or ``width``/``height``), ``seed`` and ``num_inference_steps``; each maps onto one
 field of ``VideoCreateRequest``, which the submit path then checks against the catalogue
-entry like any other create. A field the model does not take is a 422 naming it, never
+entry like any other create; ``image`` (image-to-video models) is ``input_reference``'s
+bytes (``image_input``). A field the model does not take is a 422 naming it, never
 ignored: a caller who sent ``negative_prompt`` would otherwise get a video that ignored it.
 """
 

@@ -23,6 +23,9 @@ under ``no_grad`` with fixed thread count and deterministic kernels, weights are
 of the memory-mapped safetensors files (unaligned addresses round differently), and every
 process loads the same way. Across device kinds a checkpoint still resumes, but not byte for
 byte (other kernels).
+
+``WanImageToVideoModel`` (``worker_gpu.models.wan_i2v``) is this loop with an image's
+conditioning added; the state's optional tensors (``condition``, ``image_embeds``) are its.
 """
 
 from __future__ import annotations
