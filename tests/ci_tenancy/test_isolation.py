@@ -125,6 +125,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/runs/{run}/jobs/{job}/logs"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/logs"
     ),
+    ("GET", "/v1/runs/{run}/jobs/{job}/logs.txt"): expect_404(
+        "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/logs.txt"
+    ),
     ("GET", "/v1/runs/{run}/jobs/{job}/logs/stream"): expect_404(
         "GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/logs/stream"
     ),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -254,6 +255,16 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     assert "Step 2: Package" in package.locator("summary").first.inner_text()
     assert package.get_by_text("packaged", exact=True).count() == 1
     assert log.locator('details.step[data-step="1"] details > summary', has_text="Install things").count() == 1
+    # Search marks the lines holding the text (groups opened); the log downloads as text.
+    page.locator("#log-search").fill("tick")
+    assert page.locator("#log-hits").inner_text() == "6 matches"
+    assert log.locator(".line.hit").count() == 6
+    page.locator("#log-search").fill("inside the group")
+    assert log.locator(".line.hit").count() == 1 and log.locator(".line.hit").is_visible()
+    with page.expect_download() as download:
+        page.locator("#log-download").click()
+    text = Path(download.value.path()).read_text()
+    assert "tick 6" in text and "packaged" in text and "[leasehold] step 2: Package" in text
     red = log.locator("span.ansi-fg-1", has_text="red alert")
     assert red.count() == 1 and "\x1b" not in log.inner_text()
     group = log.locator("details > summary", has_text="Install things")

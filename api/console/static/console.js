@@ -303,6 +303,34 @@
       container.appendChild(g);
     }
 
+    // Search: the lines holding the text are marked and their folds opened; Enter goes to
+    // the next one.
+    var search = $("#log-search"), hits = $("#log-hits"), found = [], at = -1;
+    function runSearch() {
+      var q = search.value.toLowerCase();
+      found = [];
+      at = -1;
+      $all(".line", log).forEach(function (line) {
+        var hit = q !== "" && line.textContent.toLowerCase().indexOf(q) >= 0;
+        line.classList.toggle("hit", hit);
+        if (hit) {
+          found.push(line);
+          var d = line.closest("details");
+          while (d) { d.open = true; d = d.parentElement && d.parentElement.closest("details"); }
+        }
+      });
+      hits.textContent = q === "" ? "" : found.length + (found.length === 1 ? " match" : " matches");
+    }
+    if (search) {
+      search.addEventListener("input", runSearch);
+      search.addEventListener("keydown", function (e) {
+        if (e.key !== "Enter" || !found.length) return;
+        e.preventDefault();
+        at = (at + 1) % found.length;
+        jumpTo(found[at]);
+      });
+    }
+
     window.addEventListener("hashchange", function () {
       var line = /^#L[0-9]+$/.test(window.location.hash) && document.getElementById(window.location.hash.slice(1));
       if (line) jumpTo(line);

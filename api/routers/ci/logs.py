@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -251,6 +251,45 @@ async def get_logs(
         chunks=[LogChunkOut(seq=s, text=t) for s, t in read.items if t is not None],
         gaps=[s for s, t in read.items if t is None],
         has_more=read.has_more,
+    )
+
+
+# The most one download holds (a log is at most ci_log_max_bytes, 64 MiB by default).
+MAX_DOWNLOAD_PAGES = 10_000
+
+
+@router.get(
+    "/v1/runs/{run}/jobs/{job}/logs.txt",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "the attempt's whole log"}},
+)
+async def download_log(
+    run: str,
+    job: str,
+    principal: PrincipalDep,
+    client: ClientDep,
+    db: DbDep,
+    store: StoreDep,
+    attempt: AttemptQuery = None,
+) -> Response:
+    """The attempt's whole stored log as text (lost chunks marked where they were), to save."""
+    state = await load_job_run(db, client, principal, run, job)
+    chosen = _attempt(state, job, attempt)
+    parts: list[str] = []
+    if chosen is not None:
+        row = functools.partial(_attempt_record, db, principal, state, job, chosen)
+        seq = 0
+        for _ in range(MAX_DOWNLOAD_PAGES):
+            read = await asyncio.to_thread(read_log, store, row, state, job, chosen, seq)
+            parts += [t if t is not None else f"[output lost: chunk {s} could not be stored]\n" for s, t in read.items]
+            seq = read.next_seq
+            if not read.has_more:
+                break
+    name = f"{run}-{job}-attempt-{chosen.attempt if chosen else 0}.log"
+    return Response(
+        "".join(parts),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "X-Content-Type-Options": "nosniff"},
     )
 
 
