@@ -446,21 +446,6 @@ async def job_page(
     )
 
 
-@router.get("/runs/{run}/jobs/{job}/log.txt")
-async def job_log_download(
-    run: str,
-    job: str,
-    principal: ConsolePrincipal,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-) -> Response:
-    """The attempt's whole log as a text file, for the signed-in user."""
-    check_job_id(job)
-    return await logs_router.download_log(run, job, principal, client, db, store, attempt)
-
-
 @router.get("/runs/{run}/jobs/{job}/logs/stream")
 async def job_log_stream(
     request: Request,

@@ -290,7 +290,23 @@
       line.scrollIntoView({ block: "center" });
     }
 
+    var raw = [];
+    var download = $("#log-download");
+    if (download) {
+      // The log as this page received it (all of it once the attempt has ended), as a file.
+      download.addEventListener("click", function (e) {
+        e.preventDefault();
+        var a = document.createElement("a");
+        a.href = URL.createObjectURL(new Blob([raw.join("")], { type: "text/plain" }));
+        a.download = download.dataset.name;
+        document.body.appendChild(a);
+        a.click();
+        a.remove();
+      });
+    }
+
     function addText(text) {
+      raw.push(text);
       var parts = (pending + text).split("\n");
       pending = parts.pop();
       parts.forEach(addLine);
