@@ -243,3 +243,36 @@ def test_bad_images_are_refused_naming_the_field_and_nothing_is_stored(model_sta
     with pytest.raises(RuntimeError, match="input_reference"):
         sdk.videos.create(prompt="a kite", input_reference={"image_url": data_url})
     assert _reference_keys(model_stack) == stored_before
+
+
+def test_a_json_image_url_is_stored_once_and_the_image_is_part_of_the_idempotent_body(
+    model_stack: ModelStack,
+) -> None:
+    model_stack.gpu("i2v-json", I2V_MODEL).wait_healthy(120)
+    first, other = picture(32, 32, seed=3), picture(32, 32, seed=4)
+    # Long enough that the job still runs (and holds its image) while the test looks.
+    body = {"prompt": "a kite", "model": I2V_MODEL, "size": "32x32", "seconds": "1", "steps": "1000"}
+
+    def reference(image: bytes) -> dict[str, str]:
+        return {"image_url": "data:image/png;base64," + base64.b64encode(image).decode()}
+
+    def stored(video_id: str) -> list[str]:
+        return [key for key in _reference_keys(model_stack) if key.startswith(f"videos/{video_id}/")]
+
+    headers = {"Authorization": f"Bearer {key_for(model_stack)}", "Idempotency-Key": "first-frame"}
+    with httpx.Client(base_url=model_stack.base_url, headers=headers, timeout=60) as http:
+        created = http.post("/v1/videos", json={**body, "input_reference": reference(first)})
+        assert created.status_code == 200, created.text
+        video_id = created.json()["id"]
+        keys = stored(video_id)
+        assert len(keys) == 1 and keys[0].endswith(".png")
+        again = http.post("/v1/videos", json={**body, "input_reference": reference(first)})
+        assert again.status_code == 200 and again.json()["id"] == video_id
+        # Another image under the same key is another body; the job's own image stays.
+        conflict = http.post("/v1/videos", json={**body, "input_reference": reference(other)})
+        assert conflict.status_code == 409, conflict.text
+        assert stored(video_id) == keys
+        assert store_of(model_stack.settings).get(keys[0]) == first
+        # Deleting the video takes its image with it.
+        assert http.delete(f"/v1/videos/{video_id}").status_code == 200
+    assert stored(video_id) == []
