@@ -1,4 +1,4 @@
-"""``leasehold secrets set|list|delete|rotate``: a tenant's CI secrets from the command line.
+"""``leasehold secrets set|list|delete|rotate|init-keys``: a tenant's CI secrets from the command line.
 
 ``set`` reads the value from stdin (never from an argument, which would land in shell history
 and in ``ps``); nothing prints a value.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from cli.common import add_command, admin_parent, delete_scoped, put_scoped, read_stdin_value, scoped_database
@@ -59,6 +60,22 @@ def cmd_secrets_rotate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_secrets_init_keys(args: argparse.Namespace) -> int:
+    """Create the deployment's keyring file once (compose's ``secrets-init``); an existing one
+    is kept as it is."""
+    from leasehold.records.ci.secrets import Keyring, KeyringError, init_keys_file
+
+    path = Path(args.file)
+    written = init_keys_file(path)
+    try:
+        Keyring.parse(path.read_text())
+    except (OSError, KeyringError) as exc:
+        print(f"leasehold: {path} is not a usable keyring: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'created' if written else 'kept'} {path}", file=sys.stderr)
+    return 0
+
+
 def add_commands(sub: Any) -> None:
     """Add the ``secrets`` subcommands to the top-level parser's subparsers."""
     scoped = admin_parent(repo="a repository id: the secret is only that repository's")
@@ -71,3 +88,6 @@ def add_commands(sub: Any) -> None:
     add_command(secrets_sub, "delete", cmd_secrets_delete, "delete a secret", scoped, "name")
     rotate_help = "re-seal every secret under the active key"
     add_command(secrets_sub, "rotate", cmd_secrets_rotate, rotate_help, admin_parent(tenant=False))
+    init = secrets_sub.add_parser("init-keys", help="create the keyring file once (kept if it exists)")
+    init.add_argument("file", help="where, e.g. a volume every service mounts")
+    init.set_defaults(func=cmd_secrets_init_keys)

@@ -201,6 +201,10 @@ class Settings(BaseSettings):
     # the last listed). Unset: one key is generated into the data dir (embedded default).
     secrets_keys: SecretStr | None = None
     secrets_active_key: str | None = None
+    # Or a file holding them (one "id:base64" per line), e.g. a mounted secret or a volume an
+    # init step wrote once (``leasehold secrets init-keys``): a process refuses to start when
+    # it is named and missing, so no deployment falls back to a key of its own.
+    secrets_keys_file: Path | None = None
     # CI tenant plans without a row of their own: fairness weight and most running jobs.
     ci_default_fairness_weight: float = 1.0
     ci_default_max_concurrent_jobs: int = 8

@@ -22,6 +22,7 @@ import yaml
 
 from cli.main import build_parser, cmd_api, cmd_worker
 from leasehold.devserver import DYNAMIC_CONFIG, TRANSFER_POLL_RPS, find_temporal_binary, free_port
+from leasehold.records.ci.secrets import Keyring, KeyringError
 from leasehold.settings import Settings
 from testing.harness import REPO_ROOT
 from tests.conftest import in_ci
@@ -44,7 +45,9 @@ INFRA = {
     "minio": "minio/minio",
     "minio-init": "minio/mc",
 }
-ONE_SHOTS = {"temporal-schema", "temporal-init", "minio-init"}
+ONE_SHOTS = {"temporal-schema", "temporal-init", "minio-init", "secrets-init"}
+# One-shots from the app image: a leasehold command of their own.
+APP_ONE_SHOTS = {"secrets-init": ["secrets", "init-keys", "/run/leasehold-keys/keys"]}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 
 
@@ -75,7 +78,9 @@ def image_name(service: dict[str, Any]) -> str:
 
 
 def test_services_and_images(services: dict[str, Any]) -> None:
-    assert set(services) == set(INFRA) | set(APP_SERVICES)
+    assert set(services) == set(INFRA) | set(APP_SERVICES) | set(APP_ONE_SHOTS)
+    for name, command in APP_ONE_SHOTS.items():
+        assert services[name]["image"] == "leasehold:latest" and services[name]["command"] == command
     for name, image in INFRA.items():
         assert image_name(services[name]) == image, name
     # Two images from the one Dockerfile, each built once: the GPU worker's with the gpu extra
@@ -347,3 +352,35 @@ def test_postgres_init_script(postgres_url: str) -> None:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{role}" WITH (FORCE)'))
             conn.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
         admin.dispose()
+
+
+def test_no_key_ships_and_every_service_reads_the_generated_one(services: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 32: no deploy file carries a secrets key; an unchanged deployment seals with a key
+    generated once for it, which every app service reads from the shared volume."""
+    text = COMPOSE.read_text()
+    # No "id:<44 base64 characters>" key anywhere in the file, default or not.
+    assert not re.search(r"[A-Za-z0-9_.-]+:[A-Za-z0-9+/]{43}=", text)
+    for name in APP_SERVICES:
+        env = env_of(services[name])
+        assert interpolate(env["LEASEHOLD_SECRETS_KEYS"]) == "", name
+        assert env["LEASEHOLD_SECRETS_KEYS_FILE"] == "/run/leasehold-keys/keys", name
+        assert "leasehold-keys:/run/leasehold-keys:ro" in services[name]["volumes"], name
+        assert services[name]["depends_on"]["secrets-init"]["condition"] == "service_completed_successfully"
+    assert services["secrets-init"]["volumes"] == ["leasehold-keys:/run/leasehold-keys"]
+    # GPU-only hosts opt in to the GPU worker.
+    assert services["worker-gpu"]["profiles"] == ["gpu"]
+    # What the init step runs: a key once, kept on the next start; a service without it refuses.
+    keys = tmp_path / "keys"
+    parser = build_parser()
+    for said in ("created", "kept"):
+        args = parser.parse_args(["secrets", "init-keys", str(keys)])
+        assert args.func(args) == 0, said
+    assert oct(keys.stat().st_mode & 0o777) == "0o600"
+    first = keys.read_text()
+    assert Keyring.parse(first) and keys.read_text() == first
+    settings = Settings(data_dir=tmp_path / "data", secrets_keys="", secrets_keys_file=keys)
+    assert Keyring.from_settings(settings).active == "k1"
+    missing = Settings(data_dir=tmp_path / "data", secrets_keys_file=tmp_path / "absent")
+    with pytest.raises(KeyringError, match="LEASEHOLD_SECRETS_KEYS_FILE"):
+        Keyring.from_settings(missing)
+    assert not (tmp_path / "data" / "secrets-keys").exists()

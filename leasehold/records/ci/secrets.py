@@ -22,6 +22,7 @@ import secrets as _random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -149,9 +150,20 @@ class Keyring:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Keyring:
-        """Configured keys, or a key generated once into the data dir (embedded default)."""
-        if settings.secrets_keys is not None:
-            keys = cls.parse(settings.secrets_keys.get_secret_value())
+        """Configured keys (the setting, else its file), or a key generated once into the data
+        dir (embedded default)."""
+        configured = settings.secrets_keys.get_secret_value().strip() if settings.secrets_keys is not None else ""
+        if configured:
+            keys = cls.parse(configured)
+            return cls(keys, settings.secrets_active_key or list(keys)[-1])
+        if settings.secrets_keys_file is not None:
+            try:
+                keys = cls.parse(settings.secrets_keys_file.read_text())
+            except OSError as exc:
+                raise KeyringError(
+                    f"LEASEHOLD_SECRETS_KEYS_FILE {settings.secrets_keys_file} cannot be read ({exc.strerror}):"
+                    " create it (leasehold secrets init-keys FILE) or set LEASEHOLD_SECRETS_KEYS"
+                ) from None
             return cls(keys, settings.secrets_active_key or list(keys)[-1])
         text = read_or_create_secret(
             settings.data_dir / KEY_FILE, lambda: f"k1:{base64.b64encode(os.urandom(32)).decode()}\n"
@@ -171,6 +183,19 @@ class Keyring:
             return aead.decrypt(nonce, ciphertext, aad).decode()
         except InvalidTag:
             raise KeyringError("a stored secret failed authentication (tampered, moved or wrong key)") from None
+
+
+def init_keys_file(path: Path) -> bool:
+    """Write a new one-key keyring to ``path`` unless it exists (never replaced: the values
+    sealed under it would become unreadable); True when written. Readable by its owner only."""
+    line = f"k1:{base64.b64encode(os.urandom(32)).decode()}\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(line)
+    return True
 
 
 def _info(row: CISecret) -> SecretInfo:
