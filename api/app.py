@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -157,11 +158,15 @@ def create_app(settings: Settings) -> FastAPI:
 
 def body_limits(settings: Settings) -> BodyLimits:
     """Each route's largest request body: the webhook takes GitHub's largest payloads, a
-    video create a prompt and a few fields, everything else small JSON."""
+    video create or a prediction a prompt, a few fields and at most one image (a file or a
+    data URL), a Replicate file upload one image; everything else small JSON."""
     return BodyLimits(
         default=settings.api_max_body_bytes,
         by_path={
             hooks.GITHUB_WEBHOOK_PATH: settings.api_webhook_max_body_bytes,
             videos.router.prefix: videos.MAX_BODY_BYTES,
+            "/v1/predictions": videos.MAX_BODY_BYTES,
+            "/v1/files": videos.MAX_BODY_BYTES,
         },
+        by_pattern=((re.compile(r"/v1/models/[^/]+/[^/]+/predictions"), videos.MAX_BODY_BYTES),),
     )

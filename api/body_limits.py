@@ -8,6 +8,7 @@ soon as the count passes the limit: no body is ever held whole beyond its route'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -36,13 +37,21 @@ class BodyTooLarge(HTTPException):
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """The largest body per exact path, and the limit of every other path."""
+    """The largest body per exact path, or per path pattern (a route with parameters, matched
+    whole), and the limit of every other path."""
 
     default: int
     by_path: Mapping[str, int] = field(default_factory=dict)
+    by_pattern: tuple[tuple[re.Pattern[str], int], ...] = ()
 
     def for_path(self, path: str) -> int:
-        return self.by_path.get(path.rstrip("/") or "/", self.default)
+        path = path.rstrip("/") or "/"
+        if path in self.by_path:
+            return self.by_path[path]
+        for pattern, limit in self.by_pattern:
+            if pattern.fullmatch(path):
+                return limit
+        return self.default
 
 
 def _declared_length(scope: Scope) -> int | None:

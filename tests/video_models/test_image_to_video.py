@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import os
 from typing import Any
 
 import httpx
@@ -276,3 +277,26 @@ def test_a_json_image_url_is_stored_once_and_the_image_is_part_of_the_idempotent
         # Deleting the video takes its image with it.
         assert http.delete(f"/v1/videos/{video_id}").status_code == 200
     assert stored(video_id) == []
+
+
+def test_an_image_of_megabytes_reaches_the_predictions_api(model_stack: ModelStack) -> None:
+    """The body limit of /v1/predictions, /v1/models/.../predictions and /v1/files is the video
+    create's (an image up to 10 MiB as a data URL), not the 1 MiB of other JSON routes."""
+    from PIL import Image, PngImagePlugin
+
+    meta = PngImagePlugin.PngInfo()
+    meta.add_text("padding", os.urandom(700_000).hex())  # ~1.4 MB: a valid 48x32 PNG
+    big = io.BytesIO()
+    Image.new("RGB", (48, 32), (10, 200, 30)).save(big, "PNG", pnginfo=meta)
+    assert big.tell() > 1 << 20
+    client = replicate.Client(api_token=key_for(model_stack), base_url=model_stack.base_url)
+    version = client.models.get(f"leasehold/{I2V_MODEL}").latest_version
+    assert version is not None
+    big.seek(0)
+    prediction = client.predictions.create(
+        version.id, {"prompt": "a heavy kite", "image": big, "size": "48x32"}, file_encoding_strategy="base64"
+    )
+    assert prediction.status in ("starting", "processing"), prediction
+    client.predictions.cancel(prediction.id)
+    big.seek(0)
+    assert client.files.create(big, filename="big.png").size > 1 << 20
