@@ -241,6 +241,10 @@ def test_logs_live_tail_reconnect_and_replay(ci_engine: CIStack) -> None:
     url = f"/v1/runs/{rid}/jobs/talk/logs/stream"
     # Opened before (or as) the job starts: the stream waits for the attempt, then follows it.
     first = sse_events(client, url, stop_after=2)
+    # Before its first line, a job not started yet says what it waits for (no id: not a chunk).
+    waiting = [e for e in first if e[1] == "waiting"]
+    assert all(e[0] is None and e[2]["message"] for e in waiting), waiting
+    first = first[len(waiting) :]
     assert [kind for _, kind, _ in first] == ["log", "log"]
     assert get_run(client, rid)["status"] != "success", "the first events arrived while the job ran"
     last_id = first[-1][0]
