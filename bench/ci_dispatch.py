@@ -62,6 +62,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
+from activities.ci.probe import CIProbeActivities
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.sandbox import Sandbox
 from bench.ci_fairness import BenchRunRecords, bench_run, make_repo, start_runs, trivial_jobs
@@ -78,7 +79,7 @@ from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow
 from workflows.ci.types.job import ACTIVITY_RUN_JOB
 from workflows.ci.types.run import CIRunInput, CIRunState
 from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec
-from workflows.queues import ci_queue, orchestration_queue
+from workflows.queues import ci_probe_queue, ci_queue, orchestration_queue
 
 TENANTS = 10
 JOBS = 400
@@ -305,13 +306,19 @@ class CIWorkers:
             activity_executor=ThreadPoolExecutor(max_workers=slots),
             max_concurrent_activities=slots,
         )
+        # As every CI worker does: the semaphore asks which job queues have pollers.
+        self.probe = Worker(
+            client, task_queue=ci_probe_queue(self.prefix), activities=[CIProbeActivities(client).served_queues]
+        )
 
     async def __aenter__(self) -> CIWorkers:
         await self.orchestration.__aenter__()
         await self.jobs.__aenter__()
+        await self.probe.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.probe.__aexit__(None, None, None)
         await self.jobs.__aexit__(None, None, None)
         await self.orchestration.__aexit__(None, None, None)
 

@@ -38,6 +38,7 @@ from temporalio.worker import Worker
 
 from activities.ci.git import GitMirror
 from activities.ci.job import CIJobActivities, JobConfig
+from activities.ci.probe import CIProbeActivities
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.run_records import TrustedRun
 from leasehold.clone_urls import ClonePolicy
@@ -53,7 +54,7 @@ from workflows.ci.types.job import JobActivityInput
 from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState, JobStatus
 from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec, StepSpec, WorkflowSpec
-from workflows.queues import ci_queue, orchestration_queue
+from workflows.queues import ci_probe_queue, ci_queue, orchestration_queue
 
 SHORT_JOBS = 1000
 FULL_JOBS = 2000
@@ -204,9 +205,11 @@ async def one_round(
         activity_executor=ThreadPoolExecutor(max_workers=args.slots),
         max_concurrent_activities=args.slots,
     )
+    # As every CI worker does: the semaphore asks which job queues have pollers.
+    probe = Worker(client, task_queue=ci_probe_queue(prefix), activities=[CIProbeActivities(client).served_queues])
     tenant_a, tenant_b = f"{prefix}tenant-a", f"{prefix}tenant-b"
     started = time.monotonic()
-    async with orchestration, jobs:
+    async with orchestration, jobs, probe:
         sizes = [MAX_JOBS_PER_WORKFLOW] * (args.jobs // MAX_JOBS_PER_WORKFLOW)
         if args.jobs % MAX_JOBS_PER_WORKFLOW:
             sizes.append(args.jobs % MAX_JOBS_PER_WORKFLOW)
