@@ -89,6 +89,36 @@ jobs:
     steps: [{run: echo one}]
 """
 
+NAMED_CI = """
+name: CI
+on: push
+jobs:
+  one:
+    runs-on: linux
+    steps: [{run: echo ci}]
+"""
+
+AFTER_CI = """
+on:
+  workflow_run:
+    workflows: [CI]
+    types: [completed]
+jobs:
+  after:
+    runs-on: linux
+    steps: [{run: echo after}]
+"""
+
+NIGHTLY = """
+on:
+  schedule:
+    - cron: '0 3 * * *'
+jobs:
+  nightly:
+    runs-on: linux
+    steps: [{run: echo nightly}]
+"""
+
 NOT_TRIGGERED = """
 on:
   push:
@@ -162,12 +192,14 @@ async def push(
     sha: str,
     retry_window: float = RETRY_WINDOW_SECONDS,
     max_concurrent_jobs: int | None = None,
+    default_branch: str | None = None,
 ) -> tuple[WorkflowHandle[object, CIPushState], CIPushState]:
     """Start a push and wait for its workflow to close (its runs are started by then)."""
     inp = stack.push_input(repo, sha)
     # Assigned, not model_copy(update=...): a field that moves again raises here, not ignored.
     inp.push.retry_window_seconds = retry_window
     inp.push.max_concurrent_jobs = max_concurrent_jobs
+    inp.push.default_branch = default_branch
     pid = await ci_start.start_push(stack.client, inp)
     handle = stack.client.get_workflow_handle(push_workflow_id(pid), result_type=CIPushState)
     return handle, await handle.result()
@@ -218,6 +250,21 @@ async def record(stack: CIStack) -> dict[str, WorkflowHandle]:  # type: ignore[t
         if ref.workflow_path.endswith("invalid.yml"):
             assert finished.status == RunStatus.FAILURE and finished.error, finished
             out["run-invalid_file"] = run_handle(client, ref.run_id)
+
+    # A push to the default branch: its files' schedules synced; a run another file follows
+    # (on.workflow_run) starts that file's push when its round starts and ends.
+    repo = stack.repo("default-branch")
+    files = {
+        ".github/workflows/ci.yml": NAMED_CI,
+        ".github/workflows/after.yml": AFTER_CI,
+        ".github/workflows/nightly.yml": NIGHTLY,
+    }
+    pushed, state = await push(stack, repo, repo.commit(files), default_branch="main")
+    out["push-default_branch"] = pushed
+    (ci_ref,) = [r for r in state.runs if r.workflow_path.endswith("ci.yml")]
+    followed = run_handle(client, ci_ref.run_id)
+    assert (await followed.result()).status == RunStatus.SUCCESS
+    out["run-workflow_run_followed"] = followed
 
     # A failed job retried (Update retry_job): a second round, its dependent runs after it.
     rid = await one_run(stack, "retry", test_control.RETRY, retry_window=30.0)

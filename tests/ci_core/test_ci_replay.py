@@ -21,8 +21,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.job import CIJobActivities
 from activities.ci.listing import CIListingActivities
+from activities.ci.probe import CIProbeActivities
 from activities.ci.projection import CIProjectionActivities
 from activities.ci.reconcile import CIReconcileActivities
+from activities.ci.schedules import CIScheduleActivities
+from activities.ci.status_report import StatusReportActivities
 from tests.history_builds import check_recorded_by_this_build, every_build, replayed, this_build
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
 from workflows.ci.push import CIPushWorkflow
@@ -46,6 +49,9 @@ ACTIVITIES: dict[str, Callable[..., Any]] = {
     "ci_reconcile_repo": CIReconcileActivities.reconcile_repo,
     "ci_project_run": CIProjectionActivities.project_ci_run,
     "ci_project_push": CIProjectionActivities.project_ci_push,
+    "ci_served_queues": CIProbeActivities.served_queues,
+    "ci_sync_schedules": CIScheduleActivities.sync_schedules,
+    "ci_report_status": StatusReportActivities.report_status,
 }
 
 
