@@ -90,6 +90,9 @@ class GenerationJob:
     # and their SHA-256, which is what the checkpoint fingerprint covers.
     reference: bytes | None = field(default=None, repr=False, compare=False)
     reference_sha256: str | None = None
+    # Remix (video-to-video): the source video's MP4, read from the store, and its SHA-256.
+    source_video: bytes | None = field(default=None, repr=False, compare=False)
+    source_video_sha256: str | None = None
 
 
 class VideoModel(Protocol):
@@ -244,6 +247,9 @@ def resolve_job(model_name: str, input: GenerateInput) -> GenerationJob:
     if spec.takes_image != (request.input_reference is not None):
         needs = "starts from an image: input_reference is required" if spec.takes_image else "takes no input_reference"
         raise ApplicationError(f"{spec.name} {needs}", type=VideoErrorType.INVALID_REQUEST, non_retryable=True)
+    source = request.source_video
+    if source is not None and not spec.remixes:
+        raise ApplicationError(f"{spec.name} cannot remix", type=VideoErrorType.INVALID_REQUEST, non_retryable=True)
     return GenerationJob(
         # As asked: the model, the prompt, the seed and the frame size.
         **request.model_dump(include={"model", "prompt", "seed", "width", "height"}),
@@ -251,15 +257,21 @@ def resolve_job(model_name: str, input: GenerateInput) -> GenerationJob:
         fps=spec.fps,
         steps=steps,
         reference_sha256=request.input_reference.sha256 if request.input_reference is not None else None,
+        source_video_sha256=source.sha256 if source is not None else None,
     )
+
+
+# The inputs' bytes: their SHA-256 fields stand for them in a fingerprint.
+_INPUT_BYTES = ("reference", "source_video")
 
 
 def job_fingerprint(model: VideoModel, job: GenerationJob) -> str:
     """Identifies the inputs a checkpoint was made for; a mismatch means it is not ours."""
-    fields = {name: value for name, value in job.__dict__.items() if name != "reference"}
-    if fields["reference_sha256"] is None:
-        # Text-to-video fingerprints stay what they were before image-to-video existed.
-        del fields["reference_sha256"]
+    fields = {name: value for name, value in job.__dict__.items() if name not in _INPUT_BYTES}
+    for name in ("reference_sha256", "source_video_sha256"):
+        if fields[name] is None:
+            # Text-to-video fingerprints stay what they were before image-to-video and remix existed.
+            del fields[name]
     body = json.dumps({"revision": model.revision, **fields}, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
@@ -307,8 +319,12 @@ class VideoGenerationActivities(VideoGenerationDefinition):
     def generate_video(self, input: GenerateInput) -> GenerateResult:
         """Run (or resume) one job; see the module docstring."""
         job = resolve_job(self._model.name, input)
-        if input.request.input_reference is not None:
-            job = dataclasses.replace(job, reference=read_reference(self._store, input.request.input_reference))
+        request = input.request
+        if request.input_reference is not None:
+            job = dataclasses.replace(job, reference=read_reference(self._store, request.input_reference))
+        if request.source_video is not None:
+            source = read_reference(self._store, request.source_video, "source video of the remix")
+            job = dataclasses.replace(job, source_video=source)
         info = activity.info()
         attempt = info.attempt
         outcome = "failed"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from activities.video.generation import VideoModel
 from workflows.video.models import VideoModelSpec
+
+# A factory: (catalogue entry, device, torch threads, step pace) -> a loaded model.
+Loader = Callable[[VideoModelSpec, str, int, float], VideoModel]
 
 
 def _procedural(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
@@ -16,27 +20,23 @@ def _procedural(spec: VideoModelSpec, device: str, threads: int, pace: float) ->
     return model
 
 
-def _wan(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
-    from worker_gpu.models.diffusers_video import WanVideoModel
+def _diffusers(module: str, class_name: str) -> Loader:
+    """The loader of a diffusers model class (imported on first use: torch and diffusers are heavy)."""
 
-    model = WanVideoModel(spec, device=device, threads=threads, pace_seconds_per_frame_megapixel=pace)
-    model.load()
-    return model
+    def load(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
+        model_class = getattr(importlib.import_module(module), class_name)
+        model = model_class(spec, device=device, threads=threads, pace_seconds_per_frame_megapixel=pace)
+        model.load()
+        return model  # type: ignore[no-any-return]
 
-
-def _wan_i2v(spec: VideoModelSpec, device: str, threads: int, pace: float) -> VideoModel:
-    from worker_gpu.models.wan_i2v import WanImageToVideoModel
-
-    model = WanImageToVideoModel(spec, device=device, threads=threads, pace_seconds_per_frame_megapixel=pace)
-    model.load()
-    return model
+    return load
 
 
-# family -> factory(catalogue entry, device, torch threads, step pace) returning a loaded model.
-LOADERS: dict[str, Callable[[VideoModelSpec, str, int, float], VideoModel]] = {
+LOADERS: dict[str, Loader] = {
     "procedural": _procedural,
-    "wan": _wan,
-    "wan-i2v": _wan_i2v,
+    "wan": _diffusers("worker_gpu.models.diffusers_video", "WanVideoModel"),
+    "wan-i2v": _diffusers("worker_gpu.models.wan_i2v", "WanImageToVideoModel"),
+    "wan-v2v": _diffusers("worker_gpu.models.wan_v2v", "WanVideoToVideoModel"),
 }
 
 

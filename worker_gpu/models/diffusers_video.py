@@ -26,6 +26,8 @@ byte (other kernels).
 
 ``WanImageToVideoModel`` (``worker_gpu.models.wan_i2v``) is this loop with an image's
 conditioning added; the state's optional tensors (``condition``, ``image_embeds``) are its.
+``WanVideoToVideoModel`` (``worker_gpu.models.wan_v2v``) starts a remix's loop part-way down
+the schedule (``DiffusersState.offset``) from the source video's noised latents.
 """
 
 from __future__ import annotations
@@ -120,6 +122,9 @@ class DiffusersState:
     # reads beside the noisy latents, and the image's CLIP embedding; ``None`` for text-to-video.
     condition: torch.Tensor | None = None
     image_embeds: torch.Tensor | None = None
+    # Video-to-video (``worker_gpu.models.wan_v2v``): the schedule index of step 0 (the noisiest
+    # steps are skipped); derived from the job, so not saved. 0 for every other job.
+    offset: int = 0
 
 
 # Tensors of a state that only some jobs have (saved when present).
@@ -195,11 +200,17 @@ class WanVideoModel:
             raise RuntimeError("model not loaded: call load() first")
         return self._pipe
 
-    def _scheduler(self, steps: int) -> Any:
+    def _schedule(self, job: GenerationJob) -> tuple[int, int]:
+        """The schedule's length and the index of the job's first step in it (a remix starts
+        part-way down; a subclass says how far)."""
+        return job.steps, 0
+
+    def _scheduler(self, job: GenerationJob) -> Any:
         # A scheduler of its own per job: it holds the job's run-time state.
+        length, offset = self._schedule(job)
         scheduler = type(self.pipe.scheduler).from_config(self.pipe.scheduler.config)
-        scheduler.set_timesteps(steps, device=self.device)
-        scheduler.set_begin_index(0)
+        scheduler.set_timesteps(length, device=self.device)
+        scheduler.set_begin_index(offset * scheduler.order)
         return scheduler
 
     def _check_job(self, job: GenerationJob) -> None:
@@ -236,7 +247,8 @@ class WanVideoModel:
             negative_embeds=None if negative_embeds is None else negative_embeds.to(pipe.transformer.dtype),
             guidance_scale=guidance,
             generator=torch.Generator(device="cpu").manual_seed(job.seed),
-            scheduler=self._scheduler(job.steps),
+            scheduler=self._scheduler(job),
+            offset=self._schedule(job)[1],
         )
         self._init_latents(state)
         return state
@@ -266,7 +278,7 @@ class WanVideoModel:
 
     def _step(self, state: DiffusersState) -> None:
         transformer = self.pipe.transformer
-        t = state.scheduler.timesteps[state.step]
+        t = state.scheduler.timesteps[state.offset * state.scheduler.order + state.step]
         latents_in = state.latents
         extra_inputs: dict[str, Any] = {}
         if state.condition is not None:
@@ -402,7 +414,7 @@ class WanVideoModel:
         step = int(metadata["step"])
         if job.steps < 1 or not 0 <= step <= job.steps:
             raise ValueError("state does not fit this job")
-        fresh_scheduler = self._scheduler(job.steps)
+        fresh_scheduler = self._scheduler(job)
         if type(fresh_scheduler).__name__ != metadata.get("scheduler_class"):
             raise ValueError("state does not fit this job (another scheduler)")
         for attr, encoded in json.loads(metadata["scheduler"]).items():
@@ -418,6 +430,7 @@ class WanVideoModel:
             guidance_scale=float(metadata["guidance_scale"]),
             generator=generator,
             scheduler=fresh_scheduler,
+            offset=self._schedule(job)[1],
             **optional,
         )
         if (state.condition is not None) != self.takes_image:

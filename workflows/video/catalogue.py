@@ -39,6 +39,7 @@ from workflows.video.models import (
     DTYPES,
     FAMILIES,
     PROCEDURAL_V1,
+    REMIX_FAMILIES,
     SCHEDULERS,
     VideoModelSpec,
     parse_size,
@@ -47,9 +48,9 @@ from workflows.video.models import (
 # Names appear in task-queue names and URLs: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Spatial size multiple per family: the VAE's downsampling x the transformer's patch size.
-SIZE_MULTIPLE = {"procedural": 1, "wan": 16, "wan-i2v": 16}
+SIZE_MULTIPLE = {"procedural": 1, "wan": 16, "wan-i2v": 16, "wan-v2v": 16}
 # Frames are k x this + 1 (the VAE's temporal compression).
-FRAME_MULTIPLE = {"procedural": 1, "wan": 4, "wan-i2v": 4}
+FRAME_MULTIPLE = {"procedural": 1, "wan": 4, "wan-i2v": 4, "wan-v2v": 4}
 
 _MAX_SIDE = 4096
 _MAX_FIELD_CHARS = 4000
@@ -69,6 +70,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "scheduler": str,
     "guidance_scale": (int, float),
     "negative_prompt": str,
+    "remix_strength": (int, float),
     "version": str,
     "sizes": list,
     "default_size": str,
@@ -174,6 +176,7 @@ def _entry(where: str, name: str, table: Any, base: Path) -> VideoModelSpec:
         scheduler=scheduler,
         guidance_scale=float(table.get("guidance_scale", 5.0)),
         negative_prompt=table.get("negative_prompt", ""),
+        remix_strength=_remix_strength(family, table, fail),
         frame_multiple=FRAME_MULTIPLE[family],
         version=table.get("version", ""),
         min_gpu_memory_gib=float(table.get("min_gpu_memory_gib", 0.0)),
@@ -254,6 +257,18 @@ def _check_limits(table: dict[str, Any], fail: _Fail) -> int:
         if table.get(field, 0) < 0:
             raise fail(field, "must not be negative")
     return max_steps
+
+
+def _remix_strength(family: str, table: dict[str, Any], fail: _Fail) -> float:
+    """The remix strength (0 < x <= 1); only a remixing family takes one."""
+    if "remix_strength" not in table:
+        return VideoModelSpec.remix_strength
+    if family not in REMIX_FAMILIES:
+        raise fail("remix_strength", f"{family} models do not remix (only {', '.join(sorted(REMIX_FAMILIES))})")
+    strength = float(table["remix_strength"])
+    if not 0 < strength <= 1:
+        raise fail("remix_strength", "must be more than 0 and at most 1")
+    return strength
 
 
 def _created(table: dict[str, Any]) -> int:

@@ -26,10 +26,13 @@ MAX_PROMPT_CHARS = 4000
 
 # Pipeline families a catalogue entry may name. ``procedural``: the built-in stand-in;
 # ``wan``: Wan 2.1 text-to-video through diffusers (worker_gpu/models/diffusers_video.py);
-# ``wan-i2v``: Wan 2.1 image-to-video (worker_gpu/models/wan_i2v.py).
-FAMILIES: tuple[str, ...] = ("procedural", "wan", "wan-i2v")
+# ``wan-i2v``: Wan 2.1 image-to-video (worker_gpu/models/wan_i2v.py); ``wan-v2v``: Wan 2.1
+# text-to-video whose remixes run video-to-video (worker_gpu/models/wan_v2v.py).
+FAMILIES: tuple[str, ...] = ("procedural", "wan", "wan-i2v", "wan-v2v")
 # Families whose jobs start from an image (``input_reference``): they need one, the others refuse one.
 IMAGE_FAMILIES: frozenset[str] = frozenset({"wan-i2v"})
+# Families that remix a finished video (``POST /v1/videos/{id}/remix``); the others refuse a remix.
+REMIX_FAMILIES: frozenset[str] = frozenset({"wan-v2v"})
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 SCHEDULERS: tuple[str, ...] = ("pipeline", "unipc", "flow-euler")
 
@@ -62,6 +65,9 @@ class VideoModelSpec:
     scheduler: str = "pipeline"
     guidance_scale: float = 5.0
     negative_prompt: str = ""
+    # Remix (video-to-video): how far the source video is noised before denoising, 0 < x <= 1
+    # (the pipeline's ``strength``: 1 ignores the source, small values keep it).
+    remix_strength: float = 0.8
     # Frames are ``k * frame_multiple + 1`` when > 1 (the VAE's temporal compression).
     frame_multiple: int = 1
     # Checkpoints made by another version are refused; change it when the weights change.
@@ -80,6 +86,11 @@ class VideoModelSpec:
     def takes_image(self) -> bool:
         """Whether jobs of this model start from an image (``input_reference``, required)."""
         return self.family in IMAGE_FAMILIES
+
+    @property
+    def remixes(self) -> bool:
+        """Whether this model remixes a finished video (video-to-video from a new prompt)."""
+        return self.family in REMIX_FAMILIES
 
     def accepts_size(self, size: str) -> bool:
         return size in self.sizes

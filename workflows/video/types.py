@@ -40,6 +40,15 @@ class InputReference(BaseModel):
     size_bytes: int
 
 
+class SourceVideo(InputReference):
+    """The finished video a remix starts from: a copy of its MP4 under the remix's own job, so
+    the remix runs even if the source is deleted meanwhile (``content_type`` is video/mp4)."""
+
+    # The video it was copied from (``remixed_from_video_id`` of the remix).
+    video_id: str
+    frames: int
+
+
 class VideoRequest(BaseModel):
     """What to generate; validated by the API before a job exists."""
 
@@ -53,6 +62,8 @@ class VideoRequest(BaseModel):
     steps: int | None = None
     # Image-to-video: the first frame's image (``None``: text-to-video, and every older job).
     input_reference: InputReference | None = None
+    # Remix: the finished video a video-to-video job starts from (``None``: every other job).
+    source_video: SourceVideo | None = None
 
 
 class VideoJobFacts(BaseModel):
@@ -214,10 +225,11 @@ def job_object_prefix(job_id: str) -> str:
     return f"videos/{job_id}"
 
 
-def reference_key(job_id: str, sha256: str, extension: str) -> str:
-    """Where a job's input image is stored: named by its content, so a replayed submit writes
-    the same object and another image never overwrites it."""
-    return f"{job_object_prefix(job_id)}/input/reference-{sha256[:16]}.{extension}"
+def reference_key(job_id: str, sha256: str, extension: str, kind: str = "reference") -> str:
+    """Where a job's input image (``kind`` "reference") or a remix's source video ("source") is
+    stored: named by its content, so a replayed submit writes the same object and other bytes
+    never overwrite it."""
+    return f"{job_object_prefix(job_id)}/input/{kind}-{sha256[:16]}.{extension}"
 
 
 class VideoEventType(StrEnum):
