@@ -32,6 +32,8 @@ from api.errors import ApiError, from_temporal, invalid, is_not_found, not_found
 from api.schemas.video import VideoCreateRequest
 from api.video.live import LiveProgress
 from api.video.reference import ReferenceImage, job_reference
+from api.video.remix import FIELD as REMIX_FIELD
+from api.video.remix import check_remixes, remix_body, remixable, source_video
 from api.video.spritesheet import spritesheet_of
 from api.video.submit import CallerVideos, StoredReference, SubmitGate, VideoSubmission
 from api.video.views import JobView, row_view
@@ -39,11 +41,11 @@ from leasehold.records.api_keys import Principal
 from leasehold.records.video.deletions import record_deletion
 from leasehold.records.video.job_reads import CursorNotFound, JobRow, owned_job, owned_page
 from leasehold.settings import Settings
-from leasehold.storage import ObjectStore
+from leasehold.storage import ObjectNotFound, ObjectStore
 from workflows.video import models as video_models
 from workflows.video.ids import derived_job_id, is_job_id, new_job_id, workflow_id
 from workflows.video.models import VideoModelSpec
-from workflows.video.types import VideoRequest, VideoStatus, job_object_prefix
+from workflows.video.types import SourceVideo, VideoRequest, VideoStatus, job_object_prefix
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,11 @@ def default_seed(job_id: str) -> int:
 def request_hash(request: VideoRequest) -> str:
     """SHA-256 of the resolved request (defaults filled in): what "the same body" means.
 
-    A text-to-video request hashes as it did before ``input_reference`` existed, so keys used
-    before then still replay; an image's hash (in its reference) is part of the body."""
-    exclude = {"input_reference"} if request.input_reference is None else None
-    return hashlib.sha256(request.model_dump_json(exclude=exclude).encode()).hexdigest()
+    A text-to-video request hashes as it did before ``input_reference`` and ``source_video``
+    existed, so keys used before then still replay; an image's or a source video's hash (in
+    its reference) is part of the body."""
+    exclude = {name for name in ("input_reference", "source_video") if getattr(request, name) is None}
+    return hashlib.sha256(request.model_dump_json(exclude=exclude or None).encode()).hexdigest()
 
 
 # Validation -----------------------------------------------------------------------------
@@ -91,11 +94,18 @@ def _spec(model: str, settings: Settings) -> VideoModelSpec:
 
 
 def resolve_request(
-    body: VideoCreateRequest, settings: Settings, job_id: str, image: ReferenceImage | None = None
+    body: VideoCreateRequest,
+    settings: Settings,
+    job_id: str,
+    image: ReferenceImage | None = None,
+    source: SourceVideo | None = None,
 ) -> VideoRequest:
     """The request with the model's defaults filled in; ``ApiError`` naming the field if out of range
-    (``input_reference``: an image the model cannot take, or one not of the video's size)."""
+    (``input_reference``: an image the model cannot take, or one not of the video's size;
+    ``model``: a remix's model that cannot remix)."""
     spec = _spec(body.model or settings.models[0], settings)
+    if source is not None:
+        check_remixes(spec)
     size = body.size or spec.default_size
     if not spec.accepts_size(size):
         raise invalid("size", f"size {size} is not offered by {spec.name}; allowed: {', '.join(spec.sizes)}")
@@ -119,6 +129,7 @@ def resolve_request(
         seed=seed,
         steps=body.steps,
         input_reference=reference,
+        source_video=source,
     )
 
 
@@ -152,10 +163,41 @@ class VideoJobs(CallerVideos):
     ) -> JobView:
         """Accept a job (or answer the one this idempotency key already made): ``api.video.submit``.
         ``image``: an image-to-video job's first frame (``api.video.reference``)."""
+        job_id = self._job_id(idempotency_key)
+        resolved = resolve_request(body, self.settings, job_id, image)
+        stored = None if image is None else image.data
+        return await self._submit(job_id, resolved, idempotency_key, request, stored)
+
+    async def remix(
+        self, video_id: str, body: VideoCreateRequest, idempotency_key: str | None, request: Request | None = None
+    ) -> JobView:
+        """A new job remixing the caller's finished video ``video_id`` (``api.video.remix``)."""
+        source = await self.get(video_id)
+        result = remixable(source)
+        job_id = self._job_id(idempotency_key)
+        try:
+            data = await asyncio.to_thread(self.store.get, result.video_key)
+        except ObjectNotFound:
+            raise invalid(REMIX_FIELD, f"video {video_id}'s content is gone: it cannot be remixed") from None
+        resolved = resolve_request(
+            remix_body(source, result, body), self.settings, job_id, source=source_video(job_id, source, result, data)
+        )
+        return await self._submit(job_id, resolved, idempotency_key, request, data)
+
+    def _job_id(self, idempotency_key: str | None) -> str:
         if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
             raise ApiError(400, "invalid_request", "Idempotency-Key must be 1-255 characters", "Idempotency-Key")
-        job_id = job_id_for(self.principal, idempotency_key)
-        resolved = resolve_request(body, self.settings, job_id, image)
+        return job_id_for(self.principal, idempotency_key)
+
+    async def _submit(
+        self,
+        job_id: str,
+        resolved: VideoRequest,
+        idempotency_key: str | None,
+        request: Request | None,
+        stored: bytes | None,
+    ) -> JobView:
+        """Submit ``resolved``; ``stored``: the bytes of its input (image or source video)."""
         gate = request.app.state.video_submit_gate if request is not None else SubmitGate(1)
         submission = VideoSubmission(self.client, self.settings, self.db, self.principal, self.capacity, gate)
         return await submission.submit(
@@ -164,7 +206,7 @@ class VideoJobs(CallerVideos):
             request_hash(resolved),
             keyed=idempotency_key is not None,
             disconnected=request.is_disconnected if request is not None else None,
-            reference=None if image is None else StoredReference(self.store, image.data),
+            reference=None if stored is None else StoredReference(self.store, stored),
         )
 
     # Read -------------------------------------------------------------------------------

@@ -200,7 +200,8 @@ def mark_started(db: sessionmaker, job_ids: list[str]) -> None:
 
 @dataclass(frozen=True)
 class StoredReference:
-    """An image-to-video job's image, to store under the job once the job is about to be reserved."""
+    """An image-to-video job's image or a remix's source video, to store under the job once the
+    job is about to be reserved."""
 
     store: ObjectStore
     data: bytes
@@ -249,7 +250,8 @@ class VideoSubmission(CallerVideos):
         reference: StoredReference | None = None,
     ) -> JobView:
         """Accept ``request`` as job ``job_id`` (or answer the job a replayed key made).
-        ``reference``: the image of ``request.input_reference``, stored only if the job is accepted."""
+        ``reference``: the bytes of ``request.input_reference`` (or ``source_video``), stored only
+        if the job is accepted."""
         with self.gate.slot():
             if keyed:
                 replay = await asyncio.to_thread(self._replay, job_id, digest)
@@ -264,16 +266,16 @@ class VideoSubmission(CallerVideos):
             if disconnected is not None and await disconnected():
                 raise ApiError(CLIENT_CLOSED, "client_closed_request", "the client went away; nothing was started")
             now = datetime.now(UTC)
-            image = request.input_reference
+            stored = request.input_reference or request.source_video
             created = False
-            if reference is not None and image is not None:
-                # Before the row: a committed job always finds its image.
-                created = await asyncio.to_thread(reference.put, image)
+            if reference is not None and stored is not None:
+                # Before the row: a committed job always finds its input.
+                created = await asyncio.to_thread(reference.put, stored)
             try:
                 reserved = await asyncio.to_thread(self._reserve, job_id, request, digest, admission, now, gpu_class)
             except BaseException:
-                if created and reference is not None and image is not None:
-                    await asyncio.to_thread(reference.remove, image)
+                if created and reference is not None and stored is not None:
+                    await asyncio.to_thread(reference.remove, stored)
                 raise
             if isinstance(reserved, JobView):
                 # The same key raced in from another replica and won: that job, as a replay.

@@ -217,6 +217,7 @@ class JobView:
             size=format_size(memo.width, memo.height),
             prompt=memo.prompt,
             error=error,
+            remixed_from_video_id=memo.source_video.video_id if memo.source_video is not None else None,
             eta_seconds=self.eta_seconds,
             attempt=self.attempt,
             **_estimate_fields(self),

@@ -135,7 +135,6 @@ UNSUPPORTED_OPERATIONS = (
     ("GET", "/characters/{character_id}", "videos.get_character"),
     ("POST", "/edits", "videos.edit"),
     ("POST", "/extensions", "videos.extend"),
-    ("POST", "/{video_id}/remix", "videos.remix"),
 )
 
 
@@ -144,8 +143,8 @@ def _unsupported(operation: str) -> Callable[..., Awaitable[Response]]:
         raise ApiError(
             400,
             "unsupported_endpoint",
-            f"{operation} is not supported by this server (it serves videos.create, retrieve, list, "
-            "delete, download_content and cancel)",
+            f"{operation} is not supported by this server (it serves videos.create, remix, retrieve, "
+            "list, delete, download_content and cancel)",
         )
 
     answer.__name__ = f"unsupported_{operation.replace('.', '_')}"
@@ -170,15 +169,34 @@ async def create_video(
     image = None
     if reference not in (None, ""):
         image = read_image(reference if isinstance(reference, bytes) else _reference_object(reference))
+    # The request, so a client that went away starts nothing (api.video.submit).
+    view = await jobs.submit(_create_body(fields), idempotency_key, request, image)
+    return view.to_video()
+
+
+@router.post("/{video_id}/remix", response_model=Video, openapi_extra=_CREATE_BODY)
+async def remix_video(
+    video_id: str,
+    request: Request,
+    jobs: JobsDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Video:
+    """A new video from the caller's completed video ``video_id`` and a new prompt (the
+    source's model, size and seconds unless the body gives others); queued, like a create."""
+    fields = await _create_fields(request)
+    if fields.pop(REFERENCE_FIELD, None) not in (None, ""):
+        raise invalid(REFERENCE_FIELD, "a remix starts from its video and takes no input_reference")
+    view = await jobs.remix(video_id, _create_body(fields), idempotency_key, request)
+    return view.to_video()
+
+
+def _create_body(fields: dict[str, Any]) -> VideoCreateRequest:
     try:
-        body = VideoCreateRequest.model_validate(fields)
+        return VideoCreateRequest.model_validate(fields)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**err, "loc": ("body", *err.get("loc", ()))} for err in exc.errors(include_url=False)]
         ) from None
-    # The request, so a client that went away starts nothing (api.video.submit).
-    view = await jobs.submit(body, idempotency_key, request, image)
-    return view.to_video()
 
 
 @router.get("", response_model=VideoList)
