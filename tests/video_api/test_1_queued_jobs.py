@@ -313,7 +313,6 @@ def test_the_sdks_video_operations_not_served_answer_400_naming_the_operation(vi
         "videos.get_character": lambda: sdk.videos.get_character("char_123"),
         "videos.edit": lambda: sdk.videos.edit(prompt="brighter", video=("v.mp4", b"\0", "video/mp4")),
         "videos.extend": lambda: sdk.videos.extend(prompt="and then", seconds="4", video=("v.mp4", b"\0", "video/mp4")),
-        "videos.remix": lambda: sdk.videos.remix("video_x", prompt="at night"),
     }
     for operation, call in calls.items():
         with pytest.raises(openai.BadRequestError) as refused:
@@ -322,6 +321,9 @@ def test_the_sdks_video_operations_not_served_answer_400_naming_the_operation(vi
         assert operation in refused.value.message, refused.value.message
     # Without a key it is still a 401, not a statement about the endpoint.
     assert video_stack.anonymous().post("/v1/videos/edits", json={}).status_code == 401
+    # Remix is served (tests/video_models/test_remix.py): a video that is not the caller's is a 404.
+    with pytest.raises(openai.NotFoundError):
+        sdk.videos.remix("video_x", prompt="at night")
 
 
 def test_a_queued_jobs_event_stream_says_when_its_place_in_the_queue_moves(video_stack: VideoStack) -> None:

@@ -18,6 +18,9 @@ from workflows.video.models import DEFAULT_CATALOGUE, VideoModelSpec, use_catalo
 MODEL = "wan-tiny"
 # The image-to-video twin (WanImageToVideoPipeline components, tiny random weights).
 I2V_MODEL = "wan-i2v-tiny"
+# The remixing twin: the text-to-video weights (the components of diffusers' own video-to-video
+# tests are those of its text-to-video ones), family wan-v2v.
+V2V_MODEL = "wan-v2v-tiny"
 PROCEDURAL = "procedural-v1"
 
 
@@ -43,6 +46,10 @@ def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalogue]:
         + "\n"
         + tiny_catalogue_entry(
             I2V_MODEL, Path("weights/wan-i2v-tiny"), family="wan-i2v", max_steps=1000, created=1767225600
+        )
+        + "\n"
+        + tiny_catalogue_entry(
+            V2V_MODEL, Path("weights/wan-tiny"), family="wan-v2v", max_steps=1000, created=1767225600
         )
         + "\n[models.procedural-v1]\nfamily = 'procedural'\nsizes = ['180x320']\ndefault_size = '180x320'\n"
         "min_seconds = 1\nmax_seconds = 2\ndefault_seconds = 1\nfps = 8\ndefault_steps = 4\n"
@@ -73,7 +80,7 @@ def model_stack(
         tmp_path_factory.mktemp("model-stack"),
         ORCHESTRATION,
         model_catalogue=catalogue.path,
-        models=[MODEL, I2V_MODEL, PROCEDURAL],
+        models=[MODEL, I2V_MODEL, V2V_MODEL, PROCEDURAL],
         # A step of the tiny model at 64x64 (9 frames) takes at least 26 ms: on an idle host the
         # whole 400-step job otherwise ended before a checkpoint could be seen and a worker
         # killed. The floor changes no bytes (the reference video is computed unpaced).

@@ -14,7 +14,7 @@ import pytest
 from temporalio.client import Client
 
 from tests.video_core.jobs import busy_worker, pending_progress, probe_mp4, wait_for
-from tests.video_models.conftest import I2V_MODEL, MODEL, PROCEDURAL, Catalogue, ModelStack
+from tests.video_models.conftest import I2V_MODEL, MODEL, PROCEDURAL, V2V_MODEL, Catalogue, ModelStack
 from tests.video_models.runs import checkpointed, key_for, kill9_after_first_checkpoint, reference_video
 from workflows.video.ids import workflow_id
 from workflows.video.job import VideoJobWorkflow
@@ -27,7 +27,7 @@ def test_models_list_and_retrieve_with_the_openai_sdk(model_stack: ModelStack, c
     key = key_for(model_stack)
     sdk = openai.OpenAI(base_url=f"{model_stack.base_url}/v1", api_key=key, max_retries=0, timeout=30)
     listed = sdk.models.list()
-    assert [m.id for m in listed.data] == [MODEL, I2V_MODEL, PROCEDURAL]
+    assert [m.id for m in listed.data] == [MODEL, I2V_MODEL, V2V_MODEL, PROCEDURAL]
     assert all(m.object == "model" and m.owned_by == "leasehold" for m in listed.data)
     wan = sdk.models.retrieve(MODEL)
     assert wan.id == MODEL and wan.created == 1767225600

@@ -50,5 +50,8 @@ def test_the_gpu_worker_refuses_a_model_the_catalogue_lacks(tmp_path: Path, cata
     settings = Settings(data_dir=tmp_path / "data", model_catalogue=catalogue.path)
     done = run_cli(settings, "worker", "gpu", "--model", "wan-huge")
     assert done.returncode != 0
-    assert "unknown model 'wan-huge'; the catalogue has: wan-tiny, wan-i2v-tiny, procedural-v1" in done.stderr
+    assert (
+        "unknown model 'wan-huge'; the catalogue has: wan-tiny, wan-i2v-tiny, wan-v2v-tiny, procedural-v1"
+        in done.stderr
+    )
     assert "Traceback" not in done.stderr
