@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Form, Header, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from api.ci.attempt_ref import AttemptRef
 from api.ci.queue_explanation import QueueExplainerDep
 from api.ci.runs import check_job_id, load_run, stored_run
 from api.console import session
@@ -427,7 +428,9 @@ async def job_page(
     summary: str | None = None
     if chosen is not None:
         try:
-            answer = await runs_router.get_step_summary(run, job, principal, client, db, store, chosen.attempt)
+            answer = await runs_router.get_step_summary(
+                AttemptRef(run, job, principal, client, db, store, chosen.attempt)
+            )
             summary = bytes(answer.body).decode("utf-8", errors="replace")
         except ApiError as exc:
             if exc.status != 404:
@@ -460,7 +463,8 @@ async def job_log_stream(
 ) -> Response:
     """The API's own log stream: ``log`` events by sequence number; a reconnecting
     ``EventSource`` sends ``Last-Event-ID`` and continues after it."""
-    return await logs_router.stream_logs(request, run, job, principal, client, db, store, attempt, 0, last_event_id)
+    ref = AttemptRef(run, job, principal, client, db, store, attempt)
+    return await logs_router.stream_logs(request, ref, 0, last_event_id)
 
 
 __all__ = ["router"]

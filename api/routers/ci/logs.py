@@ -30,10 +30,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.ci.log_compaction import read_compacted
-from api.ci.runs import AttemptQuery, load_job_run, load_run
+from api.ci.attempt_ref import AttemptRefDep, astuple_ref
 from api.ci.runs import attempt_prefix as _prefix
 from api.ci.runs import chosen_attempt as _attempt
-from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
+from api.ci.runs import load_job_run, load_run
 from api.errors import ApiError
 from api.schemas.ci.runs import LogChunkOut, LogPage
 from leasehold.records.api_keys import Principal
@@ -208,17 +208,9 @@ def _attempt_final(attempt: JobAttemptState) -> bool:
 
 
 @router.get("/v1/runs/{run}/jobs/{job}/logs")
-async def get_logs(
-    run: str,
-    job: str,
-    principal: PrincipalDep,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    attempt: AttemptQuery = None,
-    from_seq: int = Query(0, ge=0),
-) -> LogPage:
+async def get_logs(ref: AttemptRefDep, from_seq: int = Query(0, ge=0)) -> LogPage:
     """Stored chunks of one attempt from ``from_seq``; gaps are listed, never hidden."""
+    run, job, principal, client, db, store, attempt = astuple_ref(ref)
     state = await load_job_run(db, client, principal, run, job)
     chosen = _attempt(state, job, attempt)
     job_state = state.job(job)
@@ -263,16 +255,9 @@ MAX_DOWNLOAD_PAGES = 10_000
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "the attempt's whole log"}},
 )
-async def download_log(
-    run: str,
-    job: str,
-    principal: PrincipalDep,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    attempt: AttemptQuery = None,
-) -> Response:
+async def download_log(ref: AttemptRefDep) -> Response:
     """The attempt's whole stored log as text (lost chunks marked where they were), to save."""
+    run, job, principal, client, db, store, attempt = astuple_ref(ref)
     state = await load_job_run(db, client, principal, run, job)
     chosen = _attempt(state, job, attempt)
     parts: list[str] = []
@@ -391,13 +376,7 @@ async def _follow(
 @router.get("/v1/runs/{run}/jobs/{job}/logs/stream")
 async def stream_logs(
     request: Request,
-    run: str,
-    job: str,
-    principal: PrincipalDep,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    attempt: AttemptQuery = None,
+    ref: AttemptRefDep,
     from_seq: int = Query(0, ge=0),
     last_event_id: str | None = Header(None),
 ) -> StreamingResponse:
@@ -407,6 +386,7 @@ async def stream_logs(
 
     A reconnecting client sends ``Last-Event-ID`` (the last seq it saw) and continues after it.
     """
+    run, job, principal, client, db, store, attempt = astuple_ref(ref)
     state = await load_job_run(db, client, principal, run, job)
     _attempt(state, job, attempt)  # 404 for an unknown job or attempt before the stream opens
     seq = from_seq

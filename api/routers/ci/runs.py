@@ -18,6 +18,7 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from api.ci.attempt_ref import AttemptRefDep
 from api.ci.queue_explanation import QueueExplainerDep
 from api.ci.repos import require_repo
 from api.ci.runs import (
@@ -33,7 +34,7 @@ from api.ci.runs import (
     load_run,
     stored_run,
 )
-from api.deps import ClientDep, DbDep, PrincipalDep, StoreDep
+from api.deps import ClientDep, DbDep, PrincipalDep
 from api.errors import ApiError, from_temporal, from_update_rejection, invalid, is_not_found
 from api.schemas.ci.runs import (
     AnnotationOut,
@@ -103,20 +104,13 @@ async def get_job(
     response_class=Response,
     responses={200: {"content": {"text/markdown": {}}, "description": "the attempt's step summary"}},
 )
-async def get_step_summary(
-    run: str,
-    job: str,
-    principal: PrincipalDep,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    attempt: AttemptQuery = None,
-) -> Response:
+async def get_step_summary(ref: AttemptRefDep) -> Response:
     """The markdown the attempt's steps wrote to ``$GITHUB_STEP_SUMMARY``, found as its log is
     (another tenant's run is a 404). Served as text with ``nosniff``: it is the job's own text,
     never rendered here."""
-    state = await load_job_run(db, client, principal, run, job)
-    chosen = chosen_attempt(state, job, attempt)
+    job, store = ref.job, ref.store
+    state = await load_job_run(ref.db, ref.client, ref.principal, ref.run, job)
+    chosen = chosen_attempt(state, job, ref.attempt)
     key = chosen.log.summary_key if chosen is not None and chosen.log is not None else None
     # Only the one key the attempt's prefix allows, whatever the state says.
     if chosen is None or key is None or key != step_summary_key(attempt_prefix(state, job, chosen)):
