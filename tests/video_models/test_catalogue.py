@@ -48,6 +48,15 @@ def test_an_entry_loads_with_paths_relative_to_the_file(tmp_path: Path) -> None:
     # Wan's VAE takes k x 4 + 1 frames: 5 s at 16 fps is 81 frames, 1 s is 17.
     assert spec.frame_count(5) == 81 and spec.frame_count(1) == 17
     assert PROCEDURAL_V1.frame_count(4) == 32
+    assert not spec.remixes and not PROCEDURAL_V1.remixes
+
+
+def test_a_remixing_entry_takes_a_remix_strength(tmp_path: Path) -> None:
+    text = GOOD.replace('family = "wan"', 'family = "wan-v2v"')
+    [spec] = load_catalogue(write(tmp_path, text)).values()
+    assert spec.remixes and spec.remix_strength == 0.8 and spec.frame_count(1) == 17
+    [spec] = load_catalogue(write(tmp_path, text + "remix_strength = 0.6\n")).values()
+    assert spec.remix_strength == 0.6
 
 
 @pytest.mark.parametrize(
@@ -68,6 +77,10 @@ def test_an_entry_loads_with_paths_relative_to_the_file(tmp_path: Path) -> None:
         (("fps = 16\n", ""), "models.wan-a.fps"),
         (("[models.wan-a]", '[models."wan a/../x"]'), "models.wan a/../x"),
         (("memory_bytes_per_frame_pixel = 4000", "memory_bytes_per_frame_pixel = -1"), "memory_bytes_per_frame_pixel"),
+        # Only a remixing family takes a remix strength, and one in (0, 1].
+        (("fps = 16", "fps = 16\nremix_strength = 0.5"), "models.wan-a.remix_strength"),
+        (('family = "wan"', 'family = "wan-v2v"\nremix_strength = 0'), "models.wan-a.remix_strength"),
+        (('family = "wan"', 'family = "wan-v2v"\nremix_strength = 1.5'), "models.wan-a.remix_strength"),
     ],
 )
 def test_a_bad_entry_is_refused_naming_the_entry_and_field(tmp_path: Path, change: tuple[str, str], names: str) -> None:

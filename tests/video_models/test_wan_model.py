@@ -60,7 +60,7 @@ def test_resume_in_a_new_model_object_gives_the_same_bytes_as_the_pipeline(
 
     # Without the scheduler's history the result differs: the test can tell.
     broken = other.load_state(job, data)
-    broken.scheduler = other._scheduler(job.steps)
+    broken.scheduler = other._scheduler(job)
     broken.scheduler._step_index = 3
     run(other, broken, job.steps)
     assert not np.array_equal(other.decode(broken), uninterrupted)
