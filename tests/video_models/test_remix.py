@@ -106,6 +106,9 @@ def test_the_remix_loop_is_the_pipelines_call_and_resumes_byte_identically(
     assert not np.array_equal(
         _generate(model, GenerationJob(**{**job.__dict__, "source_video": moved_source})), uninterrupted
     )
+    # Another size and length: the source's frames are resampled and resized to the job's.
+    other_shape = GenerationJob(**{**job.__dict__, "width": 32, "frames": spec.frame_count(2), "steps": 2})
+    assert _generate(model, other_shape).shape == (17, 32, 32, 3)
     # Without a source the same model makes text-to-video, as the wan family does.
     assert _generate(model, text).shape == (9, 32, 48, 3)
 
@@ -194,6 +197,9 @@ def test_remixes_that_cannot_run_are_refused_naming_the_field(model_stack: Model
                 owner.videos.remix(video_id, prompt="at night")
             assert refused.value.code == "invalid_request" and refused.value.param == param, refused.value.body
             assert says in refused.value.message
+        # The body may ask for another size and length than the source's.
+        resized = owner.videos.remix(done.id, prompt="wider", extra_body={"size": "48x32", "seconds": "2"})
+        assert (resized.size, resized.seconds, resized.remixed_from_video_id) == ("48x32", "2", done.id)
         # Asking for a model that cannot remix, on a video of one that can.
         with pytest.raises(openai.BadRequestError) as refused:
             owner.videos.remix(done.id, prompt="at night", extra_body={"model": PROCEDURAL})
@@ -205,7 +211,7 @@ def test_remixes_that_cannot_run_are_refused_naming_the_field(model_stack: Model
                 headers={"Authorization": f"Bearer {owner.api_key}"},
             )
         assert refused_json.status_code == 400 and refused_json.json()["error"]["param"] == "prompt", refused_json.text
-        assert _inputs(model_stack) == stored_before
+        assert [key for key in _inputs(model_stack) if not key.startswith(f"videos/{resized.id}/")] == stored_before
     finally:
         with httpx.Client(base_url=model_stack.base_url, timeout=30) as http:
             http.post(f"/v1/videos/{running.id}/cancel", headers={"Authorization": f"Bearer {owner.api_key}"})
