@@ -8,13 +8,12 @@ workspace), ``path`` (download: where to unpack)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-from pathlib import Path
+
+from tests.npm_cache import CACHE
 
 ARTIFACT = "@actions/artifact@2.3.2"
 ESBUILD = "esbuild@0.24.2"
-CACHE = Path(os.environ.get("LEASEHOLD_TEST_CACHE", Path.home() / ".cache" / "leasehold-tests"))
 
 SOURCE = r"""
 const path = require('path');

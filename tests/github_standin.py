@@ -24,8 +24,6 @@ import itertools
 import json
 import os
 import re
-import subprocess
-import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,35 +36,16 @@ import jsonschema
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tests.npm_cache import CACHE, packed_file
+
 OPENAPI_PACKAGE = "@octokit/openapi@23.0.2"
-CACHE = Path(os.environ.get("LEASEHOLD_TEST_CACHE", Path.home() / ".cache" / "leasehold-tests"))
 DESCRIPTION = "api.github.com.json"
 DOCS = "https://docs.github.com/rest"
 
 
 def description_path() -> Path:
     """The description file, fetched with ``npm pack`` on first use (then cached)."""
-    target = CACHE / "octokit-openapi-23.0.2" / DESCRIPTION
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["npm", "pack", OPENAPI_PACKAGE, "--silent", "--pack-destination", str(target.parent)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    archive = target.parent / done.stdout.strip().splitlines()[-1]
-    with tarfile.open(archive) as tar:
-        member = tar.getmember(f"package/generated/{DESCRIPTION}")
-        source = tar.extractfile(member)
-        assert source is not None
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(source.read())
-        tmp.replace(target)
-    archive.unlink()
-    return target
+    return packed_file(OPENAPI_PACKAGE, f"generated/{DESCRIPTION}", CACHE / "octokit-openapi-23.0.2" / DESCRIPTION)
 
 
 class Description:

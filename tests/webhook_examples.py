@@ -7,37 +7,17 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import tarfile
 from functools import cache
-from pathlib import Path
 from typing import Any
 
+from tests.npm_cache import CACHE, packed_file
+
 PACKAGE = "@octokit/webhooks-examples@7.6.1"
-CACHE = Path(os.environ.get("LEASEHOLD_TEST_CACHE", Path.home() / ".cache" / "leasehold-tests"))
 
 
 @cache
 def _examples() -> dict[str, list[dict[str, Any]]]:
-    target = CACHE / "octokit-webhooks-examples-7.6.1.json"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            ["npm", "pack", PACKAGE, "--silent", "--pack-destination", str(target.parent)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
-        archive = target.parent / done.stdout.strip().splitlines()[-1]
-        with tarfile.open(archive) as tar:
-            source = tar.extractfile("package/api.github.com/index.json")
-            assert source is not None
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(source.read())
-            tmp.replace(target)
-        archive.unlink()
+    target = packed_file(PACKAGE, "api.github.com/index.json", CACHE / "octokit-webhooks-examples-7.6.1.json")
     return {entry["name"]: entry["examples"] for entry in json.loads(target.read_text())}
 
 
