@@ -90,7 +90,7 @@ jobs:
             assert q["slots_in_use"] == 0, "a job no worker serves holds no slot"
         # Seven queues (every subset of three labels): slots enough for all to be polled.
         superset = _worker(queue_stack, [a, b, c], 8)
-        done = wait_run(tenant, pushed.run_id, timeout=90)
+        done = wait_run(tenant, pushed.run_id, timeout=240)
         assert done["status"] == "success", done
         for j in ("one", "two"):
             (attempt,) = job(done, j)["attempts"]
@@ -146,7 +146,7 @@ jobs:
 """,
             client=tenant,
         )
-        done = wait_run(tenant, served.run_id, timeout=90)
+        done = wait_run(tenant, served.run_id, timeout=180)
         assert done["status"] == "success", done
         starts = sorted(job(done, j)["started_at"] for j in ("x", "y"))
         ends = sorted(job(done, j)["finished_at"] for j in ("x", "y"))
@@ -160,7 +160,7 @@ jobs:
             assert q["position"] is None
         # A worker with the label appears: the waiting jobs get slots and run.
         late = _worker(queue_stack, ["linux", lonely], 4)
-        finished = wait_run(tenant, stuck.run_id, timeout=90)
+        finished = wait_run(tenant, stuck.run_id, timeout=240)
         assert finished["status"] == "success", finished
     finally:
         for rid in (stuck.run_id,):
@@ -204,7 +204,7 @@ jobs:
 """,
         client=tenant,
     )
-    done = wait_run(tenant, pushed.run_id, timeout=90)
+    done = wait_run(tenant, pushed.run_id, timeout=240)
     assert done["status"] == "failure", done
     lost = job(done, "lost")
     assert lost["status"] == "failure" and lost["attempts"] == []
