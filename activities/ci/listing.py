@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -76,19 +77,15 @@ class CIListingActivities(CIListingDefinition):
         if not inp.commit_sha and inp.event in ("release", "workflow_run"):
             # A release names its tag, a workflow_run the default branch: the commit is the
             # one they point at now, read from the repository.
-            found_tag = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
+            with git_errors():
+                found_tag = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
             if found_tag is None:
                 raise ApplicationError(f"the repository has no {inp.ref!r}", type=PUSH_GIT_FAILED, non_retryable=True)
             inp = inp.model_copy(update={"ref": found_tag[1], "commit_sha": found_tag[2]})
             resolved = True
-        try:
+        with git_errors():
             mirror = self.mirror.ensure_commit(inp.repo_id, inp.clone_url, inp.commit_sha, activity.heartbeat)
             found = self.mirror.workflow_files(mirror, inp.commit_sha, MAX_WORKFLOW_BYTES)
-        except InvalidRequest as exc:
-            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
-        except GitError as exc:
-            # Transient (network, a fetch racing a push): Temporal retries, then the push fails.
-            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         diff: list[list[str] | None] = []
 
         def changed() -> list[str] | None:
@@ -176,16 +173,12 @@ class CIListingActivities(CIListingDefinition):
         """A tick of an ``on.schedule`` entry: the default branch's head now, and the one file,
         which runs only if it is still there, valid and scheduled (else the tick does nothing:
         the next push to the branch removes the schedule)."""
-        try:
+        with git_errors():
             resolved = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
             if resolved is None:
                 return ListWorkflowsResult(inputs={})
             mirror, ref, sha = resolved
             found = dict(self.mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES))
-        except InvalidRequest as exc:
-            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
-        except GitError as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         path = inp.dispatch_workflow or ""
         content = found.get(path)
         files: list[WorkflowFile] = []
@@ -210,16 +203,12 @@ class CIListingActivities(CIListingDefinition):
         """A ``workflow_dispatch``: the ref's commit, the one file asked for, its inputs checked
         against its ``on.workflow_dispatch``. What the caller got wrong fails the dispatch
         (``DISPATCH_REJECTED``, naming the field) instead of creating a run."""
-        try:
+        with git_errors():
             resolved = self.mirror.resolve_branch_or_tag(inp.repo_id, inp.clone_url, inp.ref, activity.heartbeat)
             if resolved is None:
                 raise _rejected("ref", f"the repository has no branch or tag {inp.ref!r}")
             mirror, ref, sha = resolved
             found = self.mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES)
-        except InvalidRequest as exc:
-            raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
-        except GitError as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__) from exc
         wanted = inp.dispatch_workflow or ""
         matches = [(p, c) for p, c in found if wanted in (p, p.rsplit("/", 1)[-1])]
         if not matches:
@@ -252,6 +241,19 @@ class CIListingActivities(CIListingDefinition):
             run_numbers=self._numbers(inp, sha, files),
             report_status=self._reports(inp, files),
         )
+
+
+@contextmanager
+def git_errors() -> Iterator[None]:
+    """Git's failures as the push reads them: a request git refuses (a bad clone URL, an unknown
+    commit) fails the push for good; anything else (network, a fetch racing a push) is retried
+    by Temporal, then fails the push."""
+    try:
+        yield
+    except InvalidRequest as exc:
+        raise ApplicationError(str(exc), type=PUSH_GIT_FAILED, non_retryable=True) from exc
+    except GitError as exc:
+        raise ApplicationError(str(exc), type=type(exc).__name__) from exc
 
 
 def listened(files: list[WorkflowFile]) -> list[str]:
