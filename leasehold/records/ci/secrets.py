@@ -152,22 +152,18 @@ class Keyring:
     def from_settings(cls, settings: Settings) -> Keyring:
         """Configured keys (the setting, else its file), or a key generated once into the data
         dir (embedded default)."""
-        configured = settings.secrets_keys.get_secret_value().strip() if settings.secrets_keys is not None else ""
-        if configured:
-            keys = cls.parse(configured)
-            return cls(keys, settings.secrets_active_key or list(keys)[-1])
-        if settings.secrets_keys_file is not None:
+        text = settings.secrets_keys.get_secret_value().strip() if settings.secrets_keys is not None else ""
+        if not text and settings.secrets_keys_file is not None:
+            # An empty or unreadable file refuses: it never falls back to a key of this process.
             try:
-                keys = cls.parse(settings.secrets_keys_file.read_text())
+                text = settings.secrets_keys_file.read_text()
             except OSError as exc:
                 raise KeyringError(
                     f"LEASEHOLD_SECRETS_KEYS_FILE {settings.secrets_keys_file} cannot be read ({exc.strerror}):"
                     " create it (leasehold secrets init-keys FILE) or set LEASEHOLD_SECRETS_KEYS"
                 ) from None
-            return cls(keys, settings.secrets_active_key or list(keys)[-1])
-        text = read_or_create_secret(
-            settings.data_dir / KEY_FILE, lambda: f"k1:{base64.b64encode(os.urandom(32)).decode()}\n"
-        )
+        elif not text:
+            text = read_or_create_secret(settings.data_dir / KEY_FILE, new_keyring_text)
         keys = cls.parse(text)
         return cls(keys, settings.secrets_active_key or list(keys)[-1])
 
@@ -185,10 +181,15 @@ class Keyring:
             raise KeyringError("a stored secret failed authentication (tampered, moved or wrong key)") from None
 
 
+def new_keyring_text() -> str:
+    """A keyring of one fresh key, as a keys file holds it."""
+    return f"k1:{base64.b64encode(os.urandom(32)).decode()}\n"
+
+
 def init_keys_file(path: Path) -> bool:
     """Write a new one-key keyring to ``path`` unless it exists (never replaced: the values
     sealed under it would become unreadable); True when written. Readable by its owner only."""
-    line = f"k1:{base64.b64encode(os.urandom(32)).decode()}\n"
+    line = new_keyring_text()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
