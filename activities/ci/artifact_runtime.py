@@ -10,6 +10,7 @@ and the forwarder bound in at ``/run/leasehold`` and ``ACTIONS_RESULTS_URL`` /
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,7 @@ def attach_artifacts(
     if runtime_dir is None or db is None or sandbox_name != "bubblewrap" or not needs_artifacts(job):
         return None
     days = log_retention_days(db, scope.tenant_id) or scope.retention_days
-    scope = ArtifactScope(**{**scope.__dict__, "retention_days": days})
+    scope = dataclasses.replace(scope, retention_days=days)
     name = os.urandom(6).hex()
     service = ArtifactService(runtime_dir / f"{name}.sock", runtime_dir / f"{name}.spool", scope, store, db).start()
     return service, RuntimeBinding(service.socket_path, service.env())

@@ -94,6 +94,8 @@ class _Upload:
     secret: str
     blob: Path | None = None
     blocks: set[str] = field(default_factory=set)
+    # Bytes of the blocks spooled so far (the artifact's size limit counts them).
+    spooled: int = 0
 
 
 class ArtifactService:
@@ -267,13 +269,15 @@ class ArtifactService:
     def put_block(self, upload: _Upload, block_id: str, reader: Any, length: int) -> None:
         if len(upload.blocks) >= MAX_BLOCKS or length < 0:
             raise TwirpError(400, "InvalidInput", "too many blocks")
+        if upload.spooled + length > self.scope.max_bytes:
+            raise TwirpError(413, "RequestBodyTooLarge", f"an artifact is at most {self.scope.max_bytes} bytes")
         folder = self.spool / f"u{upload.artifact.id}"
         folder.mkdir(exist_ok=True, mode=0o700)
-        used = sum(p.stat().st_size for p in folder.iterdir())
-        if used + length > self.scope.max_bytes:
-            raise TwirpError(413, "RequestBodyTooLarge", f"an artifact is at most {self.scope.max_bytes} bytes")
-        name = hashlib.sha256(block_id.encode()).hexdigest()
-        _copy(reader, folder / name, length)
+        path = folder / hashlib.sha256(block_id.encode()).hexdigest()
+        # A block sent again replaces its earlier bytes.
+        upload.spooled -= path.stat().st_size if path.exists() else 0
+        _copy(reader, path, length)
+        upload.spooled += length
         upload.blocks.add(block_id)
 
     def commit_blocks(self, upload: _Upload, xml: bytes) -> None:
