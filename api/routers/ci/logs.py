@@ -320,6 +320,7 @@ async def _follow(
     last_state = last_sent = time.monotonic()
     chosen = _attempt(state, job, attempt_no)
     said: dict[str, Any] | None = None
+    explained: CIRunState | None = None
     yield b"retry: 1000\n\n"
     while time.monotonic() < deadline:
         now = time.monotonic()
@@ -339,12 +340,15 @@ async def _follow(
                 # Finished without ever running (skipped, or cancelled while waiting).
                 yield _event("end", {"attempt": 0, "status": job_state.status.value, "next_seq": seq})
                 return
-            # What the job waits for, each time that changes (not a blank screen).
-            waiting_for = await _waiting_for(request, state, job)
-            if waiting_for is not None and waiting_for != said:
-                said = waiting_for
-                yield _event("waiting", waiting_for)
-                last_sent = time.monotonic()
+            # What the job waits for, each time that changes (not a blank screen): asked once
+            # per read of the run, not at every poll.
+            if state is not explained:
+                explained = state
+                waiting_for = await _waiting_for(request, state, job)
+                if waiting_for is not None and waiting_for != said:
+                    said = waiting_for
+                    yield _event("waiting", waiting_for)
+                    last_sent = time.monotonic()
             if await request.is_disconnected():
                 return
             await asyncio.sleep(POLL_SECONDS)
