@@ -26,11 +26,13 @@ install: $(BIN)/.installed
 # nftables (filtered network for jobs whose plan allows it), python3 (the job-side helper runs
 # the system's), runsc (the gVisor backend; Debian's build fails its self-test, see Security); chromium for the console's browser
 # tests (Playwright drives it; no browser download); npm (tests fetch GitHub's REST description,
-# @octokit/openapi, from the registry); needs root or sudo.
+# @octokit/openapi, from the registry; skipped where a Node install already brings npm, as
+# NodeSource's nodejs does, which conflicts with Debian's npm); needs root or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-		git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium npm >/dev/null
+	PKGS="git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium"; \
+	command -v npm >/dev/null || PKGS="$$PKGS npm"; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$PKGS >/dev/null
 
 # Ports and flags pass through: `make up API_PORT=8080` (else $LEASEHOLD_API_PORT, else 8000),
 # TEMPORAL_PORT, UI_PORT, and UP_ARGS for the rest (`UP_ARGS='--no-ui --data-dir /srv/lh'`).
