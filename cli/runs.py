@@ -1,4 +1,4 @@
-"""``leasehold runs list|get|cancel|retry|logs|artifacts``: CI runs through the API.
+"""``leasehold runs list|get|cancel|retry|rerun|logs|artifacts``: CI runs through the API.
 
 ``runs logs RUN JOB --follow`` tails the job's live log (``/logs/stream``, server-sent events
 whose id is the chunk's sequence number). After a dropped connection it reconnects with
@@ -362,6 +362,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return int(Exit.OK)
 
 
+@command
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """Re-run every job of a finished run, successful ones included."""
+    answer = api_from(args).call("POST", f"/v1/runs/{args.run}/rerun")
+    if args.json:
+        print_json(answer)
+    else:
+        again = ", ".join(answer.get("reset_jobs") or [])
+        note(f"re-running {answer.get('run_id')} as attempt {answer.get('run_attempt')}; runs again: {again}")
+    return int(Exit.OK)
+
+
 def add_commands(sub: Any) -> None:
     """Add the ``runs`` subcommands to the top-level parser's subparsers."""
     runs = sub.add_parser("runs", help="CI runs and their logs (through the API)")
@@ -372,6 +384,7 @@ def add_commands(sub: Any) -> None:
     add_api_command(runs_sub, "cancel", cmd_cancel, "cancel a run", run)
     retry_help = "re-run a failed or cancelled job (default: each of them)"
     add_api_command(runs_sub, "retry", cmd_retry, retry_help, run, options=_retry_options)
+    add_api_command(runs_sub, "rerun", cmd_rerun, "re-run every job of a finished run, successful ones too", run)
     add_api_command(runs_sub, "logs", cmd_logs, "a job's log; --follow tails it live", run, job, options=_logs_options)
     artifacts_help = "a run's artifacts; --download NAME writes one's zip"
     add_api_command(runs_sub, "artifacts", cmd_artifacts, artifacts_help, run, options=add_artifact_options)

@@ -369,6 +369,15 @@ async def cancel_run(
     return _redirect(f"/console/runs/{run}")
 
 
+@router.post("/runs/{run}/rerun")
+async def rerun_run(
+    request: Request, run: str, principal: ConsolePrincipal, client: ClientDep, db: DbDep, token: CsrfField = None
+) -> Response:
+    session.check_csrf(request, token)
+    await runs_router.rerun_run(run, principal, client, db)
+    return _redirect(f"/console/runs/{run}")
+
+
 @router.post("/runs/{run}/jobs/{job}/retry")
 async def retry_job(
     request: Request,

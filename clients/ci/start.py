@@ -26,7 +26,15 @@ from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.push import CIPushInput, CIPushState
 from workflows.ci.types.reconcile import ReconcileInput
-from workflows.ci.types.run import ApprovalRequest, CIRunState, JobState, RetryJobRequest, RetryJobResponse
+from workflows.ci.types.run import (
+    ApprovalRequest,
+    CIRunState,
+    JobState,
+    RerunRequest,
+    RerunResponse,
+    RetryJobRequest,
+    RetryJobResponse,
+)
 from workflows.queues import orchestration_queue
 
 
@@ -128,6 +136,11 @@ async def retry_job(client: Client, run: str, job_id: str, requested_by: str | N
     return await run_handle(client, run).execute_update(
         CIRunWorkflow.retry_job, RetryJobRequest(job_id=job_id, requested_by=requested_by)
     )
+
+
+async def rerun(client: Client, run: str, requested_by: str | None = None) -> RerunResponse:
+    """Re-run every job of a finished run, successful ones included (workflow Update)."""
+    return await run_handle(client, run).execute_update(CIRunWorkflow.rerun, RerunRequest(requested_by=requested_by))
 
 
 async def decide_job(client: Client, run: str, request: ApprovalRequest) -> JobState:

@@ -33,6 +33,9 @@ How the API drives CI (the contract; ``clients/ci/start.py`` wraps each call):
   that is not failed/cancelled or has a running dependent, or past ``CI_MAX_RETRIES_PER_RUN``.
   A finished run stays open for ``retry_window_seconds``; after that its workflow is closed
   and an update fails with ``RPCError`` NOT_FOUND/"workflow execution already completed".
+  ``ci_start.rerun`` = Update ``CIRunWorkflow.rerun(RerunRequest)`` -> ``RerunResponse``:
+  every job of a finished run (successful ones too) runs again as the run's next attempt
+  (``github.run_attempt``); refused with ``RUN_NOT_FINISHED`` while the run is going.
 * **Approvals**: a job whose ``environment:`` is protected (``CIRunInput.environments``, read
   from the repository's rules when the push was listed) becomes ``awaiting_approval`` when it
   is ready, instead of starting. ``ci_start.decide_job`` = Update

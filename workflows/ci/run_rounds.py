@@ -1,4 +1,4 @@
-"""A run's new rounds and decisions: Updates ``retry_job`` and ``decide`` (approvals)."""
+"""A run's new rounds and decisions: Updates ``retry_job``, ``rerun`` and ``decide`` (approvals)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRequest,
         JobState,
         JobStatus,
+        RerunRequest,
+        RerunResponse,
         RetryJobRequest,
         RetryJobResponse,
         RetryRejectedReason,
@@ -60,6 +62,43 @@ class RunRounds(RunGroups):
                 if child is not None and child_id not in reset:
                     self._reset_job(child)
                     reset.append(child_id)
+        self._begin_round()
+        return RetryJobResponse(run_id=self._inp.run_id, job_id=req.job_id, round=target.round, reset_jobs=reset)
+
+    @workflow.update
+    def rerun(self, req: RerunRequest) -> RerunResponse:
+        """Run every job of the finished run again, successful ones included, as new attempts."""
+        reset: list[str] = []
+        for job in self._state.jobs:
+            if job.matrix_of:
+                continue  # a combination runs again with its matrix job, below
+            for child_id in job.combinations:
+                child = self._state.job(child_id)
+                if child is not None:
+                    self._reset_job(child)
+                    reset.append(child_id)
+            if job.combinations and not job.needs:
+                # Its strategy is kept (as a retry of it would); a dependent matrix job is
+                # expanded again, since its needs' outputs may change.
+                self._reopen(job)
+            else:
+                self._reset_job(job)
+            reset.append(job.job_id)
+        self._begin_round()
+        return RerunResponse(run_id=self._inp.run_id, run_attempt=self._state.retries + 1, reset_jobs=reset)
+
+    @rerun.validator
+    def _validate_rerun(self, req: RerunRequest) -> None:
+        if self._state.finished_at is None:
+            raise ApplicationError(
+                "the run has not finished; cancel it or wait for it to end before re-running all of its jobs",
+                type=RetryRejectedReason.RUN_NOT_FINISHED,
+            )
+        if self._state.retries >= CI_MAX_RETRIES_PER_RUN:
+            raise ApplicationError(f"at most {CI_MAX_RETRIES_PER_RUN} retries per run", type=RetryRejectedReason.LIMIT)
+
+    def _begin_round(self) -> None:
+        """The run's next attempt: in progress again, its retry window closed until it ends."""
         self._state.retries += 1
         self._state.cancel_requested = False
         self._state.finished_at = None
@@ -67,7 +106,6 @@ class RunRounds(RunGroups):
         self._retry_pending = True
         self._dirty = True
         self._snapshots.changed()
-        return RetryJobResponse(run_id=self._inp.run_id, job_id=req.job_id, round=target.round, reset_jobs=reset)
 
     def _reset_job(self, job: JobState) -> None:
         self._round_specs.pop(job.job_id, None)

@@ -41,12 +41,13 @@ from api.schemas.ci.runs import (
     AnnotationPage,
     DecisionIn,
     JobOut,
+    RerunOut,
     RetryOut,
     RunList,
     RunOut,
     RunSummary,
 )
-from clients.ci.start import cancel_run, decide_job, retry_job, run_state
+from clients.ci.start import cancel_run, decide_job, rerun, retry_job, run_state
 from leasehold.records.api_keys import Principal
 from leasehold.records.ci.runs import RunCursor, annotations_of_attempt
 from leasehold.records.ci.runs import list_runs as list_run_records
@@ -71,6 +72,11 @@ _RETRY_STATUS = {
     RetryRejectedReason.LIMIT.value: (409, "retry_limit"),
 }
 
+
+_RERUN_STATUS = {
+    RetryRejectedReason.RUN_NOT_FINISHED.value: (409, "run_in_progress"),
+    RetryRejectedReason.LIMIT.value: (409, "retry_limit"),
+}
 
 _DECISION_STATUS = {
     ApprovalRejectedReason.UNKNOWN_JOB.value: (404, "not_found"),
@@ -214,13 +220,14 @@ async def _job_update(
     refused: ApiError,
     closed: ApiError,
     call: str,
+    param: str = "job",
 ) -> UpdateT:
     """The answer of an Update about one job of a run: a rejection as ``statuses`` maps it (else
     ``refused``), a run the engine no longer has as ``closed``."""
     try:
         return await update
     except WorkflowUpdateFailedError as exc:
-        raise from_update_rejection(exc, statuses, refused, "job", call=call) from None
+        raise from_update_rejection(exc, statuses, refused, param, call=call) from None
     except RPCError as exc:
         raise from_temporal(exc, RUN_UNAVAILABLE, missing=closed, call=call) from None
 
@@ -239,6 +246,24 @@ async def retry(run: str, job: str, principal: PrincipalDep, client: ClientDep, 
     )
     await _projected(db, principal, run, lambda s: (j := s.job(job)) is not None and j.round >= answer.round)
     return RetryOut(run_id=answer.run_id, job_id=answer.job_id, round=answer.round, reset_jobs=answer.reset_jobs)
+
+
+@router.post("/v1/runs/{run}/rerun", status_code=202)
+async def rerun_run(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep) -> RerunOut:
+    """Re-run every job of a finished run on the same commit, successful ones included, as the
+    run's next attempt (``github.run_attempt``), as GitHub's "Re-run all jobs" does."""
+    state = await load_run(db, client, principal, run)  # 404 before the update is sent
+    attempts = state.retries
+    answer = await _job_update(
+        rerun(client, run, requested_by=principal.user_id),
+        _RERUN_STATUS,
+        ApiError(409, "rerun_refused", "the run refused the re-run"),
+        ApiError(409, "run_closed", "the run is closed; push again to run it anew"),
+        call=f"re-run of {run}",
+        param="run",
+    )
+    await _projected(db, principal, run, lambda s: s.retries > attempts)
+    return RerunOut(run_id=answer.run_id, run_attempt=answer.run_attempt, reset_jobs=answer.reset_jobs)
 
 
 async def _decide(

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from api.schemas.objects import ObjectList, RecordView
 from workflows.ci.types.job import LogStored, StepSummary
 from workflows.ci.types.push import CIPushState, PullRequestInfo
-from workflows.ci.types.run import CIRunState, JobState, RetryJobResponse
+from workflows.ci.types.run import CIRunState, JobState, RerunResponse, RetryJobResponse
 
 # Repositories ------------------------------------------------------------------------------
 
@@ -322,6 +322,13 @@ class RetryOut(RetryJobResponse, _ObjectFirst):
     workflow's own answer)."""
 
     object: Literal["ci.retry"] = "ci.retry"
+
+
+class RerunOut(RerunResponse, _ObjectFirst):
+    """``POST /v1/runs/{id}/rerun``: every job of the finished run runs again, as the run's
+    next attempt (the workflow's own answer)."""
+
+    object: Literal["ci.rerun"] = "ci.rerun"
 
 
 # Logs ----------------------------------------------------------------------------------------

@@ -210,6 +210,20 @@ class RetryJobResponse(BaseModel):
     reset_jobs: list[str] = Field(default_factory=list)
 
 
+class RerunRequest(BaseModel):
+    """Update ``CIRunWorkflow.rerun``: run every job of a finished run again (GitHub's "Re-run
+    all jobs"), successful ones included, as the run's next attempt."""
+
+    requested_by: str | None = None
+
+
+class RerunResponse(BaseModel):
+    run_id: str
+    # ``github.run_attempt`` of the new attempt (1 is the push's own).
+    run_attempt: int
+    reset_jobs: list[str] = Field(default_factory=list)
+
+
 class ApprovalRequest(BaseModel):
     """Update ``CIRunWorkflow.decide``: approve or reject a job awaiting approval."""
 
@@ -233,3 +247,5 @@ class RetryRejectedReason(StrEnum):
     UNKNOWN_JOB = "CIUnknownJob"
     NOT_RETRYABLE = "CIJobNotRetryable"
     LIMIT = "CIRetryLimit"
+    # ``rerun``: the run has not finished (a whole run is re-run only once it has ended).
+    RUN_NOT_FINISHED = "CIRunNotFinished"
