@@ -8,12 +8,9 @@ workspace), ``path`` (download: where to unpack)."""
 
 from __future__ import annotations
 
-import subprocess
-
-from tests.npm_cache import CACHE
+from tests.npm_cache import bundled_action
 
 ARTIFACT = "@actions/artifact@2.3.2"
-ESBUILD = "esbuild@0.24.2"
 
 SOURCE = r"""
 const path = require('path');
@@ -51,18 +48,7 @@ runs:
 
 def bundle() -> bytes:
     """The bundled action (built once: npm install, then esbuild)."""
-    folder = CACHE / "artifact-action-2.3.2"
-    target = folder / "dist" / "index.js"
-    if not target.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "index.js").write_text(SOURCE)
-        (folder / "package.json").write_text('{"name": "artifact-action", "private": true}\n')
-        npm = ["npm", "install", "--silent", "--no-audit", "--no-fund", ARTIFACT, ESBUILD]
-        subprocess.run(npm, cwd=folder, check=True, timeout=600, capture_output=True)
-        esbuild = [str(folder / "node_modules" / ".bin" / "esbuild"), "index.js", "--bundle", "--platform=node"]
-        esbuild += ["--target=node20", "--outfile=dist/index.js", "--log-level=error"]
-        subprocess.run(esbuild, cwd=folder, check=True, timeout=300, capture_output=True)
-    return target.read_bytes()
+    return bundled_action("artifact-action-2.3.2", SOURCE, [ARTIFACT])
 
 
 def files() -> dict[str, bytes]:

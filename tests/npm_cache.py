@@ -9,6 +9,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+ESBUILD = "esbuild@0.24.2"
 CACHE = Path(os.environ.get("LEASEHOLD_TEST_CACHE", Path.home() / ".cache" / "leasehold-tests"))
 
 
@@ -33,3 +34,21 @@ def packed_file(package: str, member: str, target: Path) -> Path:
         tmp.replace(target)
     archive.unlink()
     return target
+
+
+def bundled_action(folder_name: str, source: str, packages: list[str]) -> bytes:
+    """A JavaScript action's ``dist/index.js``: ``source`` with ``packages`` installed by npm from
+    the registry and bundled by esbuild into one file, as JavaScript actions ship (built once
+    into ``CACHE / folder_name``)."""
+    folder = CACHE / folder_name
+    target = folder / "dist" / "index.js"
+    if not target.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "index.js").write_text(source)
+        (folder / "package.json").write_text(f'{{"name": "{folder_name}", "private": true}}\n')
+        npm = ["npm", "install", "--silent", "--no-audit", "--no-fund", *packages, ESBUILD]
+        subprocess.run(npm, cwd=folder, check=True, timeout=600, capture_output=True)
+        esbuild = [str(folder / "node_modules" / ".bin" / "esbuild"), "index.js", "--bundle", "--platform=node"]
+        esbuild += ["--target=node20", "--outfile=dist/index.js", "--log-level=error"]
+        subprocess.run(esbuild, cwd=folder, check=True, timeout=300, capture_output=True)
+    return target.read_bytes()

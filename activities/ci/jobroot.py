@@ -17,7 +17,8 @@ What root itself does here, and why each is safe:
   entries in them); ``work/``, ``home/``, ``tmp/`` and ``actions/`` are made empty and handed to
   the job's uid through a descriptor of the directory root just created. ``actions/`` is
   bound read-only into the job's steps (an action's files cannot be changed by the job) and
-  writable only into the helper that unpacks and removes them.
+  writable only into the helper that unpacks and removes them. ``home/`` is seeded with the
+  tool cache (``tool_cache``) before it is handed over, while nothing of the job exists yet.
 - **Root's own files** (``write_new``): step scripts, the event JSON, ``passwd`` stubs and the
   helper itself, created in ``runner/`` with ``O_CREAT|O_EXCL|O_NOFOLLOW`` relative to a
   directory descriptor; the job sees ``runner/`` read-only.
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from activities.ci import tool_cache
 from activities.ci.sandbox import JobOwner, Sandbox, SandboxError, SandboxLimits, SandboxProcess, SandboxRequest
 
 log = logging.getLogger(__name__)
@@ -108,13 +110,26 @@ def make_layout(root: Path, owner: JobOwner) -> None:
     try:
         _mode(fd, 0o755)
         for name in JOB_DIRS:
-            _mkdir_at(fd, name, 0o755, owner)
+            _mkdir_at(fd, name, 0o755, None if name == "home" else owner)
+        _seed_home(fd, owner)
         for name in ROOT_DIRS:
             _mkdir_at(fd, name, 0o755, None)
     finally:
         os.close(fd)
     write_new(root / "runner", HELPER_NAME, HELPER_SOURCE.read_bytes())
     _tool_links(root / "runner")
+
+
+def _seed_home(root_fd: int, owner: JobOwner) -> None:
+    """``home/``, still root's and empty, gets the tool cache (``tool_cache``), then goes to the
+    job's uid: nothing of the job has run yet, and every entry is made relative to a descriptor."""
+    home = os.open("home", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root_fd)
+    try:
+        tool_cache.seed(home, owner)
+        if owner.uid is not None:
+            os.fchown(home, owner.uid, owner.gid if owner.gid is not None else owner.uid)
+    finally:
+        os.close(home)
 
 
 def _tool_links(runner: Path) -> None:
