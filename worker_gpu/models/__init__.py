@@ -37,6 +37,8 @@ LOADERS: dict[str, Loader] = {
     "wan": _diffusers("worker_gpu.models.diffusers_video", "WanVideoModel"),
     "wan-i2v": _diffusers("worker_gpu.models.wan_i2v", "WanImageToVideoModel"),
     "wan-v2v": _diffusers("worker_gpu.models.wan_v2v", "WanVideoToVideoModel"),
+    "ltx": _diffusers("worker_gpu.models.ltx_video", "LTXVideoModel"),
+    "ltx-i2v": _diffusers("worker_gpu.models.ltx_video", "LTXImageToVideoModel"),
 }
 
 

@@ -48,9 +48,9 @@ from workflows.video.models import (
 # Names appear in task-queue names and URLs: keep them plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Spatial size multiple per family: the VAE's downsampling x the transformer's patch size.
-SIZE_MULTIPLE = {"procedural": 1, "wan": 16, "wan-i2v": 16, "wan-v2v": 16}
+SIZE_MULTIPLE = {"procedural": 1, "wan": 16, "wan-i2v": 16, "wan-v2v": 16, "ltx": 32, "ltx-i2v": 32}
 # Frames are k x this + 1 (the VAE's temporal compression).
-FRAME_MULTIPLE = {"procedural": 1, "wan": 4, "wan-i2v": 4, "wan-v2v": 4}
+FRAME_MULTIPLE = {"procedural": 1, "wan": 4, "wan-i2v": 4, "wan-v2v": 4, "ltx": 8, "ltx-i2v": 8}
 
 _MAX_SIDE = 4096
 _MAX_FIELD_CHARS = 4000

@@ -27,10 +27,11 @@ MAX_PROMPT_CHARS = 4000
 # Pipeline families a catalogue entry may name. ``procedural``: the built-in stand-in;
 # ``wan``: Wan 2.1 text-to-video through diffusers (worker_gpu/models/diffusers_video.py);
 # ``wan-i2v``: Wan 2.1 image-to-video (worker_gpu/models/wan_i2v.py); ``wan-v2v``: Wan 2.1
-# text-to-video whose remixes run video-to-video (worker_gpu/models/wan_v2v.py).
-FAMILIES: tuple[str, ...] = ("procedural", "wan", "wan-i2v", "wan-v2v")
+# text-to-video whose remixes run video-to-video (worker_gpu/models/wan_v2v.py); ``ltx`` and
+# ``ltx-i2v``: LTX-Video text- and image-to-video (worker_gpu/models/ltx_video.py).
+FAMILIES: tuple[str, ...] = ("procedural", "wan", "wan-i2v", "wan-v2v", "ltx", "ltx-i2v")
 # Families whose jobs start from an image (``input_reference``): they need one, the others refuse one.
-IMAGE_FAMILIES: frozenset[str] = frozenset({"wan-i2v"})
+IMAGE_FAMILIES: frozenset[str] = frozenset({"wan-i2v", "ltx-i2v"})
 # Families that remix a finished video (``POST /v1/videos/{id}/remix``); the others refuse a remix.
 REMIX_FAMILIES: frozenset[str] = frozenset({"wan-v2v"})
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
