@@ -64,6 +64,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         overrides["gpu_model"] = args.model
     if args.kind == "gpu" and args.memory_gib is not None:
         overrides["gpu_memory_gib"] = args.memory_gib
+    if args.kind == "gpu" and args.capacity_type is not None:
+        overrides["gpu_capacity_type"] = args.capacity_type
     if args.kind == "ci" and args.labels:
         overrides["ci_labels"] = args.labels
     settings = command_settings(args, **overrides)
@@ -131,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="gpu: GPU memory this worker offers jobs, in GiB (CPU workers declare it; CUDA measures it)",
+    )
+    worker.add_argument(
+        "--capacity-type",
+        choices=["reserved", "preemptible"],
+        default=None,
+        help="gpu: the capacity this worker is (deployments with LEASEHOLD_VIDEO_CAPACITY_TYPES=true)",
     )
     worker.add_argument("--labels", default=None, help="ci: comma-separated runs-on labels served")
     worker.set_defaults(func=cmd_worker)

@@ -128,6 +128,14 @@ class Settings(BaseSettings):
     # A GPU worker's memory in GiB (``leasehold worker gpu --memory-gib N``): what a CPU worker
     # declares; unset, a CUDA worker reports the free memory of its device.
     gpu_memory_gib: float | None = Field(default=None, gt=0)
+    # Capacity types (docs/fleet.md): on, every pool of workers is split into ``reserved`` and
+    # ``preemptible`` queues (``video.<model>[.<class>]@<type>``); paid jobs go to reserved
+    # first, free ones to preemptible, each handed to the other type after
+    # ``video_capacity_fallback_seconds`` without a free worker. A GPU worker then declares its
+    # type (``leasehold worker gpu --capacity-type``). Off (the default): one queue per pool.
+    video_capacity_types: bool = False
+    video_capacity_fallback_seconds: float = Field(default=30.0, gt=0)
+    gpu_capacity_type: Literal["reserved", "preemptible"] | None = None
 
     # CI worker labels (runs-on) this worker serves.
     ci_labels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["linux"])

@@ -93,6 +93,8 @@ class ModelSnapshot:
     workers_serving: int = 0
     # Of those, how many are polling (idle) right now.
     workers_polling: int = 0
+    # With capacity types: the workers serving, by type (``reserved``, ``preemptible``).
+    workers_by_capacity: dict[str, int] = field(default_factory=dict)
     # Task-queue statistics (DescribeTaskQueue report_stats): approximate, from the server.
     backlog: int = 0
     oldest_queued_age_seconds: float = 0.0

@@ -2,7 +2,11 @@
 
 SIGTERM is the preemption notice: the running generation checkpoints at once and fails its
 attempt as ``Preempted`` so Temporal re-dispatches it without waiting for a heartbeat
-timeout; then the worker exits.
+timeout; then the worker exits. The fleet controller retires a worker the same way (drain
+before retire: it stops polling, checkpoints, hands its job back, exits).
+
+With reserved and preemptible capacity (``video_capacity_types``) a worker declares its type
+(``--capacity-type``) and polls ``video.<model>[.<class>]@<type>``.
 """
 
 from __future__ import annotations
@@ -111,7 +115,7 @@ def build_worker(
         activities.announce_started.bind(client, asyncio.get_running_loop())
     return Worker(
         client,
-        task_queue=video_queue(settings.gpu_model, settings.queue_prefix, gpu_class),
+        task_queue=video_queue(settings.gpu_model, settings.queue_prefix, gpu_class, capacity_type(settings)),
         activities=[activities.generate_video],
         activity_executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate"),
         # One video per GPU.
@@ -124,14 +128,43 @@ def build_worker(
     )
 
 
+class MissingCapacityType(SystemExit):
+    """A deployment with reserved and preemptible capacity started a worker that declares neither."""
+
+
+def capacity_type(settings: Settings) -> str | None:
+    """The capacity type whose queue this worker polls (``None``: a deployment without types).
+
+    A worker declaring a type where the deployment has none (or none where it has them) would
+    poll a queue no job is ever sent to, so that is refused at start-up instead.
+    """
+    declared = settings.gpu_capacity_type
+    if settings.video_capacity_types and declared is None:
+        raise MissingCapacityType(
+            "leasehold: error: this deployment splits reserved and preemptible capacity: "
+            "start the worker with --capacity-type reserved|preemptible"
+        )
+    if not settings.video_capacity_types and declared is not None:
+        raise MissingCapacityType(
+            f"leasehold: error: --capacity-type {declared} needs LEASEHOLD_VIDEO_CAPACITY_TYPES=true on the deployment"
+        )
+    return declared
+
+
+def worker_name(gpu_class: str | None, capacity: str | None) -> str:
+    """The process's name in its Temporal identity (pollers, activity history): the class and
+    the capacity type it serves, which the capacity tracker and the fleet controller read."""
+    return "-".join(["gpu", *(part for part in (gpu_class, capacity) if part)])
+
+
 def main(settings: Settings) -> None:
+    capacity = capacity_type(settings)
     activities, report = build_activities(settings)
     gpu_class = report.gpu_class.name if report.gpu_class is not None else None
     asyncio.run(
         run_worker(
             settings,
-            # The identity (pollers, activity history) then names the class the worker serves.
-            f"gpu-{gpu_class}" if gpu_class else "gpu",
+            worker_name(gpu_class, capacity),
             lambda client: build_worker(client, settings, activities, gpu_class),
             on_sigterm=activities.notify_preemption,
         )

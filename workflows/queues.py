@@ -32,14 +32,29 @@ def orchestration_queue(prefix: str = "") -> str:
     return f"{prefix}{ORCHESTRATION}"
 
 
-def video_queue(model: str, prefix: str = "", gpu_class: str | None = None) -> str:
-    """Each model version has its own queue per GPU class; a GPU worker polls exactly one.
+# Capacity types: what a GPU worker's machine costs and whether it can be taken back. Paid jobs
+# go to reserved capacity first and spill to preemptible; free jobs the other way round.
+RESERVED = "reserved"
+PREEMPTIBLE = "preemptible"
+CAPACITY_TYPES = (RESERVED, PREEMPTIBLE)
+
+
+def video_queue(model: str, prefix: str = "", gpu_class: str | None = None, capacity_type: str | None = None) -> str:
+    """Each model version has its own queue per GPU class (and capacity type); a GPU worker
+    polls exactly one.
 
     Without classes (``gpu_class`` None: the default deployment) the queue is the model's own.
+    A deployment that splits its fleet into reserved and preemptible capacity suffixes the
+    queue with ``@<capacity type>`` (``video.<model>.<class>@reserved``): ``@`` is in no class
+    or model name, so the suffix never reads as a class, and CI queues use it the same way.
     """
-    if gpu_class is None:
-        return f"{prefix}video.{model}"
-    return f"{prefix}video.{model}.{gpu_class}"
+    base = f"{prefix}video.{model}" if gpu_class is None else f"{prefix}video.{model}.{gpu_class}"
+    return base if capacity_type is None else f"{base}@{capacity_type}"
+
+
+def capacity_order(tier: str) -> tuple[str, str]:
+    """The capacity types a job of ``tier`` tries, first choice first."""
+    return (RESERVED, PREEMPTIBLE) if tier == "paid" else (PREEMPTIBLE, RESERVED)
 
 
 # The sandbox backend of tenants whose plan names none (``leasehold plans isolation``).
@@ -90,6 +105,14 @@ VIDEO_GENERATE_SCHEDULE_TO_CLOSE = timedelta(hours=24)
 VIDEO_GENERATE_RETRY = backoff(
     timedelta(seconds=1), timedelta(seconds=30), 50, ["InvalidRequest", "ModelMismatch", "GenerationFailed"]
 )
+
+# A job whose first capacity type has no free worker for this long is handed to the other
+# type (schedule-to-start timeout); each further hand-over waits twice as long, up to the cap,
+# so a job that no worker takes adds a few events an hour to its history, not hundreds.
+VIDEO_CAPACITY_FALLBACK_MAX = timedelta(minutes=10)
+# Attempt numbers of a job's n-th hand-over start at n x this (object keys stay unique per
+# attempt across hand-overs, each of which is a new activity counting from 1).
+VIDEO_CAPACITY_ATTEMPT_STRIDE = 100
 
 # Deleting a job's checkpoints and leftovers (orchestration worker).
 VIDEO_HOUSEKEEPING_TIMEOUT = timedelta(minutes=2)

@@ -326,7 +326,7 @@ class VideoGenerationActivities(VideoGenerationDefinition):
             source = read_reference(self._store, request.source_video, "source video of the remix")
             job = dataclasses.replace(job, source_video=source)
         info = activity.info()
-        attempt = info.attempt
+        attempt = info.attempt + input.attempt_offset
         outcome = "failed"
         try:
             result = _Attempt(self, input, job, attempt, info.heartbeat_timeout).run()

@@ -152,6 +152,8 @@ class CapacityFigures(BaseModel):
     completion_rate_per_minute: float
     workers_serving: int
     workers_polling: int
+    # With reserved and preemptible capacity: the workers serving, by capacity type (null: none).
+    workers_by_capacity: dict[str, int] | None = None
     mean_job_seconds: float | None
     target_wait_seconds: float
     # Little's law: arrivals x mean job time, plus the waiting and running work spread over the

@@ -24,7 +24,11 @@ class, ``video.<model>.<class>``, and everything above is measured and planned p
 *pool* (``Pool``), keyed ``<model>.<class>``. Without classes the one pool of a model is keyed
 by the model's name and measures ``video.<model>``, as before classes existed. The per-pool
 dicts below (snapshots, costs, arrivals, fairness shadows, plans) and the ``model`` arguments
-of the methods take that key.
+of the methods take that key. With capacity types (``video_capacity_types``) a pool has two
+queues, ``@reserved`` and ``@preemptible``: both are described, their figures add up in the
+pool's, and ``workers_by_capacity`` says how many of its workers are of each type. The plan
+counts every worker of the pool for every job, in priority order, so a reclaim of preemptible
+workers moves the ETAs of free jobs (the lowest priority) first.
 
 Per-step times come from consecutive heartbeats of running jobs; per-job overhead (decode,
 encode, upload, hand-over, clean-up until the job closes) from completed jobs. Both feed
@@ -58,9 +62,11 @@ from api.video.capacity_observation import (
     Observed,
     Walk,
     has_other_activity,
+    merged_stats,
     queue_stats,
     walk_generating,
     walk_undescribed,
+    workers_by_capacity,
 )
 from api.video.capacity_planning import CapacityPlanning, Recent
 from api.video.memo import WORKFLOW_TYPE
@@ -79,7 +85,7 @@ from video_policy.eta import (
 )
 from video_policy.pools import Pool
 from video_policy.queue_plan import FairnessShadow, QueuePlan, plan
-from workflows.queues import orchestration_queue, video_queue
+from workflows.queues import CAPACITY_TYPES, orchestration_queue, video_queue
 from workflows.video.ids import workflow_id
 from workflows.video.models import VideoModelSpec, get_model
 from workflows.video.types import VideoJobState, VideoStatus
@@ -242,7 +248,7 @@ class CapacityTracker(CapacityPlanning):
     async def _refresh_model(self, model: str) -> None:
         self._learn_ended()
         now = time.time()
-        tq_task = asyncio.create_task(self._describe_queue(model))
+        tq_task = asyncio.create_task(self._describe_queues(model))
         count_task = asyncio.create_task(self._completions(model, now))
         rows = await self._pool_rows(model)
         open_ids = {row.job.job_id for row in rows}
@@ -251,15 +257,16 @@ class CapacityTracker(CapacityPlanning):
         if lost:
             rows = [row for row in rows if row.job.job_id not in lost]
             open_ids -= lost
-        queue_desc = await tq_task
+        per_type = {t: queue_stats(desc, now, self._last_busy) for t, desc in await tq_task}
         completions = await count_task
 
         costs = self.costs[model]
         walk = await self._walk(model, rows, described, now)
         self._note_ended(model, walk.seen)
-        stats = queue_stats(queue_desc, now, self._last_busy)
+        stats = merged_stats(list(per_type.values()))
         busy = {r.worker for r in walk.running if r.alive and r.worker}
         serving = busy | set(stats.pollers)
+        by_capacity = workers_by_capacity({t: v for t, v in per_type.items() if t is not None}, busy)
         snapshot = ModelSnapshot(
             model=model,
             taken_at=now,
@@ -267,6 +274,7 @@ class CapacityTracker(CapacityPlanning):
             running=walk.running,
             workers_serving=len(serving),
             workers_polling=len(set(stats.pollers) - busy),
+            workers_by_capacity=by_capacity,
             backlog=stats.backlog,
             oldest_queued_age_seconds=stats.age,
             add_rate_per_second=stats.add_rate,
@@ -423,11 +431,18 @@ class CapacityTracker(CapacityPlanning):
         order = sorted(waiting, key=lambda row: (starts.get(row.job.job_id, (0, 0.0))[1], row.job.created_at))
         return order[:count]
 
-    async def _describe_queue(self, model: str) -> Any:
+    async def _describe_queues(self, model: str) -> list[tuple[str | None, Any]]:
+        """The pool's queue, or its reserved and preemptible queues, each with its capacity type."""
+        types: tuple[str | None, ...] = CAPACITY_TYPES if self.settings.video_capacity_types else (None,)
+        described = await asyncio.gather(*(self._describe_queue(model, t) for t in types))
+        return list(zip(types, described, strict=True))
+
+    async def _describe_queue(self, model: str, capacity_type: str | None = None) -> Any:
+        pool = self.pools[model]
         request = DescribeTaskQueueRequest(
             namespace=self.client.namespace,
             task_queue=TaskQueue(
-                name=video_queue(self.pools[model].spec.name, self.settings.queue_prefix, self.pools[model].class_name),
+                name=video_queue(pool.spec.name, self.settings.queue_prefix, pool.class_name, capacity_type),
                 kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL,
             ),
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,

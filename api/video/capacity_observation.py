@@ -134,6 +134,27 @@ def queue_stats(queue_desc: Any, now: float, last_busy: dict[str, float]) -> Que
     )
 
 
+def merged_stats(parts: list[QueueStats]) -> QueueStats:
+    """One pool's figures from its queues (reserved and preemptible): counts and rates add up,
+    the age is the oldest waiting task's."""
+    return QueueStats(
+        pollers=[p for part in parts for p in part.pollers],
+        backlog=sum(part.backlog for part in parts),
+        age=max((part.age for part in parts), default=0.0),
+        add_rate=sum(part.add_rate for part in parts),
+        dispatch_rate=sum(part.dispatch_rate for part in parts),
+    )
+
+
+def workers_by_capacity(per_type: dict[str, QueueStats], busy: set[str]) -> dict[str, int]:
+    """Live workers of each capacity type: its queue's idle pollers, and the busy workers whose
+    identity names the type (``worker_gpu.main.worker_name``: a busy worker does not poll)."""
+    return {
+        capacity: len(set(stats.pollers) | {w for w in busy if f"-{capacity}-" in w})
+        for capacity, stats in per_type.items()
+    }
+
+
 def has_other_activity(desc: Any) -> bool:
     """Whether the workflow runs its clean-up (any activity but generation and its read-model
     writes: a job next in line writes its first one before its generation is scheduled)."""

@@ -307,6 +307,7 @@ class CapacityPlanning:
             completion_rate_per_minute=round(snapshot.completions_per_minute, 2),
             workers_serving=snapshot.workers_serving,
             workers_polling=snapshot.workers_polling,
+            workers_by_capacity=snapshot.workers_by_capacity or None,
             mean_job_seconds=round(costs.mean_job_seconds, 2) if costs.mean_job_seconds is not None else None,
             target_wait_seconds=target,
             workers_needed=math.ceil(needed - 1e-9),

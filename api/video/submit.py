@@ -62,7 +62,7 @@ from leasehold.settings import Settings
 from leasehold.storage import ObjectStore
 from video_policy.admission import Admission, queued_limit
 from workflows import search_attributes as sa
-from workflows.queues import orchestration_queue, video_queue
+from workflows.queues import capacity_order, orchestration_queue, video_queue
 from workflows.video.ids import workflow_id
 from workflows.video.job import VideoJobWorkflow
 from workflows.video.types import InputReference, VideoJobInput, VideoJobState, VideoRequest, VideoStatus
@@ -131,13 +131,18 @@ def _owner(job_id: str, principal: Principal | VideoJobRecord) -> dict[str, Any]
 def job_input_of(record: VideoJobRecord, settings: Settings) -> VideoJobInput:
     """The workflow's start input, from the job's row (the submit and the outbox start alike)."""
     request = VideoRequest.model_validate(record.state["request"])
+    gpu_class = record.state.get("gpu_class")
+    # Reserved and preemptible capacity: the job's tier picks its first queue, the other is its fallback.
+    first, then = capacity_order(record.tier) if settings.video_capacity_types else (None, None)
     return VideoJobInput(
         **_owner(record.job_id, record),
         request=request,
         request_hash=record.request_hash,
         created_at=_aware(record.created_at),
-        gpu_class=record.state.get("gpu_class"),
-        generate_queue=video_queue(request.model, settings.queue_prefix, record.state.get("gpu_class")),
+        gpu_class=gpu_class,
+        generate_queue=video_queue(request.model, settings.queue_prefix, gpu_class, first),
+        fallback_queue=video_queue(request.model, settings.queue_prefix, gpu_class, then) if then else None,
+        fallback_after_seconds=settings.video_capacity_fallback_seconds,
         housekeeping_queue=orchestration_queue(settings.queue_prefix),
         heartbeat_timeout_seconds=settings.video_heartbeat_timeout_seconds,
         checkpoint_interval_seconds=settings.checkpoint_interval_seconds,

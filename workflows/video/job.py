@@ -6,6 +6,9 @@ Contract with the API (``api/``):
   ``VideoJobInput`` with ``generate_queue = video_queue(model, prefix)``,
   ``housekeeping_queue = orchestration_queue(prefix)``, and the heartbeat timeout and
   checkpoint interval from ``Settings``. Objects live under ``job_object_prefix(job_id)``.
+  A deployment with reserved and preemptible capacity names the job's first-choice queue in
+  ``generate_queue`` and the other in ``fallback_queue``: generation is handed between them
+  whenever one has no free worker within the schedule-to-start wait (``_generate``).
 * State: ``handle.query(VideoJobWorkflow.state)`` -> ``VideoJobState`` (also after the
   workflow closed). ``status`` is ``queued``, then ``in_progress`` once a GPU worker signals
   ``generation_started`` (it stays so while a preempted job waits for its next attempt); the
@@ -40,7 +43,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import Priority
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     from activities.video.definitions import (
@@ -51,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import search_attributes as sa
     from workflows.queues import (
+        VIDEO_CAPACITY_ATTEMPT_STRIDE,
+        VIDEO_CAPACITY_FALLBACK_MAX,
         VIDEO_GENERATE_RETRY,
         VIDEO_GENERATE_SCHEDULE_TO_CLOSE,
         VIDEO_HOUSEKEEPING_RETRY,
@@ -142,28 +147,8 @@ class VideoJobWorkflow:
         )
         self._state.started_at = workflow.now()
         self._snapshots.start()  # accepted: the first snapshot (queued, engine started)
-        prefix = job_object_prefix(input.job_id)
         try:
-            result = await workflow.execute_activity_method(
-                VideoGenerationDefinition.generate_video,
-                GenerateInput(
-                    job_id=input.job_id,
-                    request=input.request,
-                    object_prefix=prefix,
-                    checkpoint_interval_seconds=input.checkpoint_interval_seconds,
-                ),
-                task_queue=input.generate_queue,
-                schedule_to_close_timeout=VIDEO_GENERATE_SCHEDULE_TO_CLOSE,
-                heartbeat_timeout=timedelta(seconds=input.heartbeat_timeout_seconds),
-                retry_policy=VIDEO_GENERATE_RETRY,
-                # Cancel must mean the GPU stopped, not just that it was asked to.
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                priority=Priority(
-                    priority_key=input.priority_key,
-                    fairness_key=input.fairness_key,
-                    fairness_weight=input.fairness_weight,
-                ),
-            )
+            result = await self._generate(input)
         except (asyncio.CancelledError, CancelledError):
             await self._cleanup(input, keep=[])
             self._state.completed_at = workflow.now()
@@ -198,6 +183,52 @@ class VideoJobWorkflow:
         await self._snapshots.flush()
         await self._announce(VideoEventType.COMPLETED)
         return self._state
+
+    async def _generate(self, input: VideoJobInput) -> GenerateResult:
+        """Generation on the job's queue; with a ``fallback_queue`` (reserved/preemptible
+        capacity), handed to the other queue whenever the current one has no free worker within
+        the schedule-to-start wait, which doubles at each hand-over up to a cap."""
+        queue, other = input.generate_queue, input.fallback_queue
+        wait = timedelta(seconds=input.fallback_after_seconds)
+        hand_overs = 0
+        while True:
+            # The job's budget is one, whichever queue runs it.
+            left = VIDEO_GENERATE_SCHEDULE_TO_CLOSE - (workflow.now() - (self._state.started_at or workflow.now()))
+            try:
+                return await workflow.execute_activity_method(
+                    VideoGenerationDefinition.generate_video,
+                    GenerateInput(
+                        job_id=input.job_id,
+                        request=input.request,
+                        object_prefix=job_object_prefix(input.job_id),
+                        checkpoint_interval_seconds=input.checkpoint_interval_seconds,
+                        attempt_offset=hand_overs * VIDEO_CAPACITY_ATTEMPT_STRIDE,
+                    ),
+                    task_queue=queue,
+                    schedule_to_close_timeout=VIDEO_GENERATE_SCHEDULE_TO_CLOSE if other is None else left,
+                    schedule_to_start_timeout=None if other is None else wait,
+                    heartbeat_timeout=timedelta(seconds=input.heartbeat_timeout_seconds),
+                    retry_policy=VIDEO_GENERATE_RETRY,
+                    # Cancel must mean the GPU stopped, not just that it was asked to.
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    priority=Priority(
+                        priority_key=input.priority_key,
+                        fairness_key=input.fairness_key,
+                        fairness_weight=input.fairness_weight,
+                    ),
+                )
+            except ActivityError as err:
+                # Not retried by the server: no worker of this capacity type took it in time.
+                cause = err.cause
+                if other is None or not (
+                    isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+                ):
+                    raise
+                if left <= wait:
+                    raise
+                queue, other = other, queue
+                wait = min(wait * 2, VIDEO_CAPACITY_FALLBACK_MAX)
+                hand_overs += 1
 
     def _record(self, input: VideoJobInput, result: GenerateResult) -> None:
         # The server accepts one completion per activity, from the current attempt; this

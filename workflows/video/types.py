@@ -89,6 +89,11 @@ class VideoJobInput(VideoJobFacts):
     # Where generation runs (the model's queue) and where housekeeping runs.
     generate_queue: str
     housekeeping_queue: str
+    # Reserved/preemptible deployments: the other capacity type's queue, which generation is
+    # handed to when ``generate_queue`` has no free worker for ``fallback_after_seconds``
+    # (schedule-to-start), and back again (``None``: one queue, as before capacity types).
+    fallback_queue: str | None = None
+    fallback_after_seconds: float = 30.0
     heartbeat_timeout_seconds: float = 20.0
     checkpoint_interval_seconds: float = 10.0
     # Dispatch priority and fairness (Temporal task-queue Priority); used by admission.
@@ -106,6 +111,9 @@ class GenerateInput(BaseModel):
     # ``<prefix>/attempt-<n>/`` so a stale attempt can change nothing the job points at.
     object_prefix: str
     checkpoint_interval_seconds: float
+    # Added to Temporal's attempt number: each hand-over to another capacity type's queue is a
+    # new activity counting attempts from 1, and attempt-scoped keys must stay unique.
+    attempt_offset: int = 0
 
 
 class GenerateProgress(BaseModel):
