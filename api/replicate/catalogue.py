@@ -123,6 +123,15 @@ def input_schema(spec: VideoModelSpec) -> dict[str, Any]:
             "description": "The first frame: PNG, JPEG or WebP of the video's size, as a data URI.",
             "x-order": 10,
         }
+    if spec.remixes:
+        schema["properties"]["video"] = {
+            "type": "string",
+            "format": "uri",
+            "title": "Video",
+            "description": "A finished prediction of yours to remix from the new prompt: its id, "
+            "its urls.get URL or its output URL.",
+            "x-order": 11,
+        }
     return schema
 
 

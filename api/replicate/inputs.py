@@ -4,13 +4,18 @@ Replicate's video models take ``prompt`` with ``num_frames`` or ``seconds``, ``r
 ``size`` (or ``width``/``height``), ``seed`` and ``num_inference_steps``; each maps onto one
 field of ``VideoCreateRequest``, which the submit path then checks against the catalogue
 entry like any other create; ``image`` (image-to-video models) is ``input_reference``'s
-bytes (``image_input``). A field the model does not take is a 422 naming it, never
-ignored: a caller who sent ``negative_prompt`` would otherwise get a video that ignored it.
+bytes (``image_input``); ``video`` (video-to-video models) names a finished prediction of the
+caller's to remix (``video_input``): its id, its ``urls.get`` or its output URL, as a client
+that chains two predictions passes ``output.url``. A field the model does not take is a 422
+naming it, never ignored: a caller who sent ``negative_prompt`` would otherwise get a video
+that ignored it.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +25,7 @@ from api.errors import ApiError
 from api.replicate.problems import invalid_input
 from api.schemas.video import VideoCreateRequest
 from api.video.reference import ReferenceImage, data_url_bytes, read_image
+from workflows.video.ids import is_job_id
 from workflows.video.models import VideoModelSpec, format_size, parse_size
 
 # The inputs a version takes (its schema, ``api.replicate.catalogue.input_schema``).
@@ -36,6 +42,7 @@ KNOWN_INPUTS = frozenset(
         "seed",
         "num_inference_steps",
         "image",
+        "video",
     }
 )
 # Inputs Replicate video models take that this deployment does not serve (yet): named as such.
@@ -45,7 +52,7 @@ NOT_SERVED = {
 }
 # Which input field a request field came from, so an error from the shared checks names the
 # field the caller sent.
-REQUEST_FIELDS = {"steps": "num_inference_steps", "input_reference": "image"}
+REQUEST_FIELDS = {"steps": "num_inference_steps", "input_reference": "image", "video_id": "video"}
 
 
 def _integer(value: Any, field: str) -> int:
@@ -116,6 +123,7 @@ def create_request(fields: dict[str, Any], spec: VideoModelSpec) -> VideoCreateR
                 f"input.{name}", f"{spec.name} takes no input {name!r}; it takes: {', '.join(sorted(KNOWN_INPUTS))}"
             )
     if not isinstance(fields.get("prompt"), str) or not fields["prompt"].strip():
+        # A remix needs its new prompt too (the source video gives the rest).
         raise invalid_input("input.prompt", "is required: a non-empty string saying what to generate")
     if fields.get("seconds") is not None and fields.get("num_frames") is not None:
         raise invalid_input("input.num_frames", "give num_frames or seconds, not both")
@@ -164,6 +172,51 @@ def image_input(fields: dict[str, Any], uploaded: Callable[[str], bytes | None])
         return read_image(data if data is not None else data_url_bytes(value))
     except ApiError as exc:
         raise invalid_input("input.image", exc.message) from None
+
+
+_PREDICTION_PATH = re.compile(r"^/v1/predictions/([^/]+)/?$")
+_OUTPUT_NAME = re.compile(r'filename="?([^"/;]+)\.mp4"?')
+VIDEO_FORMS = "a finished prediction of yours: its id, its urls.get URL or its output URL"
+
+
+def video_input(fields: dict[str, Any], spec: VideoModelSpec, base_url: str) -> str | None:
+    """The prediction id the ``video`` input names (``None``: no ``video``); 422 naming
+    ``input.video`` when ``spec`` cannot remix or the value names no prediction. Whose it is, and
+    whether it finished, the remix itself checks (``api.video.remix``)."""
+    value = fields.get("video")
+    if value is None:
+        return None
+    if not spec.remixes:
+        raise invalid_input("input.video", f"{spec.name} takes no video; a video-to-video model remixes one")
+    if not isinstance(value, str) or len(value) > 4096:
+        raise invalid_input("input.video", f"must name {VIDEO_FORMS}")
+    found = _prediction_of(value.strip(), base_url)
+    if found is None:
+        raise invalid_input("input.video", f"must name {VIDEO_FORMS}; other videos are not fetched")
+    return found
+
+
+def _prediction_of(value: str, base_url: str) -> str | None:
+    if is_job_id(value):
+        return value
+    url = urllib.parse.urlsplit(value)
+    base = urllib.parse.urlsplit(base_url)
+    if url.scheme not in ("http", "https"):
+        return None
+    if (url.scheme, url.netloc) == (base.scheme, base.netloc):
+        match = _PREDICTION_PATH.match(url.path.removeprefix(base.path.rstrip("/")))
+        if match and is_job_id(match.group(1)):
+            return match.group(1)
+    # An output URL (the object store's signed link) names its download ``<id>.mp4``.
+    query = urllib.parse.parse_qs(url.query)
+    names = query.get("filename", []) + [
+        m.group(1) + ".mp4" for v in query.get("response-content-disposition", []) if (m := _OUTPUT_NAME.search(v))
+    ]
+    for name in names:
+        job_id = name.removesuffix(".mp4")
+        if name.endswith(".mp4") and is_job_id(job_id):
+            return job_id
+    return None
 
 
 def input_field(param: str | None) -> str:

@@ -181,13 +181,20 @@ async def _create(
     create = inputs.create_request(body.input, spec)
     store, base_url = request.app.state.store, _base_url(request)
     image = inputs.image_input(body.input, lambda url: files.image_bytes(store, principal, base_url, url))
+    source = inputs.video_input(body.input, spec, base_url)
     jobs = VideoJobs.of_app(request.app.state, principal)
     try:
-        view = await jobs.submit(create, idempotency_key, request, image)
+        if source is not None:
+            view = await jobs.remix(source, create, idempotency_key, request)
+        else:
+            view = await jobs.submit(create, idempotency_key, request, image)
     except ApiError as exc:
         # The shared checks against the model's limits: Replicate's invalid input.
         if exc.status == 400 and exc.code == "invalid_request" and exc.param != "Idempotency-Key":
             raise invalid_input(inputs.input_field(exc.param), exc.message) from None
+        if source is not None and exc.status == 404:
+            # Not the caller's (or no such prediction): said as about any id, never whose it is.
+            raise invalid_input("input.video", f"no prediction {source} of yours to remix") from None
         raise
     render = _renderer(request)
     if subscription is not None:

@@ -2,7 +2,8 @@
 ``WanVideoToVideoPipeline.__call__`` byte for byte and resumes byte-identically; through the
 real API and GPU worker processes the official ``openai`` client remixes a finished video
 (``videos.remix``) whose worker is killed (-9) mid-generation; remixes of another user's video,
-an unfinished one and one of a model that cannot remix are refused, with nothing stored."""
+an unfinished one and one of a model that cannot remix are refused, with nothing stored; the
+official ``replicate`` client remixes a finished prediction through the ``video`` input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import replicate
 import torch
+from replicate.exceptions import ReplicateError
+from replicate.helpers import FileOutput
 from temporalio.client import Client
 
 from activities.video.generation import GenerationJob
@@ -219,3 +223,42 @@ def test_remixes_that_cannot_run_are_refused_naming_the_field(model_stack: Model
     owner.videos.delete(done.id)
     with pytest.raises(openai.NotFoundError):
         owner.videos.remix(done.id, prompt="at night")
+
+
+def test_the_replicate_client_remixes_a_finished_prediction(model_stack: ModelStack) -> None:
+    model_stack.gpu("v2v-replicate", V2V_MODEL).wait_healthy(120)
+    model_stack.gpu("procedural-replicate", PROCEDURAL).wait_healthy(120)
+    client = replicate.Client(api_token=key_for(model_stack), base_url=model_stack.base_url)
+    stranger = replicate.Client(api_token=key_for(model_stack), base_url=model_stack.base_url)
+    ref = f"leasehold/{V2V_MODEL}"
+    version = client.models.get(ref).latest_version
+    assert version is not None and "video" in version.openapi_schema["components"]["schemas"]["Input"]["properties"]
+
+    source = client.predictions.create(version.id, {"prompt": "a red kite", "size": "32x32", "seconds": 1})
+    source.wait()
+    assert source.status == "succeeded" and isinstance(source.output, str), source.error
+    source_mp4 = FileOutput(source.output, client).read()
+    # The output URL a chained client passes, the prediction's own URL and its id all name it.
+    for named in (source.output, source.urls["get"], source.id):
+        remix = client.predictions.create(version.id, {"prompt": "a blue kite", "video": named, "seed": 5})
+        remix.wait()
+        assert remix.status == "succeeded", remix.error
+        assert isinstance(remix.output, str)
+        content = FileOutput(remix.output, client).read()
+        assert probe_mp4(content)[1:3] == (32, 32) and content != source_mp4
+        assert remix.input["size"] == "32x32" and remix.input["prompt"] == "a blue kite"
+
+    refusals: list[tuple[replicate.Client, str, dict[str, Any], str]] = [
+        # Another user's prediction is no prediction of theirs (said as for a missing one).
+        (stranger, version.id, {"prompt": "x", "video": source.id}, "no prediction"),
+        (client, version.id, {"prompt": "x", "video": "video_" + "0" * 32}, "no prediction"),
+        (client, version.id, {"prompt": "x", "video": "https://example.com/a.mp4"}, "not fetched"),
+        (client, version.id, {"video": source.id}, "input.prompt"),
+    ]
+    procedural = client.models.get(f"leasehold/{PROCEDURAL}").latest_version
+    assert procedural is not None
+    refusals.append((client, procedural.id, {"prompt": "x", "video": source.id}, "takes no video"))
+    for caller, version_id, given, says in refusals:
+        with pytest.raises(ReplicateError) as refused:
+            caller.predictions.create(version_id, given)
+        assert refused.value.status == 422 and says in str(refused.value.detail), refused.value
