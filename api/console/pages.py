@@ -360,21 +360,20 @@ async def run_events(request: Request, run: str, principal: ConsolePrincipal, cl
     )
 
 
-@router.post("/runs/{run}/cancel")
-async def cancel_run(
-    request: Request, run: str, principal: ConsolePrincipal, client: ClientDep, db: DbDep, token: CsrfField = None
+@router.post("/runs/{run}/{action}")
+async def act_on_run(
+    request: Request,
+    run: str,
+    action: Literal["cancel", "rerun"],
+    principal: ConsolePrincipal,
+    client: ClientDep,
+    db: DbDep,
+    token: CsrfField = None,
 ) -> Response:
+    """The run page's buttons: cancel the run, or re-run all of its jobs once it has ended."""
     session.check_csrf(request, token)
-    await runs_router.cancel(run, principal, client, db)
-    return _redirect(f"/console/runs/{run}")
-
-
-@router.post("/runs/{run}/rerun")
-async def rerun_run(
-    request: Request, run: str, principal: ConsolePrincipal, client: ClientDep, db: DbDep, token: CsrfField = None
-) -> Response:
-    session.check_csrf(request, token)
-    await runs_router.rerun_run(run, principal, client, db)
+    act = runs_router.cancel if action == "cancel" else runs_router.rerun_run
+    await act(run, principal, client, db)
     return _redirect(f"/console/runs/{run}")
 
 

@@ -116,23 +116,20 @@ def input_schema(spec: VideoModelSpec) -> dict[str, Any]:
         },
     }
     if spec.takes_image:
-        schema["properties"]["image"] = {
-            "type": "string",
-            "format": "uri",
-            "title": "Image",
-            "description": "The first frame: PNG, JPEG or WebP of the video's size, as a data URI.",
-            "x-order": 10,
-        }
+        schema["properties"]["image"] = _uri_input(
+            "Image", "The first frame: PNG, JPEG or WebP of the video's size, as a data URI.", 10
+        )
     if spec.remixes:
-        schema["properties"]["video"] = {
-            "type": "string",
-            "format": "uri",
-            "title": "Video",
-            "description": "A finished prediction of yours to remix from the new prompt: its id, "
-            "its urls.get URL or its output URL.",
-            "x-order": 11,
-        }
+        schema["properties"]["video"] = _uri_input(
+            "Video",
+            "A finished prediction of yours to remix from the new prompt: its id, its urls.get URL or its output URL.",
+            11,
+        )
     return schema
+
+
+def _uri_input(title: str, description: str, order: int) -> dict[str, Any]:
+    return {"type": "string", "format": "uri", "title": title, "description": description, "x-order": order}
 
 
 def version_object(spec: VideoModelSpec) -> dict[str, Any]:

@@ -347,6 +347,15 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     page.get_by_role("button", name="Cancel run").click()
     until(page, "document.querySelector('#run-status')?.textContent === 'cancelled'", timeout=60_000)
     wait_for("the run to be cancelled", lambda: client.get(f"/v1/runs/{slow.run_id}").json()["status"] == "cancelled")
+    # A finished run offers "Re-run all jobs": every job runs again as the run's next attempt.
+    page.reload()
+    page.get_by_role("button", name="Re-run all jobs").click()
+    wait_for(
+        "the re-run's second attempt of wait",
+        lambda: len(client.get(f"/v1/runs/{slow.run_id}/jobs/wait").json()["attempts"]) == 2,
+        timeout=90,
+    )
+    client.post(f"/v1/runs/{slow.run_id}/cancel")
     page.context.close()
 
 
