@@ -89,7 +89,7 @@ def tiny_components() -> dict[str, Any]:
             num_layers=1,
             caption_channels=32,
         )
-        vae = AutoencoderKLLTXVideo(
+        vae: Any = AutoencoderKLLTXVideo(
             latent_channels=8,
             block_out_channels=(8, 8, 8, 8),
             decoder_block_out_channels=(8, 8, 8, 8),
@@ -97,13 +97,18 @@ def tiny_components() -> dict[str, Any]:
             decoder_layers_per_block=(1, 1, 1, 1, 1),
             spatio_temporal_scaling=(True, True, False, False),
             decoder_spatio_temporal_scaling=(True, True, False, False),
-            decoder_inject_noise=(True, True, False, False, False),
+            decoder_inject_noise=(True, True, True, True, True),
             timestep_conditioning=True,
             patch_size=1,
             patch_size_t=1,
             encoder_causal=True,
             decoder_causal=False,
         )
+        # The injected noise's scales start at zero (trained weights make them non-zero): give
+        # them values, so the decoder's noise reaches the video as it does with real weights.
+        for name, parameter in vae.named_parameters():
+            if "per_channel_scale" in name:
+                parameter.data.normal_(0.0, 0.1)
         text_encoder = T5EncoderModel(
             T5Config(
                 vocab_size=128,
