@@ -137,6 +137,10 @@ def test_runs_follow_resume_exit_codes_retry_and_cancel(people_stack: CIStack) -
     refused_retry = me.run("runs", "retry", rid, "talk")
     assert refused_retry.returncode == 7, refused_retry.stderr
     assert_one_line_error(refused_retry)
+    # While the run goes on (``hang``), re-running all of it is refused: 7, saying why.
+    busy = me.run("runs", "rerun", rid)
+    assert busy.returncode == 7 and "has not finished" in busy.stderr, busy.stderr
+    assert_one_line_error(busy)
 
     # Cancel while `hang` runs: its follower ends with 5.
     follower = me.start("runs", "logs", rid, "hang", "--follow")
@@ -150,6 +154,14 @@ def test_runs_follow_resume_exit_codes_retry_and_cancel(people_stack: CIStack) -
             follower.kill()
             follower.wait(timeout=10)
     assert follower.returncode == 5, err
+    # The cancelled run is re-run whole: every job again, as attempt 3 of the run (the retry
+    # of `fail` was its attempt 2, as on GitHub, where a re-run of failed jobs counts too).
+    wait_for("the run to end", lambda: json.loads(me.run("runs", "get", rid, "--json").stdout)["status"] == "cancelled")
+    rerun = me.run("runs", "rerun", rid, "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    answer = json.loads(rerun.stdout)
+    assert answer["run_attempt"] == 3 and {"talk", "fail", "hang"} <= set(answer["reset_jobs"]), answer
+    assert me.run("runs", "cancel", rid).returncode == 0
 
 
 WAITING = """
