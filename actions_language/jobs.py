@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from actions_language.containers import container_spec, services_spec
 from actions_language.contexts import (
     JOB_CONCURRENCY_CONTEXTS,
     JOB_DEFAULTS_CONTEXTS,
@@ -63,6 +64,8 @@ JOB_KEYS = {
     "steps",
     "network",
     "environment",
+    "container",
+    "services",
 }
 
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -403,6 +406,10 @@ def parse_job(ctx: FileContext, job_id: str, raw: Any, line: int | None, default
         permissions=permissions_spec(ctx, raw["permissions"], ln("permissions"), f"{where}.permissions")
         if "permissions" in raw
         else None,
+        container=container_spec(ctx, raw["container"], ln("container"), f"{where}.container")
+        if "container" in raw
+        else None,
+        services=services_spec(ctx, raw["services"], ln("services"), f"{where}.services") if "services" in raw else {},
     )
 
 

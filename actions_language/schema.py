@@ -93,10 +93,6 @@ def check_keys(ctx: FileContext, mapping: YamlMap, allowed: set[str], where: str
         if key not in allowed:
             hint = {
                 "uses": "'uses:' is supported only in steps (reusable workflows are not supported)",
-                "services": "'services' is not supported: this deployment has no container backend "
-                "(jobs run directly in a bubblewrap sandbox)",
-                "container": "'container' is not supported: this deployment has no container backend "
-                "(jobs run directly in a bubblewrap sandbox)",
                 "with": "'with' is not supported (it belongs to 'uses:' actions)",
             }.get(str(key), f"unsupported key (supported: {', '.join(sorted(allowed))})")
             raise ctx.fail(mapping.key_lines.get(key, mapping.line), f"{where}{key}", hint)

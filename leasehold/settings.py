@@ -139,7 +139,13 @@ class Settings(BaseSettings):
 
     # CI worker labels (runs-on) this worker serves.
     ci_labels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["linux"])
-    ci_sandbox: Literal["bubblewrap", "gvisor", "docker", "unsafe-process"] = "bubblewrap"
+    ci_sandbox: Literal["bubblewrap", "gvisor", "oci", "docker", "unsafe-process"] = "bubblewrap"
+    # OCI backend (``worker_ci.oci_sandbox``, podman + runc): the deployment's registry mirror
+    # (host[:port]) every job image comes from, and the helper image (a path in it) that runs
+    # the job-side helper and the steps of jobs without ``container:``.
+    ci_oci_registry: str | None = None
+    ci_oci_registry_tls_verify: bool = True
+    ci_oci_image: str = "leasehold/base:latest"
     # gVisor backend (``worker_ci.gvisor``): the runsc binary (None: found on PATH) and its
     # platform; the backend refuses to start unless runsc passes its start-up self-test.
     ci_gvisor_runsc: str | None = None

@@ -480,6 +480,11 @@ def make_sandbox(settings: Settings) -> Sandbox:
     users = JobUserPool(settings.data_dir / "ci" / "uids", settings.ci_sandbox_uid_base, settings.ci_sandbox_uid_count)
     if settings.ci_sandbox == "docker":
         return DockerSandbox(settings.ci_docker_image, users)
+    if settings.ci_sandbox == "oci":
+        # Imported here: only a worker set to oci loads the podman backend.
+        from worker_ci.oci_sandbox import make_oci_sandbox
+
+        return make_oci_sandbox(settings, users)
     if settings.ci_sandbox == "gvisor":
         # Imported here: only a worker set to gvisor loads the gVisor backend.
         from worker_ci.gvisor import make_gvisor_sandbox

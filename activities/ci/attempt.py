@@ -157,13 +157,14 @@ class JobAttempt:
         outputs: dict[str, str] = {}
         try:
             self.log.line(f"[leasehold] job {self.job.id} attempt {self.attempt} on {self.o._config.identity}")
-            refusal = self._isolation_refusal() or self._network_refusal()
+            refusal = self._isolation_refusal() or self._network_refusal() or self._container_refusal()
             if refusal is not None:
                 self.log.line(f"[leasehold] {refusal}")
                 status, error = AttemptStatus.FAILURE, refusal
             else:
                 self._load_secrets()
                 self._prepare()
+                self._begin_containers()
                 self._attach_artifacts()
                 status, exit_code, error, steps, outputs = self._run_steps()
             if status == AttemptStatus.SUCCESS and not self.shutdown:
@@ -179,6 +180,10 @@ class JobAttempt:
         finally:
             if self.artifacts is not None:
                 self.artifacts.stop()
+            end_job = getattr(self.o._sandbox, "end_job", None)
+            if end_job is not None and self.owner is not None:
+                # The job's services: their logs into its log, then removed with their network.
+                end_job(self.root, self.log.line)
             if self.owner is not None:
                 # No process of the job runs any more: the reaper empties the root as the job
                 # and then frees its uid, while the result goes back to the run.
@@ -271,6 +276,22 @@ class JobAttempt:
         if not self.o._sandbox.supports_network:
             return "network: true: this CI worker cannot give jobs a filtered network (see its log)"
         return None
+
+    def _container_refusal(self) -> str | None:
+        """Why this worker cannot run the job's ``container:``/``services:`` (its backend has none)."""
+        if (self.job.container is not None or self.job.services) and not hasattr(self.o._sandbox, "begin_job"):
+            return (
+                f"container: and services: need the OCI backend; this worker runs {self.o._sandbox.name} "
+                "(LEASEHOLD_CI_SANDBOX=oci)"
+            )
+        return None
+
+    def _begin_containers(self) -> None:
+        """The job's image and services (OCI backend), healthy before the first step."""
+        begin = getattr(self.o._sandbox, "begin_job", None)
+        if begin is None or (self.job.container is None and not self.job.services):
+            return
+        self.job_context.containers.update(begin(self.root, self.job, self.log.line))
 
     def _attach_artifacts(self) -> None:
         """Start this attempt's artifact service and hand its binding to the step runner."""
@@ -440,7 +461,9 @@ class JobAttempt:
         """The workflow's then the job's ``env``, interpolated into ``env_ctx`` (each sees the
         ones before it)."""
         ctx = self.context(env_ctx, steps_ctx, "success")
-        for k, v in self.inp.workflow_env.items():
+        # A called workflow's job has that file's env instead of the run's file's.
+        workflow_env = self.inp.workflow_env if self.job.workflow_env is None else self.job.workflow_env
+        for k, v in workflow_env.items():
             env_ctx[k] = interpolate(v, ctx)
         for k, v in self.job.env.items():
             env_ctx[k] = interpolate(v, self.context(env_ctx, steps_ctx, "success"))

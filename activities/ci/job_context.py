@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from actions_language.masking import ADD_MASK
@@ -53,6 +53,8 @@ class JobContext:
     attempt: int
     mount: str
     identity: str
+    # ``job.container`` and ``job.services`` as the OCI backend filled them (``begin_job``).
+    containers: dict[str, Any] = field(default_factory=dict)
 
     def actor(self) -> str:
         """``github.actor``: who pushed."""
@@ -148,7 +150,11 @@ class JobContext:
             "env": env,
             "needs": {k: v.model_dump() for k, v in inp.needs.items()},
             "steps": steps_ctx,
-            "job": {"status": job_status, "container": {}, "services": {}},
+            "job": {
+                "status": job_status,
+                "container": self.containers.get("container", {}),
+                "services": self.containers.get("services", {}),
+            },
             "runner": self.runner(),
             "secrets": secrets,
             "strategy": self.strategy(),

@@ -506,18 +506,35 @@ CASES = [
     ),
     # container and services -------------------------------------------------------------------
     Case(
-        "container is refused: no container backend",
+        "container: an image name",
         wf(job("    container: node:20\n")),
-        line=5,
-        key="jobs.a.container",
-        words="no container backend",
+        lambda spec: spec.jobs[0].container.image,
+        "node:20",
     ),
     Case(
-        "services are refused: no container backend",
-        wf(job("    services:\n      db:\n        image: postgres\n")),
-        line=5,
-        key="jobs.a.services",
-        words="no container backend",
+        "services: health options parsed",
+        wf(
+            job(
+                "    services:\n      DB:\n        image: postgres\n"
+                "        options: --health-cmd 'pg_isready -q' --health-interval=2s\n"
+            )
+        ),
+        lambda spec: (list(spec.jobs[0].services), spec.jobs[0].services["db"].health_cmd),
+        (["db"], "pg_isready -q"),
+    ),
+    Case(
+        "container --privileged is refused",
+        wf(job("    container:\n      image: node:20\n      options: --privileged\n")),
+        line=7,
+        key="jobs.a.container.options",
+        words="--privileged is refused",
+    ),
+    Case(
+        "services host mounts are refused",
+        wf(job("    services:\n      db:\n        image: postgres\n        volumes: [/etc:/etc]\n")),
+        line=8,
+        key="jobs.a.services.db.volumes",
+        words="host mounts are refused",
     ),
 ]
 

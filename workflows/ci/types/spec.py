@@ -185,6 +185,26 @@ ACTION_COMPOSITE = "composite"
 NODE_RUNTIMES = ("node20", "node24")
 
 
+class ContainerSpec(BaseModel):
+    """``jobs.<id>.container`` or one ``jobs.<id>.services.<key>``: an image of the deployment's
+    registry mirror and the options leasehold accepts (``actions_language.containers``)."""
+
+    image: str
+    # ``sha256:...`` of the image's manifest, pinned when the push is listed (every attempt
+    # runs the same image); ``None`` until then, or where the listing could not resolve it.
+    digest: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    # ``ports:`` as written ("5432", "8080:80"): container ports the job reaches by the key.
+    ports: list[str] = Field(default_factory=list)
+    # ``--health-cmd`` and kin from ``options:`` (seconds; ``None``: not given).
+    health_cmd: str | None = None
+    health_interval_seconds: float | None = None
+    health_timeout_seconds: float | None = None
+    health_retries: int | None = None
+    health_start_period_seconds: float | None = None
+    line: int | None = None
+
+
 class JobSpec(BaseModel):
     """One ``jobs.<id>`` entry."""
 
@@ -218,6 +238,12 @@ class JobSpec(BaseModel):
     # ``runs-on`` label may hold expressions too, evaluated then as well.
     timeout_minutes_expr: str | None = None
     continue_on_error_expr: str | None = None
+    # ``container:`` and ``services:`` (OCI backend only; other backends refuse such a job).
+    container: ContainerSpec | None = None
+    services: dict[str, ContainerSpec] = Field(default_factory=dict)
+    # A job of a called (reusable) workflow: that file's ``env``, which replaces the run's file's
+    # for it (a caller's env does not reach a called workflow). ``None``: the run's file's.
+    workflow_env: dict[str, str] | None = None
 
 
 class WorkflowSpec(BaseModel):
