@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 
-import yaml
-
 from actions_language.contexts import (
     RUN_NAME_CONTEXTS,
     WORKFLOW_CONCURRENCY_CONTEXTS,
@@ -22,8 +20,10 @@ from actions_language.contexts import (
     check_text,
     env_mapping,
 )
+from actions_language.expansion import Expansion, WorkflowReader, load_document, uses_workflows
 from actions_language.jobs import check_graph, concurrency_spec, parse_job, permissions_spec
-from actions_language.loader import MAX_WORKFLOW_BYTES, WorkflowLoader, YamlMap
+from actions_language.loader import YamlMap
+from actions_language.reusable import call_declaration
 from actions_language.schema import FileContext, WorkflowSpecError, check_keys, scalar_text
 from actions_language.steps import RunDefaults, parse_run_defaults
 from actions_language.triggers import (
@@ -52,11 +52,14 @@ WORKFLOW_KEYS = {"name", "run-name", "on", "env", "jobs", "defaults", "concurren
 MAX_RUN_NAME_CHARS = 1024
 
 
-def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
+def parse_workflow(path: str, text: str | bytes, read_workflow: WorkflowReader | None = None) -> WorkflowSpec:
     """Parse and validate one workflow file; raises ``WorkflowSpecError`` and nothing else,
-    whatever the bytes: one bad file must fail its own run, never the push's listing."""
+    whatever the bytes: one bad file must fail its own run, never the push's listing.
+    ``read_workflow`` reads the other workflow files of the same commit (from git): a job that
+    calls one (``uses: ./.github/workflows/x.yml``) becomes its jobs (``actions_language.expansion``);
+    without it, such a job is refused."""
     try:
-        return _parse_workflow(path, text)
+        return _parse_workflow(path, text, read_workflow)
     except WorkflowSpecError:
         raise
     except RecursionError:
@@ -66,13 +69,18 @@ def parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         raise FileContext(path).fail(None, None, f"the file could not be parsed ({type(exc).__name__})") from None
 
 
-def _jobs(ctx: FileContext, doc: YamlMap, defaults: RunDefaults) -> list[JobSpec]:
-    """The workflow's ``jobs``: ids unique (case-insensitively), ``needs`` a graph without cycles."""
+def _jobs(ctx: FileContext, doc: YamlMap, defaults: RunDefaults, read_workflow: WorkflowReader | None) -> list[JobSpec]:
+    """The workflow's ``jobs``: ids unique (case-insensitively), ``needs`` a graph without cycles;
+    a job that calls a reusable workflow expanded into that workflow's jobs."""
     jobs_raw = doc.get("jobs")
     if not isinstance(jobs_raw, YamlMap) or not jobs_raw:
         raise ctx.fail(doc.key_lines.get("jobs", doc.line), "jobs", "a workflow needs a non-empty 'jobs' mapping")
     if len(jobs_raw) > MAX_JOBS_PER_WORKFLOW:
         raise ctx.fail(doc.key_lines.get("jobs"), "jobs", f"at most {MAX_JOBS_PER_WORKFLOW} jobs per workflow")
+    if uses_workflows(doc):
+        expanded = Expansion(read_workflow).expand(ctx, doc, defaults)
+        check_graph(ctx, expanded, {j.id: j.line for j in expanded})
+        return expanded
     # Graph errors point at each job's 'needs' line (or the job's own line without one).
     lines = {
         str(k): (v.key_lines.get("needs", v.line) if isinstance(v, YamlMap) else jobs_raw.key_lines.get(k))
@@ -96,25 +104,9 @@ def _jobs(ctx: FileContext, doc: YamlMap, defaults: RunDefaults) -> list[JobSpec
     return jobs
 
 
-def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
+def _parse_workflow(path: str, text: str | bytes, read_workflow: WorkflowReader | None) -> WorkflowSpec:
     ctx = FileContext(path)
-    if isinstance(text, bytes):
-        if len(text) > MAX_WORKFLOW_BYTES:
-            raise ctx.fail(None, None, f"file is larger than {MAX_WORKFLOW_BYTES} bytes")
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ctx.fail(None, None, "file is not UTF-8 text") from None
-    try:
-        doc = yaml.load(text, Loader=WorkflowLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise ctx.fail(line, None, f"invalid YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ctx.fail(None, None, f"invalid YAML: {exc}") from None
-    if not isinstance(doc, YamlMap):
-        raise ctx.fail(1, None, "a workflow file must be a mapping")
+    doc = load_document(ctx, text)
     check_keys(ctx, doc, WORKFLOW_KEYS, "")
     if "on" not in doc:
         raise ctx.fail(doc.line, "on", "missing 'on'")
@@ -147,7 +139,8 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         if "permissions" in doc
         else None
     )
-    jobs = _jobs(ctx, doc, defaults)
+    call_declaration(ctx, doc["on"], doc.key_lines.get("on"))
+    jobs = _jobs(ctx, doc, defaults, read_workflow)
     name = scalar_text(ctx, doc["name"], doc.key_lines.get("name"), "name") if "name" in doc else path
     run_name = None
     if "run-name" in doc:
@@ -155,7 +148,7 @@ def _parse_workflow(path: str, text: str | bytes) -> WorkflowSpec:
         run_name = scalar_text(ctx, doc["run-name"], rline, "run-name")[:MAX_RUN_NAME_CHARS]
         check_text(ctx, run_name, rline, "run-name", RUN_NAME_CONTEXTS, None)
     for job in jobs:
-        job.secrets = job_secret_names(env, job)
+        job.secrets = job_secret_names(env if job.workflow_env is None else job.workflow_env, job)
     return WorkflowSpec(
         path=path,
         name=name,

@@ -99,13 +99,15 @@ class CIListingActivities(CIListingDefinition):
             return diff[0]
 
         files = []
+        # Called (reusable) workflows are read from the same listing: git's blobs at the commit.
+        read = dict(found).get
         for path, content in found:
             if content is None:
                 error = SpecError(file=path, message=f"file is larger than {MAX_WORKFLOW_BYTES} bytes")
                 files.append(WorkflowFile(path=path, error=error))
                 continue
             try:
-                spec = parse_workflow(path, content)
+                spec = parse_workflow(path, content, read)
                 # Each file's actions on their own: a bad action fails only the file using it.
                 ActionResolver(self.actions, self.mirror, mirror, inp.commit_sha, activity.heartbeat).resolve_workflow(
                     spec
@@ -184,7 +186,7 @@ class CIListingActivities(CIListingDefinition):
         files: list[WorkflowFile] = []
         if content is not None:
             try:
-                spec = parse_workflow(path, content)
+                spec = parse_workflow(path, content, found.get)
                 ActionResolver(self.actions, self.mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
                 files = [WorkflowFile(path=path, spec=spec, triggered=bool(spec.on_schedule))]
             except WorkflowSpecError:
@@ -217,7 +219,7 @@ class CIListingActivities(CIListingDefinition):
         if content is None:
             raise _rejected("workflow", f"{path} is larger than {MAX_WORKFLOW_BYTES} bytes")
         try:
-            spec = parse_workflow(path, content)
+            spec = parse_workflow(path, content, dict(found).get)
         except WorkflowSpecError as exc:
             raise _rejected("workflow", str(exc)) from None
         if spec.on_dispatch is None:
