@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli import ci, environments, plan, plans, readmodel, repos, runs, secrets, variables, video
+from cli import ci, environments, fleet, plan, plans, readmodel, repos, runs, secrets, variables, video
 from cli.common import UsageError, add_data_dir_arguments, admin_settings, command_settings, open_database
 from leasehold.settings import Settings
 
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The CI admin commands, the people's commands (video, runs: through the API) and the
     # capacity planner, each module adding its own subcommands; listed here, in help order.
-    for module in (ci, environments, plans, repos, secrets, variables, readmodel, video, runs, plan):
+    for module in (ci, environments, plans, repos, secrets, variables, readmodel, video, runs, plan, fleet):
         module.add_commands(sub)
     return parser
 

@@ -308,6 +308,22 @@ class ArrivalLog:
             for job_id, at, key, weight, tier, shape in data["arrivals"]
         }
 
+    def by_tier(self, costs: JobCosts, now: float, window: float | None = None) -> dict[str, tuple[float, float]]:
+        """Each tier's arrivals per second over the window (or the last ``window`` seconds of
+        it) and the worker-seconds of its mean job: what the fleet controller sizes from."""
+        window = self.window if window is None else min(window, self.window)
+        arrivals = [a for a in self._arrivals.values() if now - a[0] <= window]
+        if self._since is None or not arrivals:
+            return {}
+        span = max(MIN_ARRIVAL_SPAN_SECONDS, min(window, now - self._since))
+        tiers: dict[str, list[JobShape]] = {}
+        for arrival in arrivals:
+            tiers.setdefault(arrival[3], []).append(arrival[4])
+        return {
+            tier: (len(shapes) / span, sum(costs.worker_seconds(s) for s in shapes) / len(shapes))
+            for tier, shapes in tiers.items()
+        }
+
     def streams(self, costs: JobCosts, caps: dict[str, int], now: float) -> list[ArrivalStream]:
         """Each key's expected arrivals from now on (``caps``: the per-user limit by tier)."""
         for job_id, arrival in list(self._arrivals.items()):

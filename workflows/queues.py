@@ -203,3 +203,24 @@ LIFECYCLE_BATCH_RETRY = backoff(timedelta(seconds=2), timedelta(seconds=60), 5)
 # tried again with back-off, about 40 minutes in all, then their delivery is marked failed.
 VIDEO_WEBHOOK_TIMEOUT = timedelta(minutes=5)
 VIDEO_WEBHOOK_RETRY = backoff(timedelta(seconds=2), timedelta(minutes=10), 12)
+
+
+# Fleet controller ---------------------------------------------------------------------------
+
+FLEET = "fleet"
+
+
+def fleet_queue(prefix: str = "") -> str:
+    """The fleet controller's workflow and activities: served by the ``leasehold fleet run``
+    process, which holds the provider (it starts the local worker processes itself)."""
+    return f"{prefix}{FLEET}"
+
+
+FLEET_OBSERVE_TIMEOUT = timedelta(seconds=30)
+FLEET_OBSERVE_RETRY = backoff(timedelta(seconds=1), timedelta(seconds=10), 3)
+# Starting workers is quick; retiring one waits for its drain (checkpoint, hand back, exit).
+FLEET_APPLY_TIMEOUT = GPU_GRACEFUL_SHUTDOWN * 4
+FLEET_APPLY_HEARTBEAT = timedelta(seconds=10)
+FLEET_APPLY_RETRY = backoff(timedelta(seconds=1), timedelta(seconds=10), 3)
+# Decisions a fleet workflow keeps (its state and the console show them), newest last.
+FLEET_DECISIONS_KEPT = 50

@@ -1,0 +1,1 @@
+"""Side effects of the fleet controller: observing the queues, starting and retiring workers."""

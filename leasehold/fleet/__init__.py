@@ -1,0 +1,1 @@
+"""Providers of GPU workers for the fleet controller: local processes and Kubernetes."""
