@@ -113,12 +113,17 @@ class Substitution:
         self.matrix = matrix
         self.strategy = strategy
         self.jobs_context = jobs_context
+        # Characters substituted into the expression being rewritten: a value that stands for
+        # another (an input for a caller's expression, nested) must not multiply past what one
+        # expression may hold, whatever the nesting.
+        self._spent = 0
 
     # Expressions ---------------------------------------------------------------------------
 
     def node(self, node: Node, ctx: FileContext | None = None, line: int | None = None, key: str | None = None) -> Node:
         """``node`` rewritten; with ``ctx``, a refusal is that file's error at ``line``/``key``."""
         try:
+            self._spent = 0
             return self._rewrite(node)
         except RewriteError as exc:
             if ctx is None:
@@ -148,6 +153,14 @@ class Substitution:
             return (kind, node[1], [self._rewrite(a) for a in node[2]])
         return node
 
+    def _charge(self, value: Node) -> Node:
+        self._spent += len(to_source(value))
+        if self._spent > MAX_EXPRESSION_LENGTH:
+            raise RewriteError(
+                f"an expression grows past {MAX_EXPRESSION_LENGTH} characters once the reusable workflows are expanded"
+            )
+        return value
+
     def _rest(self, value: Node, keys: list[Node]) -> Node:
         return with_keys(value, [self._rewrite(k) for k in keys])
 
@@ -160,9 +173,10 @@ class Substitution:
             key = literal_key(keys[0])
             if key is None:
                 raise RewriteError("a called workflow names its inputs literally (inputs.<name>)")
-            return self._rest(self.inputs.get(key.lower(), ("lit", None)), keys[1:])
+            return self._rest(self._charge(self.inputs.get(key.lower(), ("lit", None))), keys[1:])
         if name == "secrets" and self.secrets is not None and keys and literal_key(keys[0]) is not None:
-            return self._rest(self.secrets.get(str(literal_key(keys[0])).upper(), ("lit", "")), keys[1:])
+            secret = self.secrets.get(str(literal_key(keys[0])).upper(), ("lit", ""))
+            return self._rest(self._charge(secret), keys[1:])
         if name == "needs" or (name == "jobs" and self.jobs_context):
             return self._job(name, keys)
         if name in ("matrix", "strategy"):
@@ -196,13 +210,13 @@ class Substitution:
         assert unit.outputs is not None
         what = literal_key(keys[1]) if len(keys) > 1 else None
         if what == "result":
-            return self._rest(unit.result, keys[2:])
+            return self._rest(self._charge(unit.result), keys[2:])
         output = literal_key(keys[2]) if what == "outputs" and len(keys) > 2 else None
         if output is None:
             raise RewriteError(
                 f"{name}.{key} calls a reusable workflow: read {name}.{key}.result or {name}.{key}.outputs.<name>"
             )
-        return self._rest(unit.outputs.get(output.lower(), ("lit", None)), keys[3:])
+        return self._rest(self._charge(unit.outputs.get(output.lower(), ("lit", None))), keys[3:])
 
     # Text and YAML -------------------------------------------------------------------------
 
@@ -213,6 +227,7 @@ class Substitution:
             return expr
         try:
             node = parse(condition_expression(expr))
+            self._spent = 0
         except ExpressionError:
             return expr
         return self._checked(to_source(self._rewrite(node)))
@@ -235,6 +250,7 @@ class Substitution:
         for start, end, body in spans:
             out.append(text[pos:start])
             try:
+                self._spent = 0
                 node = self._rewrite(parse(body))
             except ExpressionError:
                 out.append(text[start:end])

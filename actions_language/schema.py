@@ -92,7 +92,7 @@ def check_keys(ctx: FileContext, mapping: YamlMap, allowed: set[str], where: str
     for key in mapping:
         if key not in allowed:
             hint = {
-                "uses": "'uses:' is supported only in steps (reusable workflows are not supported)",
+                "uses": "'uses:' belongs to a step, or to a job calling a reusable workflow (with no runs-on or steps)",
                 "with": "'with' is not supported (it belongs to 'uses:' actions)",
             }.get(str(key), f"unsupported key (supported: {', '.join(sorted(allowed))})")
             raise ctx.fail(mapping.key_lines.get(key, mapping.line), f"{where}{key}", hint)

@@ -368,3 +368,25 @@ def test_needs_of_a_caller_must_name_result_or_outputs() -> None:
 def test_a_rewritten_expression_parses_back_to_itself(text: str) -> None:
     node = parse_expr(text)
     assert parse_expr(to_source(node)) == node
+
+
+def test_inputs_that_multiply_through_the_levels_are_refused() -> None:
+    # Each level passes its input on twenty times over: 20**9 copies at the bottom unless the
+    # expansion stops the growth (it must, quickly: this is a hostile file, not a slow one).
+    doubled = "-".join(["${{ inputs.x }}"] * 20)
+
+    def level(target: str) -> str:
+        return (
+            "on:\n  workflow_call:\n    inputs:\n      x: {type: string, default: seed}\n"
+            f"jobs:\n  next:\n    uses: ./.github/workflows/{target}\n    with:\n      x: '{doubled}'\n"
+        )
+
+    leaf = (
+        "on:\n  workflow_call:\n    inputs:\n      x: {type: string}\n"
+        "jobs:\n  leaf:\n    runs-on: linux\n    steps: [{run: 'echo ${{ inputs.x }} ${{ github.ref }}'}]\n"
+    )
+    files = {f"l{i}.yml": level(f"l{i + 1}.yml") for i in range(1, 9)}
+    files["l9.yml"] = leaf
+    top = "on: push\njobs:\n  c:\n    uses: ./.github/workflows/l1.yml\n    with: {x: '${{ github.sha }}'}\n"
+    error = refused(top, **files).error
+    assert "grows past 21000 characters" in error.message, error
