@@ -280,7 +280,9 @@ class Expansion:
             own = None
             if "if" in raw:
                 checked = if_condition(ctx, raw["if"], raw.key_lines.get("if"), f"{where}.if", JOB_IF_CONTEXTS, None)
-                own = sub.node(parse(checked), ctx, raw.key_lines.get("if"), f"{where}.if") if checked else None
+                # A job's if sees the workflow's env: the called file's, not the run's file's.
+                if_sub = Substitution(scope.inputs, scope.secrets, units, renames=scope.called, env=scope.env)
+                own = if_sub.node(parse(checked), ctx, raw.key_lines.get("if"), f"{where}.if") if checked else None
             node = self._condition(scope, [units[a.lower()].result for a in ancestors], own)
             flat_needs += referenced_needs(node)
             rewritten["if"] = to_source(node)
@@ -427,7 +429,7 @@ class Expansion:
         for index, combo in enumerate(combos):
             strategy = {"job-index": index, "job-total": len(combos)} if combo else {}
             sub = Substitution(
-                scope.inputs, scope.secrets, units, renames=scope.called, matrix=combo, strategy=strategy
+                scope.inputs, scope.secrets, units, renames=scope.called, matrix=combo, strategy=strategy, env=scope.env
             )
             try:
                 inputs = call_inputs(ctx, where, raw, decl, path, sub, needs)

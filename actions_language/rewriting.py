@@ -105,6 +105,7 @@ class Substitution:
         matrix: dict[str, Any] | None = None,
         strategy: dict[str, Any] | None = None,
         jobs_context: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.inputs = inputs
         self.secrets = secrets
@@ -113,6 +114,8 @@ class Substitution:
         self.matrix = matrix
         self.strategy = strategy
         self.jobs_context = jobs_context
+        # A called file's env, for a job-level ``if`` of it (the run would give it the top file's).
+        self.env = env
         # Characters substituted into the expression being rewritten: a value that stands for
         # another (an input for a caller's expression, nested) must not multiply past what one
         # expression may hold, whatever the nesting.
@@ -177,6 +180,12 @@ class Substitution:
         if name == "secrets" and self.secrets is not None and keys and literal_key(keys[0]) is not None:
             secret = self.secrets.get(str(literal_key(keys[0])).upper(), ("lit", ""))
             return self._rest(self._charge(secret), keys[1:])
+        if name == "env" and self.env is not None:
+            key = literal_key(keys[0]) if keys else None
+            if key is None:
+                raise RewriteError("a called workflow's job if reads its env one by one (env.<name>)")
+            text = self.env.get(key, next((v for k, v in self.env.items() if k.lower() == key.lower()), None))
+            return self._rest(self._charge(template_node(text) if text is not None else ("lit", None)), keys[1:])
         if name == "needs" or (name == "jobs" and self.jobs_context):
             return self._job(name, keys)
         if name in ("matrix", "strategy"):

@@ -390,3 +390,16 @@ def test_inputs_that_multiply_through_the_levels_are_refused() -> None:
     top = "on: push\njobs:\n  c:\n    uses: ./.github/workflows/l1.yml\n    with: {x: '${{ github.sha }}'}\n"
     error = refused(top, **files).error
     assert "grows past 21000 characters" in error.message, error
+
+
+def test_a_called_jobs_if_reads_the_called_files_env() -> None:
+    lib = (
+        "on: workflow_call\nenv:\n  TARGET: prod\njobs:\n  deploy:\n    if: env.TARGET == 'prod'\n"
+        "    runs-on: linux\n    steps: [{run: echo deploy}]\n"
+    )
+    caller = "on: push\nenv:\n  TARGET: dev\njobs:\n  c:\n    uses: ./.github/workflows/lib.yml\n"
+    deploy = jobs_of(parse(caller, **{"lib.yml": lib}))["c__deploy"]
+    # The run evaluates a job's if with the top file's env: the called file's must be in it already.
+    root_env = {"TARGET": "dev"}
+    assert evaluate_condition(deploy.if_expr, StatusFunctions(), {"env": root_env, "needs": {}})
+    assert deploy.workflow_env == {"TARGET": "prod"}
