@@ -2,12 +2,17 @@
 called file from git at the commit, and the run's jobs (the caller's own and the called ones)
 run in the sandbox. A called job's output reaches a job after the caller through
 ``on.workflow_call.outputs``; the input comes from a job before the caller; the secret the
-caller passes is masked; the caller's env does not reach the called jobs."""
+caller passes is masked; the caller's env does not reach the called jobs. A called path that
+is a symbolic link out of .github/workflows is read as git stores it (the link's text), never
+followed: the run fails naming the file."""
 
 from __future__ import annotations
 
+import json
+import os
+
 from tests.ci_api.conftest import CIStack
-from tests.ci_api.flows import job, log_text, push_workflow, wait_run
+from tests.ci_api.flows import WORKFLOW_PATH, done_push, job, log_text, push_workflow, wait_for, wait_run
 
 CALLER = """
 on: push
@@ -86,3 +91,25 @@ def test_a_called_jobs_output_reaches_the_job_after_its_caller(ci_engine: CIStac
 
     report = log_text(client, pushed.run_id, "report")
     assert "said=hi-42x2 result=success" in report, report
+
+
+def test_a_called_workflow_that_is_a_link_is_never_followed(ci_engine: CIStack) -> None:
+    client = ci_engine.new_tenant()
+    remote = ci_engine.git_remote()
+    ci_engine.register(client, remote)
+    # A valid reusable workflow outside .github/workflows, and a link to it inside.
+    remote.write("outside/lib.yml", LIB)
+    remote.write(WORKFLOW_PATH, CALLER.replace("lib.yml", "link.yml"))
+    os.symlink("../../outside/lib.yml", remote.work / ".github/workflows/link.yml")
+    remote.commit("link")
+    remote.push()
+    (delivery,) = remote.deliveries()
+    assert delivery.status == 202, delivery.answer
+    pid = json.loads(delivery.answer)["pushes"][0]["id"]
+    push = wait_for("the push to list its runs", lambda: done_push(client, pid))
+    runs = {r["workflow_path"]: r["run_id"] for r in push["runs"]}
+    run = wait_run(client, runs[WORKFLOW_PATH])
+    assert run["status"] == "failure", run
+    # The link's own text is the file: not a workflow, so the caller's call fails with its name.
+    assert "link.yml" in (run.get("error") or ""), run
+    assert all(not j["id"].startswith("call__") for j in run["jobs"]), run
