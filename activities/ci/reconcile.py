@@ -80,11 +80,13 @@ class CIReconcileActivities(CIReconcileDefinition):
         if branch == repo.default_branch:
             return True
         ref = f"refs/heads/{branch}"
-        for path, content in self._mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES):
+        found = self._mirror.workflow_files(mirror, sha, MAX_WORKFLOW_BYTES)
+        for path, content in found:
             if content is None:
                 return True  # an unreadable file still gets a (failing) run, as on delivery
             try:
-                if push_triggers(parse_workflow(path, content).on_push, ref):
+                # Read as the listing reads it, reusable workflows it calls included.
+                if push_triggers(parse_workflow(path, content, dict(found).get).on_push, ref):
                     return True
             except WorkflowSpecError:
                 return True
