@@ -179,6 +179,8 @@ def test_keda_triggers_name_the_queues_their_workers_poll() -> None:
         assert doc["apiVersion"] == "keda.sh/v1alpha1"
         spec = doc["spec"]
         target = deployment("production-keda", spec["scaleTargetRef"]["name"])
+        # The HPA owns the count: one in the Deployment would reset the pool at every apply.
+        assert "replicas" not in target["spec"], name
         args = build_parser().parse_args(pod_spec(target)["containers"][0]["args"])
         if args.kind == "gpu":
             queue = video_queue(args.model, prefix)
