@@ -113,3 +113,38 @@ def test_a_called_workflow_that_is_a_link_is_never_followed(ci_engine: CIStack) 
     # The link's own text is the file: not a workflow, so the caller's call fails with its name.
     assert "link.yml" in (run.get("error") or ""), run
     assert all(not j["id"].startswith("call__") for j in run["jobs"]), run
+
+
+MATRIX_CALLER = """
+on: push
+jobs:
+  call:
+    strategy:
+      matrix:
+        who: [ann, bob]
+    uses: ./.github/workflows/lib.yml
+    with:
+      greeting: ${{ matrix.who }}
+    secrets: inherit
+  report:
+    needs: call
+    runs-on: linux
+    steps:
+      - run: echo "said=${{ needs.call.outputs.said }} result=${{ needs.call.result }}"
+"""
+
+
+def test_a_matrix_caller_runs_the_called_workflow_per_combination(ci_engine: CIStack) -> None:
+    client = ci_engine.new_tenant()
+    pushed = push_workflow(ci_engine, MATRIX_CALLER, client=client, files={".github/workflows/lib.yml": LIB})
+    run = wait_run(client, pushed.run_id, timeout=180)
+    assert run["status"] == "success", run
+    assert [(j["id"], j["name"]) for j in run["jobs"]] == [
+        ("call-1__say", "call (ann) / say"),
+        ("call-2__say", "call (bob) / say"),
+        ("report", "report"),
+    ], run
+    assert "word=bobx2" in log_text(client, pushed.run_id, "call-2__say")
+    report = log_text(client, pushed.run_id, "report")
+    # GitHub gives the outputs of a matrix caller from one of its calls (the last to set them).
+    assert "said=bobx2 result=success" in report or "said=annx2 result=success" in report, report
