@@ -7,8 +7,9 @@ backend does (``worker_ci.sandbox``):
   (``--user``), no capabilities (``--cap-drop ALL``), ``no_new_privileges``, no user namespace:
   the uid is an unprivileged host uid, so its rlimits bind.
 - **What it sees.** The image's root filesystem read-only (``--read-only``, no tmpfs of
-  podman's), the job root at ``/__w`` (``MOUNT_POINT``, as GitHub mounts its work directory),
-  ``runner/`` and ``actions/`` read-only, the job's ``tmp/`` at ``/tmp``, the stub ``passwd``
+  podman's), the job root at ``/ci`` (``MOUNT_POINT``, as in every backend, so actions and the
+  attack suite see one layout; GitHub's ``/__w`` is not used), ``runner/`` and ``actions/``
+  read-only, the job's ``tmp/`` at ``/tmp``, the stub ``passwd``
   and ``group``, a sized ``/dev/shm``; ``/proc`` of the container's own processes.
 - **Limits.** The cgroup podman makes per container: ``--memory`` (swap equal, so none) and
   ``--pids-limit``; ``--ulimit`` for processes, file size, CPU and core files (explicitly, as
@@ -40,12 +41,13 @@ import subprocess
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activities.ci.jobroot import owner_of_dir, write_new
+from activities.ci.jobroot import owner_of_dir
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
+from worker_ci.host_view import MOUNT_POINT, runner_files
 from worker_ci.job_users import JobUserPool
 from worker_ci.oci_podman import PODMAN_ENV, Podman, Registry, seccomp_profile
 from worker_ci.oci_services import (
@@ -64,8 +66,6 @@ from workflows.ci.types.spec import ContainerSpec, JobSpec
 
 log = logging.getLogger(__name__)
 
-MOUNT_POINT = "/__w"
-SANDBOX_NAME = "runner"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names podman and its libraries read from their own environment: a job's value under such a
 # name cannot travel there (multi-line values only; the rest go through the env file).
@@ -84,22 +84,14 @@ def repository_of(reference: str) -> str:
     return f"{head}/{last.split(':', 1)[0]}" if head else name
 
 
-def oci_runner_files(root: Path, uid: int) -> None:
-    runner = root / "runner"
-    for name, text in (
-        ("passwd", f"{SANDBOX_NAME}:x:{uid}:{uid}:runner:{MOUNT_POINT}/home:/bin/sh\n"),
-        ("group", f"{SANDBOX_NAME}:x:{uid}:\n"),
-        ("cmdline", "\n"),
-    ):
-        write_new(runner, name, text.encode())
-
-
 @dataclass
 class _Job:
     """What a running job's steps share: its image and its network."""
 
     image: str | None = None
     network: JobNetwork | None = None
+    # ``container.env``: under every step's own environment, as ``docker exec -e`` would be.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 class _OciProcess(PopenProcess):
@@ -165,7 +157,7 @@ class OciSandbox:
         return MOUNT_POINT
 
     def prepare(self, root: Path) -> JobOwner:
-        return self._users.lease_root(root, oci_runner_files)
+        return self._users.lease_root(root, runner_files)
 
     def release(self, root: Path) -> None:
         self.end_job(root, lambda _: None)
@@ -173,7 +165,7 @@ class OciSandbox:
 
     def adopt(self, root: Path) -> bool:
         owner = owner_of_dir(root, "work")
-        return owner is not None and self._users.adopt_root(root, owner, oci_runner_files)
+        return owner is not None and self._users.adopt_root(root, owner, runner_files)
 
     # The job: its image and services, before the first step and after the last ------------
 
@@ -185,6 +177,7 @@ class OciSandbox:
             self._jobs[root] = state
         if job.container is not None:
             state.image = self._pull(job.container, "the job's container", say)
+            state.env = dict(job.container.env)
         if job.services:
             owner = self._users.owner_of(root)
             net = create_network(self._podman, f"lh-job-{uuid.uuid4().hex[:12]}")
@@ -322,7 +315,10 @@ class OciSandbox:
             raise SandboxError("the OCI backend gives jobs no network beyond their services")
         owner = self._users.owner_of(request.root)
         name = f"lh-step-{uuid.uuid4().hex[:16]}"
-        env_file = self._env_file(request.env)
+        with self._lock:
+            state = self._jobs.get(request.root)
+        job_env = state.env if state is not None and not request.name.startswith("helper-") else {}
+        env_file = self._env_file({**job_env, **request.env})
         try:
             argv, env = self.argv(request, owner, name, env_file)
             pass_fds: tuple[int, ...] = ()
