@@ -41,18 +41,18 @@ LTX_I2V = "ltx-i2v-tiny"
 
 @pytest.fixture(scope="module")
 def ltx(catalogue: Catalogue, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalogue]:
-    """A catalogue file of the tiny LTX pipelines (weights relative to it), installed in this
-    process beside the package's Wan entries while this module runs."""
+    """A catalogue file of the tiny LTX pipeline (weights relative to it) as text- and
+    image-to-video entries over one folder, as a deployment serves the published one; installed
+    in this process beside the package's Wan entries while this module runs."""
     from worker_gpu.models.tiny_ltx import build_tiny_ltx, tiny_ltx_entry
 
     root = tmp_path_factory.mktemp("ltx")
     weights = build_tiny_ltx(root / "weights" / "ltx-tiny")
-    build_tiny_ltx(root / "weights" / "ltx-i2v-tiny", image_to_video=True)
     path = root / "catalogue.toml"
     path.write_text(
         tiny_ltx_entry(LTX, Path("weights/ltx-tiny"), max_steps=1000)
         + "\n"
-        + tiny_ltx_entry(LTX_I2V, Path("weights/ltx-i2v-tiny"), family="ltx-i2v", max_steps=1000)
+        + tiny_ltx_entry(LTX_I2V, Path("weights/ltx-tiny"), family="ltx-i2v", max_steps=1000)
     )
     models = load_catalogue(path)
     use_catalogue({**catalogue.models, **models})
@@ -222,6 +222,22 @@ def test_image_to_video_is_the_pipelines_call_and_resumes_without_the_image(
     assert np.array_equal(finish(other, dataclasses.replace(job, reference=None), data), uninterrupted)
     # Another image, another video: the image is really read.
     assert not np.array_equal(finish(i2v_model, dataclasses.replace(job, reference=picture(64, 32, 2))), uninterrupted)
+
+
+def test_the_docs_show_one_loadable_catalogue_entry_per_family() -> None:
+    import re
+    import tomllib
+
+    from workflows.video.catalogue import parse_catalogue
+    from workflows.video.models import FAMILIES
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "models.md"
+    blocks = re.findall(r"```toml\n(.*?)```", docs.read_text(), re.S)
+    entries = "\n".join(block for block in blocks if block.lstrip().startswith("[models."))
+    models = parse_catalogue(tomllib.loads(entries), docs.parent / "catalogue.toml")
+    assert sorted(spec.family for spec in models.values()) == sorted(FAMILIES)
+    ltx = models["ltx-video-2b-0.9.1"]
+    assert ltx.frame_count(5) == 121 and ltx.memory_bytes_per_frame_pixel == 150
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""LTX-Video pipelines built in code with random weights: tiny ones for tests, and the published
-sizes (on the meta device, no memory) for counting parameters.
+"""LTX-Video pipelines built in code with random weights: tiny ones for tests, the published
+sizes on the meta device (no memory) for counting parameters, and the published VAE for
+measuring a decode's memory (``python -m worker_gpu.models.tiny_ltx 2x8 2x16``; docs/models.md).
 
 The tiny configs follow diffusers' own LTX pipeline tests (a 1-layer transformer, a tiny VAE,
 a 2-layer T5 encoder), with the parts of LTX-Video 0.9.1 that matter to a resumable loop
@@ -59,13 +60,15 @@ FULL_T5_CONFIG: dict[str, Any] = {
 }
 
 
-def build_tiny_ltx(folder: Path, image_to_video: bool = False) -> Path:
-    """Write a tiny random-weight ``LTXPipeline`` (or ``LTXImageToVideoPipeline``: the same
-    components) to ``folder`` (about 200 KiB); returns it."""
-    import diffusers
+def build_tiny_ltx(folder: Path) -> Path:
+    """Write a tiny random-weight LTX-Video pipeline to ``folder`` (about 800 KiB); returns it.
 
-    pipeline = diffusers.LTXImageToVideoPipeline if image_to_video else diffusers.LTXPipeline
-    pipe: Any = pipeline(**tiny_components())
+    Saved as an ``LTXPipeline``; ``LTXImageToVideoPipeline`` loads the same folder (the same
+    components), as both load the published ``Lightricks/LTX-Video`` folder.
+    """
+    from diffusers import LTXPipeline
+
+    pipe: Any = LTXPipeline(**tiny_components())
     folder.mkdir(parents=True, exist_ok=True)
     pipe.save_pretrained(str(folder))
     return folder
@@ -163,3 +166,44 @@ def tiny_ltx_entry(name: str, folder: Path, **overrides: object) -> str:
     }
     fields.update(overrides)
     return tiny_catalogue_entry(name, folder, **fields)
+
+
+def vae_decode_peak_bytes(latent_frames: int, latent_side: int) -> tuple[int, int]:
+    """The peak of live tensor bytes during one decode by the published-size VAE (random
+    weights, float32, on the CPU) of ``latent_frames`` x ``latent_side``^2 latents, and the
+    frame-pixels it decodes to.
+
+    Live bytes are torch's own allocations and frees as its profiler records them (each op's
+    self memory in time order): no allocator cache or heap reuse blurs them, as a process's
+    resident set does. A GPU adds kernel workspaces and fragmentation on top.
+    """
+    from diffusers import AutoencoderKLLTXVideo
+
+    from worker_gpu.models.ltx_video import DECODE_TIMESTEP
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        vae: Any = AutoencoderKLLTXVideo(**FULL_VAE_CONFIG)
+        vae.eval()
+        latents = torch.randn(1, FULL_VAE_CONFIG["latent_channels"], latent_frames, latent_side, latent_side)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        with torch.no_grad(), torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+            video = vae.decode(latents, torch.tensor([DECODE_TIMESTEP]), return_dict=False)[0]
+    live = peak = 0
+    for event in sorted(profile.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak, video.shape[2] * video.shape[3] * video.shape[4]
+
+
+if __name__ == "__main__":
+    # python -m worker_gpu.models.tiny_ltx 2x8 2x16: parameter counts, then decode peaks.
+    import sys
+
+    print(full_size_parameters())
+    for frames, side in [tuple(int(v) for v in arg.split("x")) for arg in sys.argv[1:]]:
+        peak, frame_pixels = vae_decode_peak_bytes(frames, side)
+        print(
+            f"latents {frames}x{side}x{side}: {frame_pixels} frame-pixels, "
+            f"peak {peak} B, {peak / frame_pixels:.0f} B each"
+        )
