@@ -152,6 +152,17 @@ def test_the_loop_is_the_pipelines_call_and_resumes_byte_identically(model: LTXV
     assert not np.array_equal(other.decode(broken), uninterrupted)
 
 
+def test_without_guidance_the_loop_is_still_the_call(ltx: Catalogue) -> None:
+    # guidance_scale <= 1: no negative prompt, one transformer call on a batch of one.
+    unguided = LTXVideoModel(dataclasses.replace(ltx.models[LTX], guidance_scale=1.0), device="cpu", threads=1)
+    unguided.load()
+    job = job_of(ltx, steps=3)
+    state = unguided.init_state(job)
+    assert state.negative_embeds is None and state.negative_mask is None
+    assert np.array_equal(call(unguided, job, global_seed=job.seed), finish(unguided, job))
+    assert np.array_equal(finish(unguided, job, checkpoint_after(unguided, job, 1)), finish(unguided, job))
+
+
 def test_a_checkpoint_resumes_byte_identically_in_a_fresh_process(
     model: LTXVideoModel, ltx: Catalogue, tmp_path: Path
 ) -> None:

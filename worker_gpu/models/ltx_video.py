@@ -185,12 +185,15 @@ class LTXVideoModel(WanVideoModel):
         )
 
     def _step(self, state: DiffusersState) -> None:
-        assert isinstance(state, LTXState)
+        if not isinstance(state, LTXState) or state.prompt_mask is None:
+            raise TypeError("an LTX step needs an LTX state (with the prompt's attention mask)")
         pipe = self.pipe
         t = state.scheduler.timesteps[state.step]
         guided = state.negative_embeds is not None
         embeds, mask, latents_in = state.prompt_embeds, state.prompt_mask, state.latents
-        if state.negative_embeds is not None and state.negative_mask is not None and state.prompt_mask is not None:
+        if state.negative_embeds is not None:
+            if state.negative_mask is None:
+                raise TypeError("a guided LTX step needs the negative prompt's attention mask")
             # One call on a batch of two, negative first, as __call__ (a batch rounds otherwise).
             embeds = torch.cat([state.negative_embeds, state.prompt_embeds])
             mask = torch.cat([state.negative_mask, state.prompt_mask])
@@ -297,6 +300,8 @@ class LTXVideoModel(WanVideoModel):
         )
         if state.latents.ndim != 3 or state.latents.shape[:2] != (1, tokens):
             raise ValueError("state does not fit this job (another size or length)")
+        if state.condition is not None and tuple(state.condition.shape) != (1, tokens):
+            raise ValueError("state does not fit this job (its image mask is another size)")
         prompt_mask, negative_mask = self._masks(job, state.negative_embeds is not None)
         fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(DiffusersState)}
         return LTXState(**fields, prompt_mask=prompt_mask, negative_mask=negative_mask)
