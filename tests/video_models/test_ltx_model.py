@@ -210,6 +210,10 @@ def test_checkpoints_are_refused_for_another_version_size_or_family(
     i2v_job = job_of(ltx, LTX_I2V, steps=4, reference=picture(64, 32), reference_sha256="-")
     with pytest.raises(ValueError):
         i2v_model.load_state(i2v_job, data)
+    with pytest.raises(ValueError, match="fit"):
+        model.load_state(dataclasses.replace(job, steps=0), data)
+    with pytest.raises(ValueError, match="at least one step"):
+        model.init_state(dataclasses.replace(job, steps=0))
     with pytest.raises(ValueError, match="multiples of 32"):
         model.init_state(dataclasses.replace(job, width=48))
     with pytest.raises(ValueError, match="not unipc"):

@@ -109,6 +109,8 @@ class LTXVideoModel(WanVideoModel):
     def _scheduler(self, job: GenerationJob) -> Any:
         from diffusers.pipelines.ltx.pipeline_ltx import calculate_shift
 
+        if job.steps < 1:
+            raise ValueError(f"a job of {self.name} needs at least one step")
         scheduler = type(self.pipe.scheduler).from_config(self.pipe.scheduler.config)
         frames, height, width = self._grid(job)
         config = scheduler.config
