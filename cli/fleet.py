@@ -54,7 +54,8 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         state = asyncio.run(read())
     except Exception as exc:  # no controller, or the engine is down: one line either way
         raise UsageError(f"no fleet controller answered: {exc}") from None
-    for decision in state.decisions[-args.last :]:
+    latest = [state.last] if state.last is not None and state.last not in state.decisions else []
+    for decision in [*state.decisions[-args.last :], *latest]:
         if args.json:
             print(json.dumps(decision.model_dump(mode="json")))
             continue

@@ -37,6 +37,7 @@ from api.routers.video import models as models_router
 from api.routers.video import videos as videos_router
 from api.schemas.ci.runs import RunOut
 from api.schemas.video import VideoCreateRequest
+from api.video.fleet_view import fleet_decisions
 from api.video.jobs import VideoJobs
 from api.video.live import LiveProgress
 from leasehold.records.api_keys import Principal
@@ -251,6 +252,15 @@ async def delete_video(request: Request, video_id: str, jobs: JobsDep, token: Cs
     session.check_csrf(request, token)
     await jobs.delete(video_id)
     return _redirect("/console/videos")
+
+
+@router.get("/fleet")
+async def fleet_page(
+    request: Request, principal: ConsolePrincipal, client: ClientDep, settings: SettingsDep
+) -> Response:
+    """The fleet controller's latest decisions (pool-level figures, as ``/v1/capacity`` has)."""
+    decisions = await fleet_decisions(client, settings.queue_prefix)
+    return page(request, "fleet.html", decisions=decisions, nav="fleet")
 
 
 # CI ----------------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ Contract:
 * Each tick: ``observe_fleet`` (demand from the capacity tracker's publication, workers from
   the queues), ``video_policy.fleet.decide``, then ``apply_fleet`` (the provider starts
   workers, or drains and retires them: the chosen worker gets the preemption notice, so it
-  stops polling, checkpoints, hands its job back and exits). Every decision is kept with its
-  inputs (``state``) and logged.
+  stops polling, checkpoints, hands its job back and exits). Every decision that changed the
+  fleet is kept (the latest ``FLEET_DECISIONS_KEPT``) and logged with its inputs; ``state``
+  answers them and the latest tick, whatever it decided.
 * ``configure`` (signal) replaces the spec from the next tick on.
 * Continues as new every ``spec.ticks_per_run`` ticks, carrying the shrink streaks and the
   latest decisions; it never ends by itself.
@@ -56,10 +57,11 @@ class FleetWorkflow:
         self._spec = input.spec
         self._decisions = list(input.decisions)
         self._ticks = input.ticks
+        self._last: Decision | None = None
 
     @workflow.query
     def state(self) -> FleetState:
-        return FleetState(spec=self._spec, decisions=self._decisions, ticks=self._ticks)
+        return FleetState(spec=self._spec, decisions=self._decisions, ticks=self._ticks, last=self._last)
 
     @workflow.signal
     def configure(self, spec: FleetSpec) -> None:
@@ -107,9 +109,12 @@ class FleetWorkflow:
         )
 
     def _record(self, decision: Decision) -> None:
-        self._decisions = [*self._decisions, decision][-FLEET_DECISIONS_KEPT:]
+        # Every tick is the latest; only ticks that changed something (or failed) are kept, so
+        # the log still shows the last burst after hours without one.
+        self._last = decision
         changed = [d for d in decision.pools if d.desired != d.current]
-        if changed or decision.error:
+        if changed or decision.error or decision.started or decision.retired:
+            self._decisions = [*self._decisions, decision][-FLEET_DECISIONS_KEPT:]
             workflow.logger.info(
                 "fleet: %s%s",
                 "; ".join(f"{d.key} {d.current}->{d.desired} ({d.reason}) {d.inputs}" for d in changed) or "no change",

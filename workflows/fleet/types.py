@@ -145,13 +145,16 @@ class FleetInput(BaseModel):
     spec: FleetSpec
     # Ticks in a row each pool wanted fewer workers, and the most it wanted meanwhile.
     shrinking: dict[str, list[int]] = Field(default_factory=dict)
+    # The latest decisions that changed the fleet.
     decisions: list[Decision] = Field(default_factory=list)
     ticks: int = 0
 
 
 class FleetState(BaseModel):
-    """What ``FleetWorkflow.state`` answers: the spec and the latest decisions, newest last."""
+    """What ``FleetWorkflow.state`` answers: the spec, the latest decisions that changed the
+    fleet (newest last), and the latest tick whatever it decided."""
 
     spec: FleetSpec
     decisions: list[Decision]
     ticks: int
+    last: Decision | None = None
