@@ -47,8 +47,10 @@ from typing import Any
 
 from activities.ci.jobroot import owner_of_dir
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
+from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable
 from worker_ci.host_view import MOUNT_POINT, runner_files
 from worker_ci.job_users import JobUserPool
+from worker_ci.oci_cgroups import OciStepCgroup
 from worker_ci.oci_podman import PODMAN_ENV, Podman, Registry, seccomp_profile
 from worker_ci.oci_services import (
     JobNetwork,
@@ -95,9 +97,12 @@ class _Job:
 
 
 class _OciProcess(PopenProcess):
-    def __init__(self, proc: subprocess.Popen[bytes], podman: Podman, name: str, env_file: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], podman: Podman, name: str, env_file: Path, cgroup: OciStepCgroup | None
+    ) -> None:
         super().__init__(proc)
         self._podman = podman
+        self._cgroup = cgroup
         self._name = name
         self._env_file = env_file
 
@@ -112,12 +117,19 @@ class _OciProcess(PopenProcess):
     def kill_tree(self) -> None:
         self._podman.run("kill", "--signal", "KILL", self._name, check=False)
         self._signal_group(signal.SIGKILL)
+        if self._cgroup is not None:
+            self._cgroup.group.kill_all()
 
     def finish(self) -> list[str]:
         # A podman killed before it removed its container (a cancelled step) leaves it behind.
         self._podman.remove_container(self._name)
         self._env_file.unlink(missing_ok=True)
-        return []
+        if self._cgroup is None:
+            return []
+        notes = self._cgroup.notes()
+        self._cgroup.remove()
+        self._cgroup = None
+        return notes
 
 
 class OciSandbox:
@@ -127,9 +139,16 @@ class OciSandbox:
     supports_network = False
 
     def __init__(
-        self, users: JobUserPool, registry: Registry, helper_image: str, state_dir: Path, podman: Podman | None = None
+        self,
+        users: JobUserPool,
+        registry: Registry,
+        helper_image: str,
+        state_dir: Path,
+        cgroups: CgroupLimiter | None = None,
+        podman: Podman | None = None,
     ) -> None:
         self._podman = podman or Podman()
+        self._cgroups = cgroups
         self._users = users
         self._registry = registry
         # The helper image, pinned once: every helper of this worker runs the same one.
@@ -260,14 +279,19 @@ class OciSandbox:
                     f.write(f"{key}={value}\n")
         return path
 
-    def _limit_args(self, limits: SandboxLimits | None) -> list[str]:
+    def _limit_args(self, limits: SandboxLimits | None, cgroup: OciStepCgroup | None) -> list[str]:
         args = ["--ulimit", f"nofile={NOFILE}:{NOFILE}"]
         if limits is None:
             return args
         memory = str(limits.memory_bytes)
+        args += ["--pids-limit", str(limits.max_processes)]
+        if cgroup is not None:
+            # The step's own group holds the memory of the container and of all below it.
+            args += ["--cgroup-parent", cgroup.parent]
+        else:
+            args += ["--memory", memory, "--memory-swap", memory]
         return [
             *args,
-            *("--memory", memory, "--memory-swap", memory, "--pids-limit", str(limits.max_processes)),
             *("--shm-size", str(limits.shm_bytes)),
             *("--ulimit", f"nproc={limits.max_processes}:{limits.max_processes}"),
             *("--ulimit", f"fsize={limits.max_file_bytes}:{limits.max_file_bytes}"),
@@ -275,7 +299,7 @@ class OciSandbox:
         ]
 
     def argv(
-        self, request: SandboxRequest, owner: JobOwner, name: str, env_file: Path
+        self, request: SandboxRequest, owner: JobOwner, name: str, env_file: Path, cgroup: OciStepCgroup | None = None
     ) -> tuple[list[str], dict[str, str]]:
         """podman's arguments for one step, and the environment podman itself gets."""
         with self._lock:
@@ -295,7 +319,7 @@ class OciSandbox:
             args += ["--volume", f"{root / 'actions'}:{MOUNT_POINT}/actions:ro"]
         args += ["--volume", f"{root / 'tmp'}:/tmp:rw,nosuid,nodev"]
         args += ["--volume", f"{runner / 'passwd'}:/etc/passwd:ro", "--volume", f"{runner / 'group'}:/etc/group:ro"]
-        args += self._limit_args(request.limits)
+        args += self._limit_args(request.limits, cgroup)
         podman_env = dict(PODMAN_ENV)
         for key, value in request.env.items():
             if ENV_NAME.match(key) and ("\n" in value) and "\x00" not in value:
@@ -319,8 +343,11 @@ class OciSandbox:
             state = self._jobs.get(request.root)
         job_env = state.env if state is not None and not request.name.startswith("helper-") else {}
         env_file = self._env_file({**job_env, **request.env})
+        cgroup: OciStepCgroup | None = None
         try:
-            argv, env = self.argv(request, owner, name, env_file)
+            if self._cgroups is not None and request.limits is not None:
+                cgroup = OciStepCgroup(self._cgroups, f"{owner.uid}", request.limits)
+            argv, env = self.argv(request, owner, name, env_file, cgroup)
             pass_fds: tuple[int, ...] = ()
             if request.data_fd is not None:
                 # The data descriptor must be podman's 3 (--preserve-fds passes 3 on as 3).
@@ -338,8 +365,10 @@ class OciSandbox:
             )
         except (OSError, SandboxError) as exc:
             env_file.unlink(missing_ok=True)
+            if cgroup is not None:
+                cgroup.remove()
             raise SandboxError(f"cannot start the step's container: {exc}") from exc
-        return _OciProcess(proc, self._podman, name, env_file)
+        return _OciProcess(proc, self._podman, name, env_file, cgroup)
 
 
 def make_oci_sandbox(settings: Any, users: JobUserPool) -> OciSandbox:
@@ -349,9 +378,16 @@ def make_oci_sandbox(settings: Any, users: JobUserPool) -> OciSandbox:
         raise SandboxError("the OCI backend needs a registry mirror: set LEASEHOLD_CI_OCI_REGISTRY")
     if shutil.which("iptables") is None:
         raise SandboxError("the OCI backend needs iptables (to close job networks to the host)")
+    cgroups: CgroupLimiter | None = None
+    try:
+        cgroups = CgroupLimiter.detect()
+    except CgroupUnavailable as exc:
+        # podman's own --memory and --pids-limit then hold (without the out-of-memory note).
+        log.warning("OCI steps get podman's limits only: %s", exc)
     return OciSandbox(
         users,
         Registry(registry, settings.ci_oci_registry_tls_verify),
         settings.ci_oci_image,
         settings.data_dir / "ci" / "oci",
+        cgroups,
     )

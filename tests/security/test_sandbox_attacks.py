@@ -27,29 +27,39 @@ from leasehold.database import init_database
 from leasehold.records.ci.plans import set_isolation, set_network
 from leasehold.settings import Settings
 from testing.harness import register_repo_row
+from tests.ci_containers.conftest import oci_mirror, oci_settings
 from tests.ci_core.conftest import CIStack, engine_stack
 from workflows.ci.types.run import RunStatus
 
 pytestmark = pytest.mark.slow
+# The session's registry mirror, for the OCI backend's stack.
+__all__ = ["oci_mirror"]
 
 LIMIT_PROCESSES = 64
 LIMIT_MEMORY = 192 << 20
 LIMIT_SHM = 16 << 20
 LIMIT_DISK = 64 << 20
+HOST_CMDLINE = Path("/proc/cmdline").read_text().strip()
 
 
-@pytest.fixture(scope="module")
-def hostile(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CIStack]:
-    with engine_stack(
-        temporal_env,
-        tmp_path_factory.mktemp("hostile"),
-        ci_job_max_processes=LIMIT_PROCESSES,
-        ci_job_memory_bytes=LIMIT_MEMORY,
-        ci_job_shm_bytes=LIMIT_SHM,
-        ci_job_disk_bytes=LIMIT_DISK,
+@pytest.fixture(scope="module", params=["bubblewrap", "oci"])
+def hostile(
+    request: pytest.FixtureRequest, temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CIStack]:
+    # The same attacks on each backend that runs jobs as a leased uid (oci: podman + runc, its
+    # images from the tests' registry mirror, ``tests.ci_containers``).
+    backend = oci_settings(request.getfixturevalue("oci_mirror")) if request.param == "oci" else {}
+    limits = {
+        "ci_job_max_processes": LIMIT_PROCESSES,
+        "ci_job_memory_bytes": LIMIT_MEMORY,
+        "ci_job_shm_bytes": LIMIT_SHM,
+        "ci_job_disk_bytes": LIMIT_DISK,
         # A uid range of its own, so counting its processes counts no other test's jobs.
-        ci_sandbox_uid_base=1_700_000,
-        ci_sandbox_uid_count=64,
+        "ci_sandbox_uid_base": 1_700_000,
+        "ci_sandbox_uid_count": 64,
+    }
+    with engine_stack(
+        temporal_env, tmp_path_factory.mktemp(f"hostile-{request.param}"), **{**backend, **limits}
     ) as stack:
         yield stack
 
@@ -240,6 +250,8 @@ jobs:
           unshare -n true 2>/dev/null && echo NETNS_ALLOWED || echo NETNS_REFUSED
           python3 -c "import ctypes; l=ctypes.CDLL(None); print('MOUNT', l.mount(b'none', b'/tmp', b'tmpfs', 0, None))"
           for d in /opt /root /home /var /run /etc/shadow; do [ -e $d ] && echo "PRESENT $d"; done
+          cat /etc/shadow > /dev/null 2>&1 && echo SHADOW_READ
+          cat /proc/cmdline
           echo "PROCS $(ls /proc | grep -c '^[0-9]')"
           echo "UID $(id -u)"
 """
@@ -271,7 +283,12 @@ async def test_fork_memory_shm_and_disk_bombs_hit_the_jobs_limits(hostile: CISta
     assert "USERNS_REFUSED" in log and "NETNS_REFUSED" in log, log
     assert "MOUNT -1" in log, log
     assert "ENV_HIDDEN" in log and "ENV_ON_CMDLINE" not in log, log
-    assert "PRESENT" not in log, log
+    assert "SHADOW_READ" not in log, log
+    # The host kernel's command line (its boot setup) stays hidden.
+    assert HOST_CMDLINE not in log, log
+    if hostile.settings.ci_sandbox == "bubblewrap":
+        # The OCI backend's job sees its image's own /opt, /home, /var..., never the host's.
+        assert "PRESENT" not in log, log
     procs = [line for line in log.splitlines() if line.startswith("PROCS ")]
     assert procs and int(procs[0].split()[1]) < 10, procs
     uid = [line for line in log.splitlines() if line.startswith("UID ")]
@@ -345,11 +362,17 @@ async def test_network_needs_the_tenants_plan_and_never_reaches_host_loopback(ho
 
         set_network(init_database(hostile.settings.resolved_database_url), "tenant-net", True)
         status, log = await run_workflow(hostile, "net-granted", workflow, "tenant-net")
-        assert status == RunStatus.SUCCESS, log
-        assert "tap0" in log, log
-        for target in targets.split():
-            assert f"CLOSED {target}" in log, (target, log)
-        assert "OPEN" not in log
+        if hostile.settings.ci_sandbox == "oci":
+            # No egress on this backend: a job granted network is refused, never run unfiltered.
+            assert status == RunStatus.FAILURE, log
+            assert "cannot give jobs a filtered network" in log, log
+            assert "CLOSED" not in log and "OPEN" not in log
+        else:
+            assert status == RunStatus.SUCCESS, log
+            assert "tap0" in log, log
+            for target in targets.split():
+                assert f"CLOSED {target}" in log, (target, log)
+            assert "OPEN" not in log
         assert listener.accepted == 0
     finally:
         listener.close()
@@ -404,7 +427,8 @@ async def test_a_gvisor_tenants_jobs_never_run_on_a_bubblewrap_worker(hostile: C
     # this bubblewrap worker: it reads the plan from the records and refuses to run the job.
     status, log = await run_workflow(hostile, "gv-stale", GVISOR_PROBE, "tenant-gv")
     assert status == RunStatus.FAILURE, log
-    assert "tenant tenant-gv's plan runs CI jobs in gvisor; this worker runs bubblewrap" in log, log
+    backend = hostile.settings.ci_sandbox
+    assert f"tenant tenant-gv's plan runs CI jobs in gvisor; this worker runs {backend}" in log, log
     assert "RAN-ON-BUBBLEWRAP" not in log
 
     # The push as the API builds it (the plan's isolation in its input): the job waits on the
