@@ -42,6 +42,7 @@ from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
 from leasehold.worker_versioning import deployment_config
+from worker_ci.images import RegistryDigests
 from worker_ci.job_slots import SharedSlots, job_queues, job_workers
 from worker_ci.sandbox import limits_from, make_sandbox
 from workflows.queues import DEFAULT_CI_ISOLATION, TooManyLabels, ci_control_queue, ci_probe_queue
@@ -81,6 +82,9 @@ def _listing(settings: Settings, db: sessionmaker, mirror: GitMirror, actions: A
         partial(assign_run_number, db),
         partial(has_reporter, db),
         failover_seconds=settings.database_failover_seconds,
+        images=RegistryDigests(settings.ci_oci_registry, settings.ci_oci_registry_tls_verify)
+        if settings.ci_oci_registry
+        else None,
     )
 
 

@@ -45,10 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from activities.ci.image_pins import MirrorUnavailable
 from activities.ci.jobroot import owner_of_dir
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
 from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable
 from worker_ci.host_view import MOUNT_POINT, runner_files
+from worker_ci.images import RegistryDigests
 from worker_ci.job_users import JobUserPool
 from worker_ci.oci_cgroups import OciStepCgroup
 from worker_ci.oci_podman import PODMAN_ENV, Podman, Registry, seccomp_profile
@@ -77,13 +79,6 @@ PODMAN_OWN_NAMES = (
 )
 # Open files: podman's default exceeds the worker's own hard limit, which a container cannot pass.
 NOFILE = min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-
-
-def repository_of(reference: str) -> str:
-    """``host/path`` of ``host/path:tag`` or ``host/path@digest``."""
-    name = reference.split("@", 1)[0]
-    head, _, last = name.rpartition("/")
-    return f"{head}/{last.split(':', 1)[0]}" if head else name
 
 
 @dataclass
@@ -152,8 +147,8 @@ class OciSandbox:
         self._users = users
         self._registry = registry
         # The helper image, pinned once: every helper of this worker runs the same one.
-        self._helper_image = f"{repository_of(registry.reference(helper_image))}@"
-        self._helper_image += self._podman.pull(registry, registry.reference(helper_image))
+        self._digests = RegistryDigests(registry.host, registry.tls_verify)
+        self._helper_image = self._pull(ContainerSpec(image=helper_image), "the helper image", log.info)
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(state_dir, 0o700)
         self._state = state_dir
@@ -228,10 +223,20 @@ class OciSandbox:
             state.network.hosts_file.unlink(missing_ok=True)
 
     def _pull(self, spec: ContainerSpec, what: str, say: Callable[[str], None]) -> str:
-        reference = self._registry.reference(spec.image, spec.digest)
-        digest = self._podman.pull(self._registry, reference)
+        digest = spec.digest or (spec.image.rsplit("@", 1)[1] if "@" in spec.image else None)
+        if digest is None:
+            # Not pinned when listed (no mirror configured there): the tag's digest now, and
+            # this attempt's every step runs that one.
+            try:
+                digest = self._digests(spec.image)
+            except MirrorUnavailable as exc:
+                raise SandboxError(f"the registry mirror did not answer: {exc}") from exc
+            if digest is None:
+                raise SandboxError(f"{what}: {spec.image} is not in this deployment's registry mirror")
+        reference = self._registry.reference(spec.image, digest)
+        self._podman.pull(self._registry, reference)
         say(f"[leasehold] {what}: {spec.image} is {digest}")
-        return f"{repository_of(reference)}@{digest}"
+        return reference
 
     def _start_service(
         self, net: JobNetwork, key: str, spec: ContainerSpec, owner: JobOwner, say: Callable[[str], None]

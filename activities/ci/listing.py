@@ -30,6 +30,7 @@ from actions_language.triggers import (
 from activities.ci.actions import ActionResolver, ActionSource
 from activities.ci.definitions import CIListingDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
+from activities.ci.image_pins import ImageDigests, pin_images
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.environments import CIEnvironment
 from workflows.ci.ids import run_id
@@ -64,6 +65,9 @@ class CIListingActivities(CIListingDefinition):
     reporter: Callable[[str, str], bool] | None = None
     # The database reads (environments, run numbers) wait out a failover this long, in place.
     failover_seconds: float = DEFAULT_FAILOVER_SECONDS
+    # The registry mirror's digests: ``container:``/``services:`` images pinned here (None: no
+    # mirror configured; the OCI worker then resolves them when each attempt starts).
+    images: ImageDigests | None = None
 
     @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
     def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
@@ -112,6 +116,7 @@ class CIListingActivities(CIListingDefinition):
                 ActionResolver(self.actions, self.mirror, mirror, inp.commit_sha, activity.heartbeat).resolve_workflow(
                     spec
                 )
+                self._pin(spec)
             except WorkflowSpecError as exc:
                 # The run is still created, and fails with this message.
                 files.append(WorkflowFile(path=path, error=exc.error))
@@ -135,6 +140,10 @@ class CIListingActivities(CIListingDefinition):
             ref=inp.ref if resolved else None,
             inputs={} if resolved else None,
         )
+
+    def _pin(self, spec: WorkflowSpec) -> None:
+        if self.images is not None:
+            pin_images(spec, self.images)
 
     def _numbers(self, inp: ListWorkflowsInput, sha: str, files: list[WorkflowFile]) -> dict[str, int]:
         """Each run's ``github.run_number``, by the run id the push workflow will derive."""
@@ -188,6 +197,7 @@ class CIListingActivities(CIListingDefinition):
             try:
                 spec = parse_workflow(path, content, found.get)
                 ActionResolver(self.actions, self.mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
+                self._pin(spec)
                 files = [WorkflowFile(path=path, spec=spec, triggered=bool(spec.on_schedule))]
             except WorkflowSpecError:
                 files = [WorkflowFile(path=path, spec=None, triggered=False)]
@@ -230,6 +240,7 @@ class CIListingActivities(CIListingDefinition):
             raise _rejected(exc.field, exc.message) from None
         try:
             ActionResolver(self.actions, self.mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
+            self._pin(spec)
             files = [WorkflowFile(path=path, spec=spec)]
         except WorkflowSpecError as exc:
             # As on a push: the run is created, and fails with the action's error.

@@ -19,6 +19,7 @@ import pytest
 from tests.ci_api.conftest import CIStack
 from tests.ci_api.flows import job, log_text, push_workflow, wait_for, wait_run
 from tests.ci_containers.conftest import Mirror
+from worker_ci.images import RegistryDigests
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +113,8 @@ def test_a_container_job_reaches_its_postgres_service_by_key(oci_stack: CIStack,
     assert found is not None and int(found.group(1)) in uids, log
     assert re.search(r"network=lh-job-[0-9a-f]+ service=lh-job-[0-9a-f]+-postgres", log), log
     # Pinned: the log names the digest every step ran, and the service's own log is there.
-    assert re.search(r"the job's container: \S+ is sha256:[0-9a-f]{64}", log), log
+    pinned = RegistryDigests(oci_mirror.host, tls_verify=False)(oci_mirror.postgres)
+    assert f"the job's container: {oci_mirror.postgres} is {pinned}" in log, log
     assert "service postgres is healthy" in log
     assert "database system is ready to accept connections" in log
 
@@ -171,6 +173,7 @@ def test_another_tenants_job_reaches_neither_the_service_nor_the_host(
             "jobs.x.services.db.options",
             "host mounts",
         ),
+        ("    container: leasehold/absent:1\n", "jobs.x.container.image", "not in this deployment's registry mirror"),
         (
             "    container:\n      image: {base}\n      options: --network=host\n",
             "jobs.x.container.options",
