@@ -242,7 +242,8 @@ class OciSandbox:
         self, net: JobNetwork, key: str, spec: ContainerSpec, owner: JobOwner, say: Callable[[str], None]
     ) -> None:
         image = self._pull(spec, f"service {key}", say)
-        service = ServiceContainer(key, f"{net.name}-{key}", image, image.rsplit("@", 1)[1])
+        ports = [p.rsplit(":", 1)[-1] for p in spec.ports]
+        service = ServiceContainer(key, f"{net.name}-{key}", image, image.rsplit("@", 1)[1], ports=ports)
         args = ["run", "--detach", "--name", service.name, "--label", f"leasehold.ci={self._label}", "--pull", "never"]
         args += ["--network", net.name, "--hostname", key, *self._confinement(read_only=False)]
         args += service_userns(owner.uid or 0)

@@ -46,6 +46,8 @@ class ServiceContainer:
     reference: str
     digest: str
     address: str = ""
+    # Container ports the job reaches at ``<key>:<port>`` (``ports:``; a host side is ignored).
+    ports: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -59,8 +61,11 @@ class JobNetwork:
     rules: list[list[str]] = field(default_factory=list)
 
     def context(self) -> dict[str, dict[str, object]]:
-        """``job.services`` as on GitHub: each service's container id, network and ports."""
-        return {s.key: {"id": s.name, "network": self.name, "ports": {}} for s in self.services}
+        """``job.services`` as on GitHub: each service's container id, network and ports (each
+        container port maps to itself: the job reaches it on the service's own address)."""
+        return {
+            s.key: {"id": s.name, "network": self.name, "ports": {p: p for p in s.ports}} for s in self.services
+        }
 
 
 def firewall(bridge: str, add: bool) -> list[list[str]]:

@@ -46,6 +46,7 @@ jobs:
           test -x {pg}/psql || {{ echo NOT-THE-JOB-IMAGE; exit 9; }}
           echo "uid=$(id -u) mark=$MARK"
           echo "network=${{{{ job.container.network }}}} service=${{{{ job.services.postgres.id }}}}"
+          echo "port=${{{{ job.services.postgres.ports['5432'] }}}}"
           echo "answer=$({pg}/psql -h postgres -p 5432 -U postgres -tAc 'select 40 + 2')"
 """
 
@@ -112,6 +113,7 @@ def test_a_container_job_reaches_its_postgres_service_by_key(oci_stack: CIStack,
     found = re.search(r"uid=(\d+) mark=from-container-env", log)
     assert found is not None and int(found.group(1)) in uids, log
     assert re.search(r"network=lh-job-[0-9a-f]+ service=lh-job-[0-9a-f]+-postgres", log), log
+    assert "port=5432" in log, log
     # Pinned: the log names the digest every step ran, and the service's own log is there.
     pinned = RegistryDigests(oci_mirror.host, tls_verify=False)(oci_mirror.postgres)
     assert f"the job's container: {oci_mirror.postgres} is {pinned}" in log, log

@@ -453,3 +453,29 @@ async def test_a_gvisor_tenants_jobs_never_run_on_a_bubblewrap_worker(hostile: C
     state = await hostile.wait_run(run, within=60)
     assert state.status == RunStatus.CANCELLED, state
     await assert_healthy(hostile)
+
+
+CONTAINER_JOB = """
+on: push
+jobs:
+  boxed:
+    runs-on: linux
+    container: {image}
+    steps:
+      - run: echo "RAN-IN-$(. /etc/os-release; echo $ID)"
+"""
+
+
+async def test_container_jobs_run_only_on_the_oci_backend(hostile: CIStack) -> None:
+    # A bubblewrap worker has no image to run: it refuses the job rather than run its steps
+    # on the host's /usr as if there were no container.
+    workflow = CONTAINER_JOB.format(image=hostile.settings.ci_oci_image)
+    status, log = await run_workflow(hostile, f"boxed-{time.monotonic_ns()}", workflow, "tenant-boxed")
+    if hostile.settings.ci_sandbox == "oci":
+        assert status == RunStatus.SUCCESS, log
+        assert "RAN-IN-debian" in log, log
+    else:
+        assert status == RunStatus.FAILURE, log
+        assert "container: and services: need the OCI backend; this worker runs bubblewrap" in log, log
+        assert "RAN-IN" not in log, log
+    await assert_healthy(hostile)
