@@ -80,10 +80,13 @@ def wf(jobs: str, top: str = "on: push\n") -> str:
             "uses",
         ),
         (
-            wf("  a:\n    runs-on: linux\n    services:\n      db: {image: x}\n    steps:\n      - run: x\n"),
-            5,
-            "jobs.a.services",
-            "services",
+            wf(
+                "  a:\n    runs-on: linux\n    services:\n      db: {image: x, options: --privileged}\n"
+                "    steps:\n      - run: x\n"
+            ),
+            6,
+            "jobs.a.services.db.options",
+            "--privileged is refused",
         ),
         (
             wf("  a:\n    runs-on: linux\n    needs: ghost\n    steps:\n      - run: x\n"),
