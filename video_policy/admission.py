@@ -185,6 +185,18 @@ def route(capacity: ServingView, settings: Settings, request: VideoRequest) -> s
     return fitting[0].name
 
 
+def capacity_breakdown(by_capacity: dict[str, int]) -> str:
+    """`` (2 reserved, 0 preemptible workers)`` where the pool is split by capacity type, so a
+    refusal says which capacity is short; empty otherwise."""
+    if not by_capacity:
+        return ""
+    return (
+        " ("
+        + ", ".join(f"{n} {t}" for t, n in sorted(by_capacity.items(), key=lambda i: i[0] != "reserved"))
+        + " workers)"
+    )
+
+
 def admit(
     capacity: CapacityView, settings: Settings, principal: Principal, pool: str
 ) -> Admission | ModelUnavailable | OverCapacity:
@@ -192,6 +204,7 @@ def admit(
     the measured capacity. The per-user cap is checked apart, under the user's lock
     (``check_queued_cap``)."""
     label, model = capacity.pools[pool].label, capacity.pools[pool].key
+    label += capacity_breakdown(capacity.snapshots[model].workers_by_capacity)
     users = capacity.active_users(model, principal.tier)
     users.add((principal.tenant_id, principal.user_id))
     weight = capacity.tier_weight(principal.tier) / len(users)

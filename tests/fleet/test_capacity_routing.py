@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from leasehold.settings import Settings
-from tests.fleet.conftest import CapacityStack, completed, create, status, wait_until
+from tests.fleet.conftest import SMALL, CapacityStack, completed, create, status, wait_until
 from worker_gpu.main import MissingCapacityType, capacity_type
 
 RESERVED = "video.procedural-v1@reserved"
@@ -71,3 +71,24 @@ def test_a_worker_must_declare_the_capacity_type_its_deployment_has(capacity_sta
     with pytest.raises(MissingCapacityType, match="LEASEHOLD_VIDEO_CAPACITY_TYPES"):
         capacity_type(unsplit)
     assert capacity_type(split.model_copy(update={"gpu_capacity_type": "preemptible"})) == "preemptible"
+
+
+def test_refusals_count_each_capacity_type(capacity_stack: CapacityStack) -> None:
+    """Last in this module: it reclaims the stack's workers."""
+    free = capacity_stack.caller("free")
+    for name in ("preemptible", "reserved"):
+        gone = capacity_stack.gpu(name)
+        gone.signal(15)  # the preemption notice
+        assert gone.proc is not None
+        gone.proc.wait(timeout=60)
+
+    def none_left() -> bool:
+        return bool(capacity_stack.capacity(free)["workers_by_capacity"] == {"reserved": 0, "preemptible": 0})
+
+    # An idle worker that left stays among the pollers until its last poll is 75 s old.
+    wait_until(none_left, 120, "both capacity types measured empty")
+    refused = free.post("/v1/videos", json={**SMALL, "steps": 3})
+    assert refused.status_code == 503, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "model_unavailable"
+    assert "(0 reserved, 0 preemptible workers)" in error["message"] and "Traceback" not in refused.text
