@@ -146,6 +146,8 @@ class Settings(BaseSettings):
     ci_oci_registry: str | None = None
     ci_oci_registry_tls_verify: bool = True
     ci_oci_image: str = "leasehold/base:latest"
+    # Images an OCI worker keeps pulled (least recently used evicted past it).
+    ci_oci_cache_images: int = Field(default=20, ge=1)
     # gVisor backend (``worker_ci.gvisor``): the runsc binary (None: found on PATH) and its
     # platform; the backend refuses to start unless runsc passes its start-up self-test.
     ci_gvisor_runsc: str | None = None

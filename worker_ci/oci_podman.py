@@ -92,11 +92,11 @@ class Podman:
     def pull(self, registry: Registry, reference: str) -> None:
         """Make ``reference`` (by digest: immutable) present locally; the local store is this
         worker's image cache, so an image is fetched once."""
-        if not self._exists(reference):
+        if not self.exists(reference):
             verify = "true" if registry.tls_verify else "false"
             self.run("pull", "--quiet", f"--tls-verify={verify}", reference, seconds=PULL_SECONDS)
 
-    def _exists(self, reference: str) -> bool:
+    def exists(self, reference: str) -> bool:
         done = subprocess.run(
             [*self.base, "image", "exists", reference], env=PODMAN_ENV, check=False, capture_output=True
         )

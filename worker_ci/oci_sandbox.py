@@ -50,7 +50,7 @@ from activities.ci.jobroot import owner_of_dir
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
 from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable
 from worker_ci.host_view import MOUNT_POINT, runner_files
-from worker_ci.images import RegistryDigests
+from worker_ci.images import ImageCache, RegistryDigests
 from worker_ci.job_users import JobUserPool
 from worker_ci.oci_cgroups import OciStepCgroup
 from worker_ci.oci_podman import PODMAN_ENV, Podman, Registry, seccomp_profile
@@ -141,22 +141,24 @@ class OciSandbox:
         state_dir: Path,
         cgroups: CgroupLimiter | None = None,
         podman: Podman | None = None,
+        cache_images: int = 20,
     ) -> None:
         self._podman = podman or Podman()
         self._cgroups = cgroups
         self._users = users
         self._registry = registry
-        # The helper image, pinned once: every helper of this worker runs the same one.
         self._digests = RegistryDigests(registry.host, registry.tls_verify)
-        self._helper_image = self._pull(ContainerSpec(image=helper_image), "the helper image", log.info)
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(state_dir, 0o700)
+        self._jobs: dict[Path, _Job] = {}
+        self._lock = threading.Lock()
+        self.images = ImageCache(self._podman, state_dir / "images.json", cache_images)
+        # The helper image, pinned once: every helper of this worker runs the same one.
+        self._helper_image = self._pull(ContainerSpec(image=helper_image), "the helper image", log.info)
         self._state = state_dir
         self._label = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
         self._profile = state_dir / "seccomp.json"
         self._profile.write_text(seccomp_profile())
-        self._jobs: dict[Path, _Job] = {}
-        self._lock = threading.Lock()
         self._sweep()
 
     def _sweep(self) -> None:
@@ -222,6 +224,15 @@ class OciSandbox:
         if state.network.hosts_file is not None:
             state.network.hosts_file.unlink(missing_ok=True)
 
+    def _in_use(self) -> set[str]:
+        """Images a running job or the helper needs (never evicted)."""
+        with self._lock:
+            used = {job.image for job in self._jobs.values() if job.image is not None}
+            for job in self._jobs.values():
+                if job.network is not None:
+                    used.update(s.reference for s in job.network.services)
+        return used | {getattr(self, "_helper_image", "")}
+
     def _pull(self, spec: ContainerSpec, what: str, say: Callable[[str], None]) -> str:
         digest = spec.digest or (spec.image.rsplit("@", 1)[1] if "@" in spec.image else None)
         if digest is None:
@@ -235,6 +246,7 @@ class OciSandbox:
                 raise SandboxError(f"{what}: {spec.image} is not in this deployment's registry mirror")
         reference = self._registry.reference(spec.image, digest)
         self._podman.pull(self._registry, reference)
+        self.images.touch(reference, self._in_use())
         say(f"[leasehold] {what}: {spec.image} is {digest}")
         return reference
 
@@ -396,4 +408,5 @@ def make_oci_sandbox(settings: Any, users: JobUserPool) -> OciSandbox:
         settings.ci_oci_image,
         settings.data_dir / "ci" / "oci",
         cgroups,
+        cache_images=settings.ci_oci_cache_images,
     )
