@@ -58,6 +58,7 @@ from worker_ci.oci_services import (
     JobNetwork,
     ServiceContainer,
     create_network,
+    leftover_network,
     remove_network,
     service_address,
     service_logs,
@@ -167,7 +168,7 @@ class OciSandbox:
         for name in self._podman.run("ps", "--all", "--filter", label, "--format", "{{.Names}}", check=False).split():
             self._podman.remove_container(name)
         for name in self._podman.run("network", "ls", "--filter", label, "--format", "{{.Name}}", check=False).split():
-            remove_network(self._podman, JobNetwork(name))
+            remove_network(self._podman, leftover_network(self._podman, name))
 
     def mount_point(self, root: Path) -> str:
         return MOUNT_POINT
@@ -196,7 +197,7 @@ class OciSandbox:
             state.env = dict(job.container.env)
         if job.services:
             owner = self._users.owner_of(root)
-            net = create_network(self._podman, f"lh-job-{uuid.uuid4().hex[:12]}")
+            net = create_network(self._podman, f"lh-job-{uuid.uuid4().hex[:12]}", f"leasehold.ci={self._label}")
             state.network = net
             for key, spec in job.services.items():
                 self._start_service(net, key, spec, owner, say)

@@ -63,9 +63,7 @@ class JobNetwork:
     def context(self) -> dict[str, dict[str, object]]:
         """``job.services`` as on GitHub: each service's container id, network and ports (each
         container port maps to itself: the job reaches it on the service's own address)."""
-        return {
-            s.key: {"id": s.name, "network": self.name, "ports": {p: p for p in s.ports}} for s in self.services
-        }
+        return {s.key: {"id": s.name, "network": self.name, "ports": {p: p for p in s.ports}} for s in self.services}
 
 
 def firewall(bridge: str, add: bool) -> list[list[str]]:
@@ -80,19 +78,34 @@ def _run_rule(argv: list[str]) -> None:
         raise SandboxError(f"cannot close the job network to the host ({argv[0]}): {done.stderr.strip()[:300]}")
 
 
-def create_network(podman: Podman, name: str) -> JobNetwork:
+def _bridge(podman: Podman, name: str) -> str:
+    info = json.loads(podman.run("network", "inspect", name))
+    return str(info[0]["network_interface"])
+
+
+def create_network(podman: Podman, name: str, label: str) -> JobNetwork:
     """A fresh internal, isolated network whose bridge the host does not answer on."""
     net = JobNetwork(name)
-    podman.run("network", "create", "--internal", "--disable-dns", "--opt", "isolate=true", name)
+    podman.run("network", "create", "--internal", "--disable-dns", "--opt", "isolate=true", "--label", label, name)
     try:
-        info = json.loads(podman.run("network", "inspect", name))
-        net.bridge = info[0]["network_interface"]
+        net.bridge = _bridge(podman, name)
         for rule in firewall(net.bridge, add=True):
             _run_rule(rule)
             net.rules.append(rule)
     except (SandboxError, ValueError, KeyError, IndexError) as exc:
         remove_network(podman, net)
         raise SandboxError(f"cannot make the job's network: {exc}") from exc
+    return net
+
+
+def leftover_network(podman: Podman, name: str) -> JobNetwork:
+    """A network a killed worker left, with the host rules it had (to be removed)."""
+    net = JobNetwork(name)
+    try:
+        net.bridge = _bridge(podman, name)
+        net.rules = firewall(net.bridge, add=True)
+    except (SandboxError, ValueError, KeyError, IndexError):
+        pass
     return net
 
 

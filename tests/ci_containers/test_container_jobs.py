@@ -112,7 +112,14 @@ def test_a_container_job_reaches_its_postgres_service_by_key(oci_stack: CIStack,
     uids = range(1_720_000, 1_720_032)
     found = re.search(r"uid=(\d+) mark=from-container-env", log)
     assert found is not None and int(found.group(1)) in uids, log
-    assert re.search(r"network=lh-job-[0-9a-f]+ service=lh-job-[0-9a-f]+-postgres", log), log
+    network = re.search(r"network=(lh-job-[0-9a-f]+) service=lh-job-[0-9a-f]+-postgres", log)
+    assert network is not None, log
+    # Torn down with the job: its service, its network and the host rule closing its bridge.
+    podman = ["podman", "--log-level", "error"]
+    left = subprocess.run([*podman, "ps", "--all", "--format", "{{.Names}}"], capture_output=True, text=True)
+    assert network.group(1) not in left.stdout
+    nets = subprocess.run([*podman, "network", "ls", "--format", "{{.Name}}"], capture_output=True, text=True)
+    assert network.group(1) not in nets.stdout.split()
     assert "port=5432" in log, log
     # Pinned: the log names the digest every step ran, and the service's own log is there.
     pinned = RegistryDigests(oci_mirror.host, tls_verify=False)(oci_mirror.postgres)
