@@ -91,7 +91,14 @@ class LocalProcessProvider:
                 log.warning("fleet: worker %s did not exit after its drain; killing it", proc.pid)
                 proc.kill()
                 proc.wait()
-        self._live(pool)
+        with self._lock:
+            kept = []
+            for proc, out in self._procs.get(pool.key, []):
+                if proc in chosen:
+                    out.close()
+                else:
+                    kept.append((proc, out))
+            self._procs[pool.key] = kept
         return [f"{pool.key}/{proc.pid}" for proc in chosen]
 
     def close(self) -> None:
