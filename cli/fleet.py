@@ -19,8 +19,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = command_settings(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = args.config or settings.fleet_config
+    if config is None:
+        raise UsageError("the fleet spec is needed: --config FILE or LEASEHOLD_FLEET_CONFIG")
     try:
-        spec = load_spec(args.config)
+        spec = load_spec(config)
     except FleetConfigError as exc:
         raise UsageError(str(exc)) from None
     provider: FleetProvider
@@ -74,7 +77,9 @@ def add_commands(sub: Any) -> None:
     fleet_sub = fleet.add_subparsers(dest="fleet_command", required=True)
     run = fleet_sub.add_parser("run", help="run the controller with a provider (until SIGTERM)")
     run.add_argument("--data-dir", type=Path, default=None)
-    run.add_argument("--config", type=Path, required=True, help="the fleet spec (TOML or JSON, docs/fleet.md)")
+    run.add_argument(
+        "--config", type=Path, default=None, help="the fleet spec, TOML or JSON (default: $LEASEHOLD_FLEET_CONFIG)"
+    )
     run.add_argument("--provider", choices=["local", "kubernetes"], default="local")
     run.add_argument("--namespace", default="default", help="kubernetes: the namespace of the Deployments")
     run.set_defaults(func=cmd_run)

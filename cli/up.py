@@ -240,7 +240,10 @@ def build_children(
     ]
     workers = [
         ("orchestration", ["worker", "orchestration"]),
-        ("worker-gpu", ["worker", "gpu", "--model", settings.gpu_model]),
+        # With a fleet spec the controller starts and retires the GPU workers itself.
+        ("fleet", ["fleet", "run", "--config", str(settings.fleet_config)])
+        if settings.fleet_config is not None
+        else ("worker-gpu", ["worker", "gpu", "--model", settings.gpu_model]),
         ("worker-ci", ["worker", "ci", "--labels", ",".join(settings.ci_labels)]),
     ]
     for name, args in workers:

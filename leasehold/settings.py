@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     video_capacity_types: bool = False
     video_capacity_fallback_seconds: float = Field(default=30.0, gt=0)
     gpu_capacity_type: Literal["reserved", "preemptible"] | None = None
+    # The fleet controller's spec (docs/fleet.md); set, ``leasehold up`` runs the controller with
+    # the local provider instead of one fixed GPU worker, and ``leasehold fleet run`` defaults to it.
+    fleet_config: Path | None = None
 
     # CI worker labels (runs-on) this worker serves.
     ci_labels: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["linux"])
