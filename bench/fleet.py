@@ -5,7 +5,7 @@ steady trickle of paid and free jobs, then a ten-minute burst, then the trickle 
 fleets serve it with the routing the job workflow does (paid jobs on reserved capacity first,
 free jobs on preemptible, each handed to the other type after 30 s without a free worker,
 doubling, priority by tier then age). The controller fleet is sized every tick by
-``video_policy.fleet.decide``, the rule ``FleetWorkflow`` runs, on observations made the way
+``workflows.fleet.sizing.decide``, the rule ``FleetWorkflow`` runs, on observations made the way
 ``observe_fleet`` makes them (jobs waiting and running by tier, their remaining work, arrivals
 per tier over the window); its drained workers hand their job back at once (checkpoint) and
 the job resumes elsewhere after a resume overhead. The fixed fleet has the reserved minimum
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.report import Table, percentile
-from video_policy.fleet import decide
+from workflows.fleet.sizing import decide
 from workflows.fleet.types import FleetObservation, FleetPool, FleetSpec, GroupDemand
 
 GROUP = "wan-t2v"
@@ -206,7 +206,7 @@ def run(seed: int = 32) -> Table:
         table.rows.append([name, *row, f"{len(replay.done)}/{len(jobs)}"])
     table.notes += [
         "replay in 1 s steps with the workflow's routing (tier's capacity type first, hand-over after 30 s, "
-        "doubling) and the controller's own rule (video_policy.fleet.decide) every 15 s",
+        "doubling) and the controller's own rule (workflows.fleet.sizing.decide) every 15 s",
         f"boot {BOOT_SECONDS:g} s per new worker, {RESUME_SECONDS:g} s resume per drained job "
         f"({controlled.drained} drained); costs 1.0/h reserved, 0.4/h preemptible",
         "the fixed fleet holds the reserved minimum and the most preemptible workers that cost no more than "

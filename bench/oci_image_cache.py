@@ -25,8 +25,8 @@ from pathlib import Path
 from activities.ci.jobroot import JobRoot
 from activities.ci.sandbox import SandboxLimits, SandboxRequest
 from bench.report import Table
-from tests.ci_containers.images import BASE, POSTGRES, ImageRecipe
-from tests.ci_containers.registry import push, running_registry
+from testing.oci_images import BASE, POSTGRES, ImageRecipe
+from testing.oci_registry import push, running_registry
 from worker_ci.cgroups import CgroupLimiter
 from worker_ci.images import RegistryDigests
 from worker_ci.job_users import JobUserPool

@@ -14,8 +14,8 @@ from cli.common import UsageError, command_settings
 def cmd_run(args: argparse.Namespace) -> int:
     import logging
 
-    from leasehold.fleet.provider import FleetProvider
-    from leasehold.fleet.runner import FleetConfigError, load_spec, run_fleet
+    from activities.fleet.provider import FleetProvider
+    from orchestrator.fleet.runner import FleetConfigError, load_spec, run_fleet
 
     settings = command_settings(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -28,14 +28,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     provider: FleetProvider
     if args.provider == "kubernetes":
-        from leasehold.fleet.kubernetes import KubernetesProvider, KubernetesUnavailable
+        from orchestrator.fleet.kubernetes import KubernetesProvider, KubernetesUnavailable
 
         try:
             provider = KubernetesProvider.from_environment(args.namespace)
         except KubernetesUnavailable as exc:
             raise UsageError(str(exc)) from None
     else:
-        from leasehold.fleet.local import LocalProcessProvider
+        from orchestrator.fleet.local import LocalProcessProvider
 
         provider = LocalProcessProvider(settings.data_dir / "logs" / "fleet")
     run_fleet(settings, spec, provider)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.fleet.definitions import FleetProviderDefinition
-from leasehold.fleet.provider import FleetProvider
+from activities.fleet.provider import FleetProvider
 from workflows.fleet.types import ApplyFleetInput, ApplyFleetResult
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from testing.oci_images import BASE, POSTGRES
+from testing.oci_registry import push, running_registry
 from tests.ci_api.conftest import CIStack, running_ci_stack
-from tests.ci_containers.images import BASE, POSTGRES
-from tests.ci_containers.registry import push, running_registry
 from tests.conftest import in_ci
 
 TOOLS = ("podman", "runc", "mmdebstrap", "skopeo", "docker-registry", "iptables")

@@ -1,11 +1,11 @@
-"""The fleet controller's sizing rule (``video_policy.fleet``) on made-up demand."""
+"""The fleet controller's sizing rule (``workflows.fleet.sizing``) on made-up demand."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from video_policy.fleet import decide, within_ceiling
+from workflows.fleet.sizing import decide, within_ceiling
 from workflows.fleet.types import FleetObservation, FleetPool, FleetSpec, GroupDemand
 
 RESERVED = "procedural-v1@reserved"

@@ -19,7 +19,7 @@ import pytest
 
 kubernetes = pytest.importorskip("kubernetes")
 
-from leasehold.fleet.kubernetes import (  # noqa: E402
+from orchestrator.fleet.kubernetes import (  # noqa: E402
     DELETION_COST,
     POOL_LABEL,
     DeploymentMissing,

@@ -58,6 +58,7 @@ ACTIVITY_DEFINITIONS = frozenset(
     {
         "activities.video.definitions",
         "activities.ci.definitions",
+        "activities.fleet.definitions",
         "activities.lifecycle_definitions",
     }
 )

@@ -5,7 +5,7 @@ Contract:
 * Start: workflow id ``fleet_workflow_id(prefix)``, task queue ``fleet_queue(prefix)`` (the
   ``leasehold fleet run`` process, which holds the provider), input ``FleetInput``.
 * Each tick: ``observe_fleet`` (demand from the capacity tracker's publication, workers from
-  the queues), ``video_policy.fleet.decide``, then ``apply_fleet`` (the provider starts
+  the queues), ``workflows.fleet.sizing.decide``, then ``apply_fleet`` (the provider starts
   workers, or drains and retires them: the chosen worker gets the preemption notice, so it
   stops polling, checkpoints, hands its job back and exits). Every decision that changed the
   fleet is kept (the latest ``FLEET_DECISIONS_KEPT``) and logged with its inputs; ``state``
@@ -24,7 +24,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.fleet.definitions import FleetObservationDefinition, FleetProviderDefinition
-    from video_policy.fleet import cost_per_hour, decide
+    from workflows.fleet.sizing import cost_per_hour, decide
     from workflows.fleet.types import (
         ApplyFleetInput,
         Decision,

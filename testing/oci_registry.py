@@ -1,5 +1,5 @@
 """The tests' registry mirror: Debian's ``docker-registry`` on loopback, filled with ``skopeo
-copy`` from the images built here (``tests.ci_containers.images``). Its storage lives beside the
+copy`` from the images built here (``testing.oci_images``). Its storage lives beside the
 image cache, so a later run of the suite finds the images already pushed."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import httpx
 
 from leasehold.devserver import free_port
 from testing.harness import ManagedProcess
-from tests.ci_containers.images import ImageRecipe, cache_dir, podman_image
+from testing.oci_images import ImageRecipe, cache_dir, podman_image
 
 CONFIG = """version: 0.1
 storage:

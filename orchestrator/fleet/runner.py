@@ -17,8 +17,8 @@ from temporalio.worker import Worker
 
 from activities.fleet.actuation import FleetActuator
 from activities.fleet.observation import FleetObserver
+from activities.fleet.provider import FleetProvider
 from leasehold.database import init_database
-from leasehold.fleet.provider import FleetProvider
 from leasehold.settings import Settings
 from leasehold.worker_process import run_worker
 from workflows.fleet.controller import FleetWorkflow, fleet_workflow_id
