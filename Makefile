@@ -27,10 +27,12 @@ install: $(BIN)/.installed
 # the system's), runsc (the gVisor backend; Debian's build fails its self-test, see Security); chromium for the console's browser
 # tests (Playwright drives it; no browser download); npm (tests fetch GitHub's REST description,
 # @octokit/openapi, from the registry; skipped where a Node install already brings npm, as
-# NodeSource's nodejs does, which conflicts with Debian's npm); needs root or sudo.
+# NodeSource's nodejs does, which conflicts with Debian's npm); podman, runc, mmdebstrap,
+# docker-registry, skopeo and iptables for the OCI backend (container: and services:) and the
+# images its tests build offline; needs root or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	PKGS="git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium"; \
+	PKGS="git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium podman runc mmdebstrap docker-registry skopeo iptables"; \
 	command -v npm >/dev/null || PKGS="$$PKGS npm"; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$PKGS >/dev/null
 
