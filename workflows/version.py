@@ -9,4 +9,4 @@ branch is needed. The replay tests replay the histories recorded for this build 
 
 from __future__ import annotations
 
-BUILD_ID = "1.1.0"
+BUILD_ID = "1.2.0"
