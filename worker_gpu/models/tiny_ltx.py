@@ -19,8 +19,6 @@ from typing import Any
 import torch
 
 # Words the tokenizer knows whole; anything else is spelled out from characters.
-_WORDS = ("a", "the", "red", "blue", "green", "kite", "sea", "over", "cat", "lighthouse", "at", "dusk", "waves")
-_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789,.'!?-"
 
 # The scheduler of the published LTX-Video pipelines (diffusers' conversion script).
 SCHEDULER_CONFIG: dict[str, Any] = {
@@ -77,7 +75,9 @@ def build_tiny_ltx(folder: Path) -> Path:
 def tiny_components() -> dict[str, Any]:
     """The tokenizer, text encoder, VAE, scheduler and transformer of the tiny pipelines."""
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
-    from transformers import T5Config, T5EncoderModel, T5Tokenizer
+    from transformers import T5Config, T5EncoderModel
+
+    from worker_gpu.models.tiny_wan import TEXT_ENCODER_CONFIG, tiny_vocab_tokenizer
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -112,27 +112,9 @@ def tiny_components() -> dict[str, Any]:
         for name, parameter in vae.named_parameters():
             if "per_channel_scale" in name:
                 parameter.data.normal_(0.0, 0.1)
-        text_encoder = T5EncoderModel(
-            T5Config(
-                vocab_size=128,
-                d_model=32,
-                d_kv=8,
-                d_ff=64,
-                num_layers=2,
-                num_heads=4,
-                relative_attention_num_buckets=8,
-                relative_attention_max_distance=32,
-                feed_forward_proj="gated-gelu",
-                dropout_rate=0.0,
-                pad_token_id=0,
-                eos_token_id=1,
-            )
-        )
-    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    vocab += [(f"\u2581{word}", -1.0) for word in _WORDS]
-    vocab += [(char, -3.0) for char in _CHARS]
+        text_encoder = T5EncoderModel(T5Config(**TEXT_ENCODER_CONFIG))
     return {
-        "tokenizer": T5Tokenizer(vocab=vocab, extra_ids=0),
+        "tokenizer": tiny_vocab_tokenizer(),
         "text_encoder": text_encoder,
         "vae": vae,
         "scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG),

@@ -18,6 +18,33 @@ _WORDS = ("a", "the", "red", "blue", "green", "kite", "sea", "over", "cat", "lig
 _CHARS = "abcdefghijklmnopqrstuvwxyz0123456789,.'!?-"
 
 
+# The tiny T5-family text encoder both families' tiny components use (random weights).
+TEXT_ENCODER_CONFIG: dict[str, Any] = {
+    "vocab_size": 128,
+    "d_model": 32,
+    "d_kv": 8,
+    "d_ff": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "relative_attention_num_buckets": 8,
+    "relative_attention_max_distance": 32,
+    "feed_forward_proj": "gated-gelu",
+    "dropout_rate": 0.0,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+}
+
+
+def tiny_vocab_tokenizer() -> Any:
+    """A T5 tokenizer over a few words and characters (the prompts tests use)."""
+    from transformers import T5Tokenizer
+
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    vocab += [(f"\u2581{word}", -1.0) for word in _WORDS]
+    vocab += [(char, -3.0) for char in _CHARS]
+    return T5Tokenizer(vocab=vocab, extra_ids=0)
+
+
 def build_tiny_wan(folder: Path, scheduler: str = "unipc") -> Path:
     """Write a tiny random-weight Wan pipeline to ``folder`` (about 300 KiB); returns it."""
     from diffusers import WanPipeline
@@ -68,7 +95,7 @@ def _components(scheduler: str, in_channels: int, image_dim: int | None = None) 
         UniPCMultistepScheduler,
         WanTransformer3DModel,
     )
-    from transformers import T5Tokenizer, UMT5Config, UMT5EncoderModel
+    from transformers import UMT5Config, UMT5EncoderModel
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -90,27 +117,8 @@ def _components(scheduler: str, in_channels: int, image_dim: int | None = None) 
         vae = AutoencoderKLWan(
             base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
         )
-        text_encoder = UMT5EncoderModel(
-            UMT5Config(
-                vocab_size=128,
-                d_model=32,
-                d_kv=8,
-                d_ff=64,
-                num_layers=2,
-                num_heads=4,
-                relative_attention_num_buckets=8,
-                relative_attention_max_distance=32,
-                feed_forward_proj="gated-gelu",
-                dropout_rate=0.0,
-                pad_token_id=0,
-                eos_token_id=1,
-                decoder_start_token_id=0,
-            )
-        )
-    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    vocab += [(f"\u2581{word}", -1.0) for word in _WORDS]
-    vocab += [(char, -3.0) for char in _CHARS]
-    tokenizer = T5Tokenizer(vocab=vocab, extra_ids=0)
+        text_encoder = UMT5EncoderModel(UMT5Config(**TEXT_ENCODER_CONFIG, decoder_start_token_id=0))
+    tokenizer = tiny_vocab_tokenizer()
     sampler: Any
     if scheduler == "unipc":
         sampler = UniPCMultistepScheduler(
