@@ -175,5 +175,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The ``leasehold`` command: :func:`main`, then exit. A process that loaded Temporal's Rust
+    bridge leaves without interpreter finalization (output and logs flushed first): the bridge's
+    runtime threads can outlive the event loop, and finalizing under them crashes the process
+    now and then (temporalio/sdk-python#300), after the command itself succeeded."""
+    code = main()
+    if any(name.startswith("temporalio.bridge") for name in sys.modules):
+        import logging
+        import os
+
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed pipe: nothing more can be said on it
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -119,6 +119,7 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/runs/{run}"): expect_404("GET", lambda v: f"/v1/runs/{v.pushed.run_id}"),
     ("GET", "/v1/runs/{run}/jobs/{job}"): expect_404("GET", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build"),
     ("POST", "/v1/runs/{run}/cancel"): expect_404("POST", lambda v: f"/v1/runs/{v.pushed.run_id}/cancel"),
+    ("POST", "/v1/runs/{run}/rerun"): expect_404("POST", lambda v: f"/v1/runs/{v.pushed.run_id}/rerun"),
     ("POST", "/v1/runs/{run}/jobs/{job}/retry"): expect_404(
         "POST", lambda v: f"/v1/runs/{v.pushed.run_id}/jobs/build/retry"
     ),
