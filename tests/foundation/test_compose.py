@@ -255,7 +255,7 @@ def test_dockerfile() -> None:
     entrypoints = [line for line in lines if line.startswith("ENTRYPOINT")]
     assert entrypoints == ['ENTRYPOINT ["leasehold"]']
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["leasehold"] == "cli.main:main"
+    assert scripts["leasehold"] == "cli.main:run"
     cmd = [line for line in lines if line.startswith("CMD")]
     assert len(cmd) == 1
     args = yaml.safe_load(cmd[0].removeprefix("CMD").strip())  # exec form is a JSON list

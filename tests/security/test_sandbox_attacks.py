@@ -27,6 +27,7 @@ from leasehold.database import init_database
 from leasehold.records.ci.plans import set_isolation, set_network
 from leasehold.settings import Settings
 from testing.harness import register_repo_row
+from testing.stack import cmdline
 from tests.ci_containers.conftest import oci_mirror, oci_settings
 from tests.ci_core.conftest import CIStack, engine_stack
 from workflows.ci.types.run import RunStatus
@@ -106,11 +107,18 @@ async def run_workflow(stack: CIStack, name: str, workflow: str, tenant: str = "
     return state.status, log
 
 
+# How long a finished job's processes may take to be gone: the OCI backend's step containers
+# are reaped by podman's conmon after the step ends, which on two loaded cores took over 10 s once.
+JOB_PROCESSES_GONE_WITHIN = 30.0
+
+
 async def no_job_processes_left(stack: CIStack) -> None:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + JOB_PROCESSES_GONE_WITHIN
     while processes_of(job_uids(stack.settings)) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
-    assert processes_of(job_uids(stack.settings)) == []
+    left = processes_of(job_uids(stack.settings))
+    described = {pid: cmdline(pid)[:200] for pid in left}
+    assert left == [], f"job processes outlived their job: {described}"
 
 
 async def assert_healthy(stack: CIStack) -> None:
