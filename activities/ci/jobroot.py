@@ -92,14 +92,7 @@ def _mode(path_fd: int, mode: int) -> None:
 
 
 def _mkdir_at(dir_fd: int, name: str, mode: int, owner: JobOwner | None) -> None:
-    os.mkdir(name, mode, dir_fd=dir_fd)
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    try:
-        _mode(fd, mode)
-        if owner is not None and owner.uid is not None:
-            os.fchown(fd, owner.uid, owner.gid if owner.gid is not None else owner.uid)
-    finally:
-        os.close(fd)
+    os.close(tool_cache.make_dir_at(dir_fd, name, owner, mode))
 
 
 def make_layout(root: Path, owner: JobOwner) -> None:

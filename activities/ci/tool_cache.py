@@ -81,12 +81,17 @@ def host_tools() -> tuple[Tool, ...]:
     return tuple(tools)
 
 
-def _mkdir_at(dir_fd: int, name: str, owner: JobOwner | None) -> int:
-    """A new directory ``name`` in ``dir_fd``, handed to ``owner``; its descriptor."""
-    os.mkdir(name, 0o755, dir_fd=dir_fd)
+def make_dir_at(dir_fd: int, name: str, owner: JobOwner | None, mode: int = 0o755) -> int:
+    """A new directory ``name`` in ``dir_fd`` with ``mode`` (explicit: the worker's umask may be
+    077), handed to ``owner``; its descriptor (the caller closes it)."""
+    os.mkdir(name, mode, dir_fd=dir_fd)
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    os.fchmod(fd, 0o755)
-    _give(fd, owner)
+    try:
+        os.fchmod(fd, mode)
+        _give(fd, owner)
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -97,7 +102,7 @@ def _give(fd: int, owner: JobOwner | None) -> None:
 
 def seed(home_fd: int, owner: JobOwner | None, tools: tuple[Tool, ...] | None = None) -> None:
     """Make ``tool-cache/`` in a ``home/`` root has just created, with ``tools`` in it."""
-    cache_fd = _mkdir_at(home_fd, CACHE_DIR, owner)
+    cache_fd = make_dir_at(home_fd, CACHE_DIR, owner)
     try:
         for tool in host_tools() if tools is None else tools:
             _seed_tool(cache_fd, tool, owner)
@@ -106,15 +111,15 @@ def seed(home_fd: int, owner: JobOwner | None, tools: tuple[Tool, ...] | None = 
 
 
 def _seed_tool(cache_fd: int, tool: Tool, owner: JobOwner | None) -> None:
-    tool_fd = _mkdir_at(cache_fd, tool.name, owner)
+    tool_fd = make_dir_at(cache_fd, tool.name, owner)
     try:
-        version_fd = _mkdir_at(tool_fd, tool.version, owner)
+        version_fd = make_dir_at(tool_fd, tool.version, owner)
     finally:
         os.close(tool_fd)
     try:
-        arch_fd = _mkdir_at(version_fd, arch(), owner)
+        arch_fd = make_dir_at(version_fd, arch(), owner)
         try:
-            bin_fd = _mkdir_at(arch_fd, "bin", owner)
+            bin_fd = make_dir_at(arch_fd, "bin", owner)
             try:
                 for name, target in tool.links:
                     os.symlink(target, name, dir_fd=bin_fd)
