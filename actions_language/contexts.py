@@ -35,6 +35,8 @@ STEP_CONTEXTS = {"github", "vars", "needs", "env", "steps", "job", "runner", "se
 # A step's timeout-minutes and continue-on-error (GitHub's list: no secrets).
 STEP_LIMIT_CONTEXTS = STEP_CONTEXTS - {"secrets"}
 OUTPUT_CONTEXTS = {"github", "vars", "needs", "env", "steps", "job", "runner", "inputs", "strategy", "matrix"}
+# A job's environment.url (GitHub's list: the job's outputs' contexts; read once the job has run).
+ENVIRONMENT_URL_CONTEXTS = OUTPUT_CONTEXTS
 # Where a strategy and a workflow's concurrency may look (no env, no secrets).
 STRATEGY_CONTEXTS = {"github", "vars", "needs", "inputs"}
 WORKFLOW_CONCURRENCY_CONTEXTS = {"github", "vars", "inputs"}

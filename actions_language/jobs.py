@@ -3,11 +3,11 @@ permissions, and the ``needs`` graph of a workflow's jobs."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from actions_language.containers import container_spec, services_spec
 from actions_language.contexts import (
+    ENVIRONMENT_URL_CONTEXTS,
     JOB_CONCURRENCY_CONTEXTS,
     JOB_DEFAULTS_CONTEXTS,
     JOB_ENV_CONTEXTS,
@@ -20,6 +20,7 @@ from actions_language.contexts import (
     if_condition,
     start_expression,
 )
+from actions_language.environment_names import check_name, name_expression
 from actions_language.loader import YamlList, YamlMap
 from actions_language.schema import (
     JOB_ID,
@@ -43,6 +44,7 @@ from workflows.ci.matrix import MatrixError, expand_matrix
 from workflows.ci.types.spec import (
     MAX_STEPS_PER_JOB,
     ConcurrencySpec,
+    EnvironmentExpression,
     JobSpec,
     StepSpec,
     StrategySpec,
@@ -68,8 +70,6 @@ JOB_KEYS = {
     "services",
 }
 
-ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-
 PERMISSION_SCOPES = {
     "actions",
     "attestations",
@@ -94,20 +94,36 @@ PERMISSION_LIMITS = {"id-token": {"write", "none"}, "models": {"read", "none"}}
 MAX_MATRIX_JOBS = 256
 
 
-def _environment(ctx: FileContext, value: Any, line: int | None, where: str) -> str | None:
-    """``environment: name`` or ``environment: {name: ..., url: ...}`` (the url is ignored); an
-    empty one means none, as on GitHub."""
+def _environment(
+    ctx: FileContext, value: Any, line: int | None, where: str, needs: list[str]
+) -> tuple[str | None, EnvironmentExpression | None]:
+    """``environment: name`` or ``environment: {name: ..., url: ...}``; an empty one means none, as
+    on GitHub. The url may hold expressions (checked here; it is shown on GitHub's deployment page
+    and has no effect here). A name with ``${{ }}`` is checked here and evaluated when the push is
+    listed (``actions_language.environment_names``: the run carries the protection rules of the
+    environments its jobs name, read by the listing, and decides approvals before it evaluates a
+    job's expressions), so it may use only what the listing knows."""
+    name_line, name_key = line, where
     if isinstance(value, YamlMap):
         for k in value:
             if k not in ("name", "url"):
                 raise ctx.fail(value.key_lines.get(k), f"{where}.{k}", "supported: name, url")
+        if "url" in value:
+            uline = value.key_lines.get("url")
+            url = value["url"]
+            if not isinstance(url, str):
+                raise ctx.fail(uline, f"{where}.url", "must be a string")
+            check_text(ctx, url, uline, f"{where}.url", ENVIRONMENT_URL_CONTEXTS, needs)
+        name_line, name_key = value.key_lines.get("name", line), f"{where}.name"
         value = value.get("name")
     if value is None or value == "":
-        return None
-    name = scalar_text(ctx, value, line, where) if isinstance(value, str) else None
-    if name is None or not ENVIRONMENT_NAME.match(name):
-        raise ctx.fail(line, where, "must be an environment name (letters, digits, '_', '-', '.'; no expressions)")
-    return name
+        return None, None
+    if not isinstance(value, str):
+        raise ctx.fail(name_line, name_key, "must be an environment name")
+    if "${{" in value:
+        return None, name_expression(ctx, value, name_line, name_key, needs)
+    check_name(ctx, value, name_line, name_key)
+    return value, None
 
 
 # Parsed now, run later: strategy, concurrency, permissions ----------------------------------------
@@ -373,6 +389,11 @@ def parse_job(ctx: FileContext, job_id: str, raw: Any, line: int | None, default
     continue_expr = start_expression(
         ctx, raw.get("continue-on-error"), ln("continue-on-error"), f"{where}.continue-on-error", needs
     )
+    environment, environment_expression = (
+        _environment(ctx, raw["environment"], ln("environment"), f"{where}.environment", needs)
+        if "environment" in raw
+        else (None, None)
+    )
     return JobSpec(
         id=job_id,
         name=name,
@@ -392,9 +413,8 @@ def parse_job(ctx: FileContext, job_id: str, raw: Any, line: int | None, default
         steps=steps,
         network=boolean(ctx, raw["network"], ln("network"), f"{where}.network") if "network" in raw else False,
         line=line,
-        environment=_environment(ctx, raw["environment"], ln("environment"), f"{where}.environment")
-        if "environment" in raw
-        else None,
+        environment=environment,
+        environment_expression=environment_expression,
         strategy=_strategy(ctx, raw["strategy"], ln("strategy"), f"{where}.strategy", needs)
         if "strategy" in raw
         else None,

@@ -106,8 +106,12 @@ def positive_minutes(ctx: FileContext, value: Any, line: int | None, key: str) -
 
 
 def boolean(ctx: FileContext, value: Any, line: int | None, key: str) -> bool:
+    """``true`` or ``false``. Where an expression is allowed the caller has taken it already, so
+    one that reaches here is one this key does not support."""
+    if isinstance(value, str) and "${{" in value:
+        raise ctx.fail(line, key, "expressions are not supported here: must be true or false")
     if not isinstance(value, bool):
-        raise ctx.fail(line, key, "must be true or false (expressions are not supported here)")
+        raise ctx.fail(line, key, "must be true or false")
     return value
 
 

@@ -130,7 +130,9 @@ def _uses_step(ctx: FileContext, where: str, index: int, raw: YamlMap, needs: li
             name = str(k)
             if action.lower() == ACTION_CACHE and name not in CACHE_INPUTS:
                 raise ctx.fail(
-                    kline, f"{where}.with.{name}", f"unsupported input (supported: {', '.join(sorted(CACHE_INPUTS))})"
+                    kline,
+                    f"{where}.with.{name}",
+                    f"input not supported here (supported: {', '.join(sorted(CACHE_INPUTS))})",
                 )
             text = scalar_text(ctx, v, kline, f"{where}.with.{name}")
             check_text(ctx, text, kline, f"{where}.with.{name}", STEP_CONTEXTS, needs)
@@ -190,7 +192,9 @@ def _shell(ctx: FileContext, value: Any, line: int | None, key: str) -> str:
     if text in SHELLS:
         return text
     if text.lower() in UNAVAILABLE_SHELLS:
-        raise ctx.fail(line, key, f"shell {text!r} cannot run on this deployment's Linux runners")
+        raise ctx.fail(
+            line, key, f"shell {text!r} is not supported here: it cannot run on this deployment's Linux runners"
+        )
     words = text.split()
     if (
         "{0}" not in text

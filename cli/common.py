@@ -193,6 +193,8 @@ def field_errors(error: type[FieldError]) -> Iterator[None]:
 
 
 def _scope(args: argparse.Namespace) -> str:
+    if getattr(args, "environment", None):
+        return f"environment {args.environment} of repository {args.repo}"
     return f"repository {args.repo}" if args.repo else f"tenant {args.tenant}"
 
 

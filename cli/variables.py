@@ -2,6 +2,8 @@
 
 Not secret: values are shown by ``list`` and in logs (use ``leasehold secrets`` for anything
 that must stay hidden). ``set NAME VALUE``, or ``set NAME -`` to read the value from stdin.
+``--repo R`` scopes a command to a repository, ``--repo R --environment E`` to one of its
+deployment environments (what a job with ``environment: E`` sees over the repository's).
 """
 
 from __future__ import annotations
@@ -10,10 +12,21 @@ import argparse
 import json
 from typing import Any
 
-from cli.common import add_command, admin_parent, delete_scoped, put_scoped, read_stdin_value, scoped_database
+from cli.common import (
+    UsageError,
+    add_command,
+    admin_parent,
+    delete_scoped,
+    field_errors,
+    put_scoped,
+    read_stdin_value,
+    scoped_database,
+)
 
 
 def _open(args: argparse.Namespace) -> Any:
+    if args.environment is not None and args.repo is None:
+        raise UsageError("--environment needs --repo: an environment's variables are a repository's")
     return scoped_database(args)[1]
 
 
@@ -23,16 +36,21 @@ def cmd_vars_set(args: argparse.Namespace) -> int:
     factory = _open(args)
     value = read_stdin_value() if args.value == "-" else args.value
     return put_scoped(
-        args, "variable", VariableError, lambda: put_variable(factory, args.tenant, args.repo, args.name, value)
+        args,
+        "variable",
+        VariableError,
+        lambda: put_variable(factory, args.tenant, args.repo, args.name, value, args.environment),
     )
 
 
 def cmd_vars_list(args: argparse.Namespace) -> int:
-    from leasehold.records.ci.variables import list_variables
+    from leasehold.records.ci.variables import VariableError, list_variables
 
     factory = _open(args)
-    for info in list_variables(factory, args.tenant, args.repo):
-        shown = {"name": info.name, "value": info.value, "repo_id": info.repo_id}
+    with field_errors(VariableError):
+        infos = list_variables(factory, args.tenant, args.repo, args.environment)
+    for info in infos:
+        shown = {"name": info.name, "value": info.value, "repo_id": info.repo_id, "environment": info.environment}
         print(json.dumps({**shown, "updated_at": info.updated_at.isoformat()}))
     return 0
 
@@ -42,13 +60,19 @@ def cmd_vars_delete(args: argparse.Namespace) -> int:
 
     factory = _open(args)
     return delete_scoped(
-        args, "variable", VariableError, lambda: delete_variable(factory, args.tenant, args.repo, args.name)
+        args,
+        "variable",
+        VariableError,
+        lambda: delete_variable(factory, args.tenant, args.repo, args.name, args.environment),
     )
 
 
 def add_commands(sub: Any) -> None:
     """Add the ``vars`` subcommands to the top-level parser's subparsers."""
     scoped = admin_parent(repo="a repository id: the variable is only that repository's")
+    scoped.add_argument(
+        "--environment", default=None, help="with --repo: the variable is only that deployment environment's"
+    )
     variables = sub.add_parser("vars", help="CI configuration variables (${{ vars.NAME }}; not secret)")
     vars_sub = variables.add_subparsers(dest="vars_command", required=True)
     put_help = "create or replace a variable ('-': value from stdin)"

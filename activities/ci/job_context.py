@@ -159,6 +159,6 @@ class JobContext:
             "secrets": secrets,
             "strategy": self.strategy(),
             "matrix": dict(inp.matrix),
-            "vars": dict(push.variables),
+            "vars": inp.vars_context,
             "inputs": dict(push.inputs),
         }

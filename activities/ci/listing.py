@@ -7,17 +7,19 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from actions_language.environment_names import evaluate_names
 from actions_language.filters import matches_any
 from actions_language.inputs import DispatchInputError, check_shape, resolve_inputs
 from actions_language.loader import MAX_WORKFLOW_BYTES
 from actions_language.parser import parse_workflow
-from actions_language.schema import WorkflowSpecError
+from actions_language.schema import FileContext, WorkflowSpecError
 from actions_language.triggers import (
     MAX_DIFF_FILES,
     has_path_filter,
@@ -28,11 +30,14 @@ from actions_language.triggers import (
     workflow_run_triggers,
 )
 from activities.ci.actions import ActionResolver, ActionSource
+from activities.ci.called_workflows import CalledWorkflowFiles
 from activities.ci.definitions import CIListingDefinition
 from activities.ci.git import GitError, GitMirror, InvalidRequest
 from activities.ci.image_pins import ImageDigests, pin_images
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.ci.environments import CIEnvironment
+from leasehold.records.ci.variables import MAX_VARIABLES_BYTES_PER_RUN
+from workflows.ci.event import push_github_context
 from workflows.ci.ids import run_id
 from workflows.ci.types.push import (
     ACTIVITY_LIST_WORKFLOWS,
@@ -41,6 +46,7 @@ from workflows.ci.types.push import (
     EnvironmentRule,
     ListWorkflowsInput,
     ListWorkflowsResult,
+    PushContext,
 )
 from workflows.ci.types.spec import PushFilter, SpecError, WorkflowFile, WorkflowSpec
 
@@ -48,6 +54,9 @@ log = logging.getLogger(__name__)
 
 # (tenant, repo, environment names) -> the rules of those that require approval.
 EnvironmentRules = Callable[[str, str, Iterable[str]], dict[str, EnvironmentRule]]
+# (tenant, repo, environment names, bytes left) -> their configuration variables
+# (``leasehold.records.ci.variables.environment_variables_for``).
+EnvironmentVariables = Callable[[str, str, Iterable[str], int], dict[str, dict[str, str]]]
 # (tenant, repo, workflow path, run id) -> the run's number (``github.run_number``), kept by run id.
 RunNumbers = Callable[[str, str, str, str], int]
 
@@ -68,6 +77,8 @@ class CIListingActivities(CIListingDefinition):
     # The registry mirror's digests: ``container:``/``services:`` images pinned here (None: no
     # mirror configured; the OCI worker then resolves them when each attempt starts).
     images: ImageDigests | None = None
+    # The named environments' configuration variables (None: none are read, jobs see ``vars``).
+    environment_variables: EnvironmentVariables | None = None
 
     @activity.defn(name=ACTIVITY_LIST_WORKFLOWS)
     def list_workflows(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
@@ -103,8 +114,9 @@ class CIListingActivities(CIListingDefinition):
             return diff[0]
 
         files = []
-        # Called (reusable) workflows are read from the same listing: git's blobs at the commit.
-        read = dict(found).get
+        # Called (reusable) workflows: this repository's from the same listing (git's blobs at
+        # the commit), another's through the actions source, one commit per ref for the push.
+        read = self._called_workflows(found)
         for path, content in found:
             if content is None:
                 error = SpecError(file=path, message=f"file is larger than {MAX_WORKFLOW_BYTES} bytes")
@@ -129,9 +141,11 @@ class CIListingActivities(CIListingDefinition):
                 if inp.event != "pull_request_target":
                     triggered = paths_match(event, changed())
             files.append(WorkflowFile(path=path, spec=spec, triggered=triggered))
+        files = self._environment_names(inp, inp.commit_sha, inp.ref, {} if resolved else None, files)
         return ListWorkflowsResult(
             files=files,
             environments=self._rules(inp, files),
+            environment_variables=self._environment_variables(inp, files),
             run_numbers=self._numbers(inp, inp.commit_sha, files),
             report_status=self._reports(inp, files),
             workflow_run_listened=listened(files),
@@ -140,6 +154,9 @@ class CIListingActivities(CIListingDefinition):
             ref=inp.ref if resolved else None,
             inputs={} if resolved else None,
         )
+
+    def _called_workflows(self, found: Iterable[tuple[str, bytes | None]]) -> CalledWorkflowFiles:
+        return CalledWorkflowFiles(dict(found), self.actions, activity.heartbeat)
 
     def _pin(self, spec: WorkflowSpec) -> None:
         if self.images is not None:
@@ -172,13 +189,65 @@ class CIListingActivities(CIListingDefinition):
         return in_activity(lambda: reporter(tenant, inp.repo_id), self.failover_seconds, what, log)
 
     def _rules(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, EnvironmentRule]:
-        named = {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
+        named = named_environments(files)
         if not named or not inp.tenant_id or self.environments is None:
             return {}
         # Read with the listing, so the run carries its protection rules from the start.
         rules, tenant = self.environments, inp.tenant_id
         what = f"environments of {inp.repo_id}"
         return in_activity(lambda: rules(tenant, inp.repo_id, named), self.failover_seconds, what, log)
+
+    def _environment_variables(self, inp: ListWorkflowsInput, files: list[WorkflowFile]) -> dict[str, dict[str, str]]:
+        """The variables of the environments the jobs name, read with the listing like the
+        rules (a job's ``vars`` never changes during its run), within what the push's own
+        ``vars`` left of the per-run bound."""
+        named = named_environments(files)
+        if not named or not inp.tenant_id or self.environment_variables is None:
+            return {}
+        read, tenant = self.environment_variables, inp.tenant_id
+        budget = MAX_VARIABLES_BYTES_PER_RUN - inp.variables_bytes
+        what = f"environment variables of {inp.repo_id}"
+        return in_activity(lambda: read(tenant, inp.repo_id, named, budget), self.failover_seconds, what, log)
+
+    def _environment_names(
+        self,
+        inp: ListWorkflowsInput,
+        sha: str,
+        ref: str,
+        inputs: dict[str, str | bool | float] | None,
+        files: list[WorkflowFile],
+    ) -> list[WorkflowFile]:
+        """The triggered files with their jobs' ``environment: ${{ }}`` names evaluated, before
+        their rules and variables are read (``actions_language.environment_names``): over the
+        push as its runs see it, at ``sha`` and ``ref`` (and ``inputs``, None: the push's own),
+        as ``CIPushWorkflow`` adopts a resolved commit. A name that cannot be evaluated fails
+        its file's run, naming file, line and key, as a parse error does."""
+        out: list[WorkflowFile] = []
+        for file in files:
+            spec = file.spec
+            written = [j.environment_expression for j in spec.jobs if j.environment_expression] if spec else []
+            if spec is None or not file.triggered or not written:
+                out.append(file)
+                continue
+            try:
+                if inp.push is None:
+                    # A push started before the listing was given it (its payload predates the field).
+                    raise FileContext(written[0].file).fail(
+                        written[0].line,
+                        written[0].key,
+                        "an environment name expression needs the push, which this listing was not given",
+                    )
+                update: dict[str, object] = {"commit_sha": sha, "ref": ref}
+                if inputs is not None:
+                    update["inputs"] = inputs
+                push = inp.push.model_copy(update=update)
+                rid = run_id(inp.repo_id, sha, file.path, inp.event, inp.dispatch_key)
+                evaluate_names(spec, listing_contexts(push, rid, spec.name))
+            except WorkflowSpecError as exc:
+                out.append(WorkflowFile(path=file.path, error=exc.error))
+                continue
+            out.append(file)
+        return out
 
     def _list_scheduled(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
         """A tick of an ``on.schedule`` entry: the default branch's head now, and the one file,
@@ -195,21 +264,14 @@ class CIListingActivities(CIListingDefinition):
         files: list[WorkflowFile] = []
         if content is not None:
             try:
-                spec = parse_workflow(path, content, found.get)
+                spec = parse_workflow(path, content, self._called_workflows(found.items()))
                 ActionResolver(self.actions, self.mirror, mirror, sha, activity.heartbeat).resolve_workflow(spec)
                 self._pin(spec)
                 files = [WorkflowFile(path=path, spec=spec, triggered=bool(spec.on_schedule))]
             except WorkflowSpecError:
                 files = [WorkflowFile(path=path, spec=None, triggered=False)]
-        return ListWorkflowsResult(
-            files=files,
-            environments=self._rules(inp, files),
-            commit_sha=sha,
-            ref=ref,
-            inputs={},
-            run_numbers=self._numbers(inp, sha, files),
-            report_status=self._reports(inp, files),
-        )
+            files = self._environment_names(inp, sha, ref, {}, files)
+        return self._resolved_result(inp, files, sha, ref, {})
 
     def _list_dispatch(self, inp: ListWorkflowsInput) -> ListWorkflowsResult:
         """A ``workflow_dispatch``: the ref's commit, the one file asked for, its inputs checked
@@ -229,7 +291,7 @@ class CIListingActivities(CIListingDefinition):
         if content is None:
             raise _rejected("workflow", f"{path} is larger than {MAX_WORKFLOW_BYTES} bytes")
         try:
-            spec = parse_workflow(path, content, dict(found).get)
+            spec = parse_workflow(path, content, self._called_workflows(found))
         except WorkflowSpecError as exc:
             raise _rejected("workflow", str(exc)) from None
         if spec.on_dispatch is None:
@@ -245,9 +307,24 @@ class CIListingActivities(CIListingDefinition):
         except WorkflowSpecError as exc:
             # As on a push: the run is created, and fails with the action's error.
             files = [WorkflowFile(path=path, error=exc.error)]
+        files = self._environment_names(inp, sha, ref, inputs, files)
+        return self._resolved_result(inp, files, sha, ref, inputs)
+
+    def _resolved_result(
+        self,
+        inp: ListWorkflowsInput,
+        files: list[WorkflowFile],
+        sha: str,
+        ref: str,
+        inputs: dict[str, str | bool | float],
+    ) -> ListWorkflowsResult:
+        """A schedule's or a dispatch's listing: the one file with what is read beside it (rules,
+        variables, run number, reporting, in that order), and the commit, ref and inputs it
+        resolved to, which the push adopts."""
         return ListWorkflowsResult(
             files=files,
             environments=self._rules(inp, files),
+            environment_variables=self._environment_variables(inp, files),
             commit_sha=sha,
             ref=ref,
             inputs=inputs,
@@ -296,6 +373,21 @@ def event_trigger(spec: WorkflowSpec, inp: ListWorkflowsInput) -> tuple[PushFilt
 def _rejected(field: str, message: str) -> ApplicationError:
     # The field travels as the error's details: the API answers 422 naming it.
     return ApplicationError(f"{field}: {message}", field, type=DISPATCH_REJECTED, non_retryable=True)
+
+
+def listing_contexts(push: PushContext, run: str, workflow_name: str) -> dict[str, Any]:
+    """What an environment name is evaluated over: the run's ``github`` (built as its jobs'
+    is), the push's ``vars`` and its ``inputs``."""
+    return {
+        "github": push_github_context(push, run, workflow_name),
+        "vars": dict(push.variables),
+        "inputs": dict(push.inputs),
+    }
+
+
+def named_environments(files: list[WorkflowFile]) -> set[str]:
+    """The environments (``environment:``) the jobs of the triggered files name."""
+    return {j.environment for f in files if f.spec and f.triggered for j in f.spec.jobs if j.environment}
 
 
 def environment_rules(

@@ -1,7 +1,8 @@
-"""Deployment approvals: a job naming a protected environment waits in ``awaiting_approval`` until an
-approver of its tenant approves (it runs) or rejects (it fails, its dependents are skipped);
-every decision is kept for audit; a user outside the approvers is refused, another tenant sees
-404; cancelling the run while it waits cancels the job."""
+"""Deployment approvals: a job naming a protected environment (here by an expression over
+``github``, evaluated when the push is listed) waits in ``awaiting_approval`` until an approver
+of its tenant approves (it runs) or rejects (it fails, its dependents are skipped); every
+decision is kept for audit; a user outside the approvers is refused, another tenant sees 404;
+cancelling the run while it waits cancels the job."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ jobs:
   deploy:
     needs: build
     runs-on: linux
-    environment: Production
+    # Evaluated when the push is listed (a push to main), so its protection applies.
+    environment: ${{ github.ref_name == 'main' && 'Production' || 'staging' }}
     steps: [{run: echo deployed}]
   notify:
     needs: deploy

@@ -161,6 +161,15 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("DELETE", "/v1/repos/{repo_id}/variables/{name}"): expect_404(
         "DELETE", lambda v: f"/v1/repos/{v.pushed.repo_id}/variables/A_VAR"
     ),
+    ("PUT", "/v1/repos/{repo_id}/environments/{environment}/variables/{name}"): expect_404(
+        "PUT", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments/production/variables/A_VAR", {"value": "x"}
+    ),
+    ("GET", "/v1/repos/{repo_id}/environments/{environment}/variables"): expect_404(
+        "GET", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments/production/variables"
+    ),
+    ("DELETE", "/v1/repos/{repo_id}/environments/{environment}/variables/{name}"): expect_404(
+        "DELETE", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments/production/variables/A_VAR"
+    ),
     ("PUT", "/v1/repos/{repo_id}/environments/{name}"): expect_404(
         "PUT", lambda v: f"/v1/repos/{v.pushed.repo_id}/environments/production", {"required_approval": False}
     ),
@@ -203,6 +212,8 @@ def victim(tenancy: CIStack) -> Victim:
         assert client.put(f"/v1/repos/{repo_id}/secrets/A_TOKEN", json={"value": A_VALUE}).status_code == 201
         assert client.put("/v1/variables/A_VAR", json={"value": "a-tenant-wide"}).status_code == 201
         assert client.put(f"/v1/repos/{repo_id}/variables/A_VAR", json={"value": "a-repo"}).status_code == 201
+        answer = client.put(f"/v1/repos/{repo_id}/environments/production/variables/A_VAR", json={"value": "a-env"})
+        assert answer.status_code == 201
 
     pushed = push_workflow(tenancy, FAILING, before_push=secrets)
     run = wait_run(pushed.client, pushed.run_id)
@@ -225,6 +236,8 @@ def test_tenant_b_cannot_reach_tenant_a(tenancy: CIStack, victim: Victim, endpoi
     assert [(x["name"], x["value"]) for x in a.get("/v1/variables").json()["data"]] == [("A_VAR", "a-tenant-wide")]
     repo_vars = a.get(f"/v1/repos/{victim.pushed.repo_id}/variables").json()["data"]
     assert [(x["name"], x["value"]) for x in repo_vars] == [("A_VAR", "a-repo")]
+    env_vars = a.get(f"/v1/repos/{victim.pushed.repo_id}/environments/production/variables").json()["data"]
+    assert [(x["name"], x["value"]) for x in env_vars] == [("A_VAR", "a-env")]
     assert "victim output" in log_text(a, victim.pushed.run_id, "build")
 
 

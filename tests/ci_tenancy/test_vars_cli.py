@@ -1,5 +1,6 @@
-"""``leasehold vars``: set, list (values shown: they are not secrets), delete, per tenant and
-per repository, with bad names refused naming the field and no traceback."""
+"""``leasehold vars``: set, list (values shown: they are not secrets), delete, per tenant, per
+repository and per deployment environment of a repository, with bad names refused naming the
+field and no traceback."""
 
 from __future__ import annotations
 
@@ -48,6 +49,44 @@ def test_set_list_and_delete_variables(tmp_path: Path) -> None:
     assert leasehold("vars", "delete", "--tenant", "acme", "region", "--data-dir", data).returncode == 0
     gone = leasehold("vars", "delete", "--tenant", "acme", "region", "--data-dir", data)
     assert gone.returncode != 0 and "no variable" in gone.stderr
+
+
+def test_environment_variables(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    assert leasehold("vars", "list", "--tenant", "acme", "--data-dir", data, "--init").returncode == 0
+    added = leasehold(
+        "repos", "add", "--tenant", "acme", "--name", "acme/app", "--clone-url", "https://github.com/acme/app.git",
+        "--webhook-secret", "webhook-secret-123", "--data-dir", data,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    repo = added.stdout.strip()
+    scope = ("--tenant", "acme", "--repo", repo, "--data-dir", data)
+    assert leasehold("vars", "set", *scope, "REGION", "eu-west").returncode == 0
+    done = leasehold("vars", "set", *scope, "--environment", "Staging", "region", "eu-staging")
+    assert done.returncode == 0, done.stderr
+    assert f"created variable REGION for environment Staging of repository {repo}" in done.stderr, done.stderr
+
+    listed = leasehold("vars", "list", *scope, "--environment", "staging")
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["name"], r["value"], r["repo_id"], r["environment"]) for r in rows] == [
+        ("REGION", "eu-staging", repo, "staging")
+    ]
+    # The repository's own variable is untouched, and listed without the environment's.
+    rows = [json.loads(line) for line in leasehold("vars", "list", *scope).stdout.splitlines()]
+    assert [(r["name"], r["value"], r["environment"]) for r in rows] == [("REGION", "eu-west", None)]
+
+    bad = leasehold("vars", "set", *scope, "--environment", "no spaces", "A", "1")
+    assert bad.returncode != 0 and "environment:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    bad = leasehold("vars", "list", *scope, "--environment", "no spaces")
+    assert bad.returncode != 0 and "environment:" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    alone = leasehold("vars", "set", "--tenant", "acme", "--environment", "staging", "A", "1", "--data-dir", data)
+    assert alone.returncode != 0 and "--environment needs --repo" in alone.stderr, alone.stderr
+
+    assert leasehold("vars", "delete", *scope, "--environment", "STAGING", "region").returncode == 0
+    gone = leasehold("vars", "delete", *scope, "--environment", "staging", "region")
+    assert gone.returncode != 0 and "no variable" in gone.stderr
+    assert leasehold("vars", "list", *scope, "--environment", "staging").stdout == ""
+    assert len(leasehold("vars", "list", *scope).stdout.splitlines()) == 1
 
 
 def leasehold_argv(*args: str) -> list[str]:

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         PushStatus,
         RunRef,
         WorkflowFile,
+        variables_size,
     )
     from workflows.ci.types.run import CIRunInput, RunStatus
     from workflows.ci.types.schedules import SYNC_RETRY, SYNC_START_TO_CLOSE, SyncSchedulesInput
@@ -92,6 +93,8 @@ class CIPushWorkflow:
                     dispatch_key=inp.push.dispatch_key,
                     triggering_workflow=inp.push.triggering_workflow,
                     triggering_branch=inp.push.triggering_branch,
+                    variables_bytes=variables_size(inp.push.variables),
+                    push=inp.push,
                 ),
                 task_queue=ci_control_queue(inp.push.queue_prefix),
                 start_to_close_timeout=timedelta(seconds=CI_LIST_WORKFLOWS_TIMEOUT_SECONDS),
@@ -167,6 +170,7 @@ class CIPushWorkflow:
                     spec_error=file.error,
                     push_id=self._state.push_id,
                     environments=listing.environments,
+                    environment_variables=listing.environment_variables,
                     run_number=listing.run_numbers.get(file.path),
                     report_status=listing.report_status,
                     notify_workflow_run=file.path in listing.workflow_run_listened,

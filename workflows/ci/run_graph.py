@@ -78,7 +78,8 @@ class RunGraph(RunAttempts):
             "github": push_github_context(inp.push, inp.run_id, self._state.workflow_name),
             "env": dict(inp.spec.env) if inp.spec else {},
             "needs": {k: v.model_dump() for k, v in self._needs_context(job).items()},
-            "vars": dict(inp.push.variables),
+            # A job naming an environment sees its variables (read when the push was listed).
+            "vars": inp.job_vars(job.environment),
             "inputs": dict(inp.push.inputs),
         }
 

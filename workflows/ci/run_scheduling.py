@@ -110,6 +110,7 @@ class RunScheduling(RunRounds):
             job_index=job.job_index,
             job_total=job.job_total,
             matrix_job_id=job.matrix_of,
+            environment_variables=inp.environment_vars(job.environment),
         )
         inherited: str | None = None
         if (

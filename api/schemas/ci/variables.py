@@ -24,6 +24,8 @@ class VariableOut(RecordView):
     name: str
     value: str
     repo_id: str | None = None
+    # A deployment environment's variable: its environment (lower-case).
+    environment: str | None = None
     created_at: datetime
     updated_at: datetime
 

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 from leasehold.records.base import Base, FieldError, from_row, utcnow
 
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+ENVIRONMENT_NAME_RULE = "environment names hold letters, digits, '_', '-', '.' (at most 100)"
 USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 MAX_APPROVERS = 100
 
@@ -62,7 +63,7 @@ def set_environment(
     """Create or change an environment of the tenant's repository (the caller checked that the
     repository is the tenant's)."""
     if not ENVIRONMENT_NAME.match(name):
-        raise EnvironmentError("name", "environment names hold letters, digits, '_', '-', '.' (at most 100)")
+        raise EnvironmentError("name", ENVIRONMENT_NAME_RULE)
     if len(approvers) > MAX_APPROVERS or any(not USER_ID.match(a) for a in approvers):
         raise EnvironmentError("approvers", f"approvers must be at most {MAX_APPROVERS} user ids")
     with factory.begin() as session:

@@ -104,6 +104,13 @@ class JobActivityInput(PushScoped):
     # fetches no secrets: no token), so that attempt starts without the ``attempt_started``
     # round trip; ``None`` (or a retried activity attempt): ask with the Update.
     grant: AttemptGrant | None = None
+    # The configuration variables of the job's ``environment:`` (``CIRunInput.environment_vars``).
+    environment_variables: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def vars_context(self) -> dict[str, str]:
+        """The job's ``vars`` context: its environment's variables over the push's."""
+        return self.push.vars_with(self.environment_variables)
 
 
 class AttemptRunning(BaseModel):

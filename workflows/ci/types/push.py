@@ -98,6 +98,11 @@ class PushContext(BaseModel):
     triggering_workflow: str = ""
     triggering_branch: str = ""
 
+    def vars_with(self, environment_variables: Mapping[str, str]) -> dict[str, str]:
+        """The ``vars`` context of a job: its environment's variables (``environment:``, read
+        when the push was listed) over the push's, as GitHub layers them."""
+        return {**self.variables, **environment_variables}
+
 
 _PUSH_FIELDS = frozenset(PushContext.model_fields)
 
@@ -198,6 +203,19 @@ class ListWorkflowsInput(BaseModel):
     # A ``workflow_run``: the triggering run's workflow name and head branch.
     triggering_workflow: str = ""
     triggering_branch: str = ""
+    # What the push's own ``vars`` take of the per-run bound (``variables_size``): the
+    # environments' variables the activity reads get the rest.
+    variables_bytes: int = 0
+    # The push itself: what an ``environment:`` name written with ``${{ }}`` is evaluated over
+    # (``github``, ``vars``, ``inputs``, as its runs' jobs see them). None in inputs written
+    # before it was carried: such a name is then refused.
+    push: PushContext | None = None
+
+
+def variables_size(variables: Mapping[str, str]) -> int:
+    """What ``variables`` take of a run's bound on them, counted as
+    ``leasehold.records.ci.variables`` counts them: names and values' UTF-8 bytes."""
+    return sum(len(name) + len(value.encode()) for name, value in variables.items())
 
 
 class EnvironmentRule(BaseModel):
@@ -213,6 +231,9 @@ class ListWorkflowsResult(BaseModel):
     files: list[WorkflowFile] = Field(default_factory=list)
     # The repository's protected environments that the files' jobs name (lower-case names).
     environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
+    # The configuration variables of the environments the files' jobs name (lower-case name ->
+    # name -> value; those without any left out): a job naming one sees them over ``vars``.
+    environment_variables: dict[str, dict[str, str]] = Field(default_factory=dict)
     # A ``workflow_dispatch``: the commit and full ref it resolved to, and its inputs as the
     # ``inputs`` context holds them (defaults applied, typed). None for other events.
     commit_sha: str | None = None

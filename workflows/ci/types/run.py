@@ -62,6 +62,10 @@ class CIRunInput(PushScoped):
     # Protection rules of the environments the jobs name (lower-case name -> rule), resolved
     # when the push was listed.
     environments: dict[str, EnvironmentRule] = Field(default_factory=dict)
+    # Configuration variables of the environments the jobs name (lower-case name -> name ->
+    # value), read when the push was listed: a job naming one sees them over ``push.variables``
+    # (``job_vars``).
+    environment_variables: dict[str, dict[str, str]] = Field(default_factory=dict)
     # ``github.run_number``, assigned when the push was listed (None: a run started before
     # run numbers, which shows 1).
     run_number: int | None = None
@@ -71,6 +75,16 @@ class CIRunInput(PushScoped):
     # Some file of the push listens for this workflow's runs (``on.workflow_run``): each round's
     # start and end start a ``workflow_run`` push (``workflows.ci.run_triggers``).
     notify_workflow_run: bool = False
+
+    def environment_vars(self, environment: str | None) -> dict[str, str]:
+        """The configuration variables of ``environment`` (a job's ``environment:``) this run
+        carries; empty for none."""
+        return dict(self.environment_variables.get(environment.lower(), {})) if environment else {}
+
+    def job_vars(self, environment: str | None) -> dict[str, str]:
+        """The ``vars`` context of a job naming ``environment`` (or none): the environment's
+        variables over the repository's and the tenant's, as on GitHub."""
+        return self.push.vars_with(self.environment_vars(environment))
 
 
 class JobAttemptState(BaseModel):

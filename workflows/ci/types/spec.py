@@ -205,6 +205,16 @@ class ContainerSpec(BaseModel):
     line: int | None = None
 
 
+class EnvironmentExpression(BaseModel):
+    """An ``environment:`` name written with ``${{ }}``, and where: the push's listing evaluates
+    it (``actions_language.environment_names``), and names this place if it cannot."""
+
+    text: str
+    file: str
+    line: int | None = None
+    key: str
+
+
 class JobSpec(BaseModel):
     """One ``jobs.<id>`` entry."""
 
@@ -228,6 +238,9 @@ class JobSpec(BaseModel):
     secrets: list[str] = Field(default_factory=list)
     # ``environment:`` (its name): when the repository protects it, the job waits for approval.
     environment: str | None = None
+    # ``environment:`` written with ``${{ }}``, until the listing evaluates it into
+    # ``environment`` (a run's spec never holds one).
+    environment_expression: EnvironmentExpression | None = None
     strategy: StrategySpec | None = None
     concurrency: ConcurrencySpec | None = None
     # ``permissions:`` as written ("read-all", "write-all" or scope -> read/write/none).
