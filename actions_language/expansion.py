@@ -13,6 +13,14 @@ A job after the caller reads ``needs.ci.outputs.o`` as the called file's
 combined result. Conditions become explicit over the results they depend on, so a called job
 decides as it would in a run of its own, and never runs where its caller would not.
 
+Another repository's workflow (``owner/repo/.github/workflows/f.yml@ref``) is expanded the same
+way, read through the reader's ``other_repository`` (``CalledWorkflowReader``: the listing
+resolves the ref through the operator's actions source to one commit, so every attempt runs the
+file as listed). A ``./.github/workflows`` call inside it names a file of that repository at that
+commit, as on GitHub. ``secrets: inherit`` passes the caller's secrets only to a workflow of the
+caller's own repository: GitHub allows it within one organization or enterprise, which a
+deployment cannot tell apart, so another repository gets only the secrets passed by name.
+
 The caller's values are hostile: a called path is a file right under ``.github/workflows``
 read from git at the commit (``read``), never from a checkout; cycles, nesting past GitHub's
 ten levels, more than ``MAX_CALLS`` calls and more than ``MAX_JOBS_PER_WORKFLOW`` jobs in all
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 
@@ -48,7 +56,7 @@ from actions_language.jobs import JOB_KEYS, parse_job, permissions_spec
 from actions_language.jobs import _has_expression as has_expression
 from actions_language.jobs import _strategy as strategy_spec
 from actions_language.loader import MAX_WORKFLOW_BYTES, WorkflowLoader, YamlList, YamlMap
-from actions_language.reusable import CallDeclaration, call_declaration, called_path
+from actions_language.reusable import CallDeclaration, CalledWorkflow, call_declaration, called_workflow
 from actions_language.rewriting import RewriteError, Substitution, call_inputs, call_secrets, template_node
 from actions_language.schema import (
     JOB_ID,
@@ -73,6 +81,28 @@ CALLER_KEYS = {"name", "uses", "with", "secrets", "needs", "if", "permissions", 
 CALLED_WORKFLOW_KEYS = {"name", "run-name", "on", "env", "jobs", "defaults", "permissions"}
 # A path -> its bytes at the commit (``None``: no such file, or larger than MAX_WORKFLOW_BYTES).
 WorkflowReader = Callable[[str], bytes | None]
+OTHER_REPOSITORIES_UNSUPPORTED = (
+    "workflows of another repository are not supported on this deployment: it has no actions "
+    "source to read them from (LEASEHOLD_CI_ACTIONS_SOURCE); call one of this repository's own: "
+    "./.github/workflows/<file>.yml"
+)
+
+
+class CalledWorkflowUnavailable(Exception):
+    """Why another repository's workflow cannot be read (safe to show the tenant)."""
+
+
+@runtime_checkable
+class CalledWorkflowReader(Protocol):
+    """A ``WorkflowReader`` that also reads other repositories' workflows."""
+
+    def __call__(self, path: str) -> bytes | None: ...
+
+    def other_repository(self, repository: str, ref: str, path: str) -> tuple[str, bytes]:
+        """``(commit sha, content)`` of ``path`` in ``repository`` at ``ref`` (a tag, branch or
+        sha; the same ref always the same commit for one reader); raises
+        ``CalledWorkflowUnavailable``."""
+        ...
 
 
 def load_document(ctx: FileContext, text: str | bytes) -> YamlMap:
@@ -127,6 +157,9 @@ class Scope:
     needs: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
     chain: tuple[str, ...] = ()
+    # Where the file is, when not in the run's repository: ``owner/repo`` and its commit.
+    repository: str | None = None
+    sha: str | None = None
 
     @property
     def called(self) -> bool:
@@ -176,6 +209,7 @@ class Expansion:
 
     def __init__(self, read: WorkflowReader | None) -> None:
         self.read = read
+        self.other = read if isinstance(read, CalledWorkflowReader) else None
         self.jobs: list[JobSpec] = []
         self.calls = 0
         self._docs: dict[str, YamlMap] = {}
@@ -339,38 +373,67 @@ class Expansion:
     # One call -----------------------------------------------------------------------------
 
     def _called(
-        self, scope: Scope, key: str, line: int | None, path: str
-    ) -> tuple[FileContext, YamlMap, CallDeclaration]:
-        """The called file, read from git at the commit (cached), and its ``on.workflow_call``."""
+        self, scope: Scope, key: str, line: int | None, call: CalledWorkflow
+    ) -> tuple[Scope, YamlMap, CallDeclaration]:
+        """The called file (read once per commit), its ``on.workflow_call``, and the scope it is
+        expanded in (only its file, repository and commit set)."""
         ctx = scope.ctx
-        if path in scope.chain:
-            raise ctx.fail(line, key, "a reusable workflow cannot call itself: " + " -> ".join([*scope.chain, path]))
+        self.calls += 1
+        if self.calls > MAX_CALLS:
+            raise ctx.fail(line, key, f"a run calls at most {MAX_CALLS} reusable workflows (nested calls included)")
+        repository, ref = call.repository, call.ref
+        if repository is None and scope.repository is not None:
+            # A local call in another repository's file: that repository, at that commit.
+            repository, ref = scope.repository, scope.sha
+        sha: str | None = None
+        content: bytes | None = None
+        if repository is None:
+            ident = shown = call.path
+        else:
+            assert ref is not None
+            sha, content = self._other(
+                ctx, key, line, call.written if call.repository else call.path, repository, ref, call.path
+            )
+            ident = f"{repository.lower()}/{call.path}@{sha}"
+            shown = call.written if call.repository else f"{repository}/{call.path}@{sha[:12]}"
+        if ident in scope.chain:
+            raise ctx.fail(line, key, "a reusable workflow cannot call itself: " + " -> ".join([*scope.chain, ident]))
         if len(scope.chain) >= MAX_CALL_DEPTH:
             raise ctx.fail(
                 line,
                 key,
                 f"reusable workflows nest at most {MAX_CALL_DEPTH} levels (the top-level file "
-                "and nine called ones): " + " -> ".join([*scope.chain, path]),
+                "and nine called ones): " + " -> ".join([*scope.chain, ident]),
             )
-        self.calls += 1
-        if self.calls > MAX_CALLS:
-            raise ctx.fail(line, key, f"a run calls at most {MAX_CALLS} reusable workflows (nested calls included)")
-        called_ctx = FileContext(path)
-        if path not in self._docs:
-            content = self.read(path) if self.read is not None else None
+        called_ctx = FileContext(shown)
+        if ident not in self._docs:
             if content is None:
-                raise ctx.fail(
-                    line,
-                    key,
-                    f"no workflow file {path} at this commit (or it is larger than {MAX_WORKFLOW_BYTES} bytes)",
-                )
-            self._docs[path] = load_document(called_ctx, content)
-        doc = self._docs[path]
+                content = self.read(call.path) if self.read is not None else None
+                if content is None:
+                    raise ctx.fail(
+                        line,
+                        key,
+                        f"no workflow file {call.path} at this commit "
+                        f"(or it is larger than {MAX_WORKFLOW_BYTES} bytes)",
+                    )
+            self._docs[ident] = load_document(called_ctx, content)
+        doc = self._docs[ident]
         check_keys(called_ctx, doc, CALLED_WORKFLOW_KEYS, "")
         decl = call_declaration(called_ctx, doc.get("on"), doc.key_lines.get("on", doc.line))
         if decl is None:
-            raise ctx.fail(line, key, f"{path} is not a reusable workflow (its 'on' has no 'workflow_call')")
-        return called_ctx, doc, decl
+            raise ctx.fail(line, key, f"{shown} is not a reusable workflow (its 'on' has no 'workflow_call')")
+        return Scope(ctx=called_ctx, chain=(*scope.chain, ident), repository=repository, sha=sha), doc, decl
+
+    def _other(
+        self, ctx: FileContext, key: str, line: int | None, written: str, repository: str, ref: str, path: str
+    ) -> tuple[str, bytes]:
+        """Another repository's file, through the reader; refusals name the caller's key."""
+        if self.other is None:
+            raise ctx.fail(line, key, f"{written}: {OTHER_REPOSITORIES_UNSUPPORTED}")
+        try:
+            return self.other.other_repository(repository, ref, path)
+        except CalledWorkflowUnavailable as exc:
+            raise ctx.fail(line, key, f"called workflow {written}: {exc}") from None
 
     def _combinations(self, ctx: FileContext, raw: YamlMap, where: str, needs: list[str]) -> list[dict[str, Any]]:
         """The caller's ``strategy.matrix``, written out: one call per combination."""
@@ -402,17 +465,11 @@ class Expansion:
     ) -> Unit:
         """A job that calls a reusable workflow: the called file's jobs, once per combination."""
         ctx, where = scope.ctx, f"jobs.{job_id}"
-        for key in raw:
-            if key not in CALLER_KEYS and key in JOB_KEYS:
-                raise ctx.fail(
-                    raw.key_lines.get(key),
-                    f"{where}.{key}",
-                    f"not allowed in a job that calls a reusable "
-                    f"workflow (it may have: {', '.join(sorted(CALLER_KEYS))})",
-                )
-        check_keys(ctx, raw, CALLER_KEYS, f"{where}.")
-        path = called_path(ctx, raw["uses"], raw.key_lines.get("uses"), f"{where}.uses")
-        called_ctx, doc, decl = self._called(scope, f"{where}.uses", raw.key_lines.get("uses"), path)
+        _check_caller_keys(ctx, raw, where)
+        call = called_workflow(ctx, raw["uses"], raw.key_lines.get("uses"), f"{where}.uses")
+        target, doc, decl = self._called(scope, f"{where}.uses", raw.key_lines.get("uses"), call)
+        path = target.ctx.path
+        _check_inherit(scope, target, raw, where)
         if "permissions" in raw:
             permissions_spec(ctx, raw["permissions"], raw.key_lines.get("permissions"), f"{where}.permissions")
         own = None
@@ -447,14 +504,16 @@ class Expansion:
             ]
             prefix = self._flat_id(scope, f"{job_id}-{index + 1}" if combo else job_id, line) + "__"
             called = Scope(
-                ctx=called_ctx,
+                ctx=target.ctx,
                 id_prefix=prefix,
                 name_prefix=f"{scope.name_prefix}{shown} / ",
                 inputs=inputs,
                 secrets=secrets,
                 condition=condition,
                 needs=_unique([*scope.needs, *direct, *[f for a in ancestors for f in units[a.lower()].flat], *refs]),
-                chain=(*scope.chain, path),
+                chain=target.chain,
+                repository=target.repository,
+                sha=target.sha,
             )
             before = len(self.jobs)
             called_units = self._expand_called(called, doc)
@@ -497,3 +556,32 @@ class Expansion:
 
 def secrets_nodes(secrets: dict[str, Node] | None) -> list[Node]:
     return list(secrets.values()) if secrets else []
+
+
+def _check_caller_keys(ctx: FileContext, raw: YamlMap, where: str) -> None:
+    """A job that calls a reusable workflow has only the keys GitHub allows such a job."""
+    for key in raw:
+        if key not in CALLER_KEYS and key in JOB_KEYS:
+            raise ctx.fail(
+                raw.key_lines.get(key),
+                f"{where}.{key}",
+                f"not allowed in a job that calls a reusable workflow (it may have: {', '.join(sorted(CALLER_KEYS))})",
+            )
+    check_keys(ctx, raw, CALLER_KEYS, f"{where}.")
+
+
+def _check_inherit(scope: Scope, target: Scope, raw: YamlMap, where: str) -> None:
+    """``secrets: inherit`` only within one repository: GitHub's rule (one organization or
+    enterprise) needs ownership leasehold cannot tell."""
+    if (
+        raw.get("secrets") == "inherit"
+        and target.repository is not None
+        and (scope.repository is None or target.repository.lower() != scope.repository.lower())
+    ):
+        raise scope.ctx.fail(
+            raw.key_lines.get("secrets"),
+            f"{where}.secrets",
+            f"'inherit' is not supported for a workflow of another repository ({target.ctx.path}) on this "
+            "deployment: GitHub allows it within one organization or enterprise, which leasehold "
+            "cannot tell; pass the secrets it declares by name",
+        )

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from actions_language.action_refs import ActionRefError, parse_uses
 from actions_language.loader import YamlMap
 from actions_language.schema import (
     FileContext,
@@ -20,14 +21,31 @@ from actions_language.schema import (
 from actions_language.triggers import INPUT_NAME
 
 CALL_INPUT_TYPES = ("string", "boolean", "number")
-# A called workflow of this repository: a file right under .github/workflows (GitHub reads no
-# subdirectory there), named without a path of its own, so it cannot leave that directory.
-LOCAL_WORKFLOW = re.compile(r"^\./\.github/workflows/([A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.ya?ml)$")
-# ``owner/repo/.github/workflows/<file>@ref``: another repository's workflow.
-REMOTE_WORKFLOW = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/\.github/workflows/[^@\s]+@\S+$")
-WORKFLOWS_DIR = ".github/workflows"
+# A called workflow's file: right under .github/workflows (GitHub reads no subdirectory there),
+# named without a path of its own, so it cannot leave that directory.
+_FILE = r"\.github/workflows/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.ya?ml"
+WORKFLOW_FILE = re.compile(rf"^{_FILE}$")
+# One of this repository's (``./.github/workflows/<file>``), at the commit of the calling file.
+LOCAL_WORKFLOW = re.compile(rf"^\./({_FILE})$")
+CALL_FORMS = "./.github/workflows/<file>.yml or <owner>/<repo>/.github/workflows/<file>.yml@<ref>"
 # GitHub's cap on workflow_call inputs (as on workflow_dispatch).
 MAX_CALL_INPUTS = 25
+
+
+@dataclass(frozen=True)
+class CalledWorkflow:
+    """What ``jobs.<id>.uses`` names: a file under ``.github/workflows`` of the calling file's
+    repository (``repository`` None), or of ``owner/repo`` at ``ref`` (resolved to a commit
+    through the operator's actions source when the push is listed)."""
+
+    path: str
+    repository: str | None = None
+    ref: str | None = None
+
+    @property
+    def written(self) -> str:
+        """As GitHub names it."""
+        return self.path if self.repository is None else f"{self.repository}/{self.path}@{self.ref}"
 
 
 @dataclass(frozen=True)
@@ -57,26 +75,29 @@ class CallDeclaration:
     outputs: dict[str, CallOutput] = field(default_factory=dict)
 
 
-def called_path(ctx: FileContext, value: Any, line: int | None, key: str) -> str:
-    """The repository path of the workflow ``jobs.<id>.uses`` names (``.github/workflows/x.yml``)."""
+def called_workflow(ctx: FileContext, value: Any, line: int | None, key: str) -> CalledWorkflow:
+    """The workflow ``jobs.<id>.uses`` names, checked: owner, repository and ref follow the
+    grammar of actions (``actions_language.action_refs``: they become a mirror's directory, a URL
+    and a git ref), the file is right under ``.github/workflows``."""
     if not isinstance(value, str) or not value.strip():
-        raise ctx.fail(line, key, "must name a workflow file: ./.github/workflows/<file>.yml")
+        raise ctx.fail(line, key, f"must name a workflow file: {CALL_FORMS}")
     text = value.strip()
     if "${{" in text:
         raise ctx.fail(line, key, "cannot hold expressions (GitHub reads it before the run)")
     found = LOCAL_WORKFLOW.match(text)
     if found is not None:
-        return f"{WORKFLOWS_DIR}/{found.group(1)}"
-    if REMOTE_WORKFLOW.match(text):
+        return CalledWorkflow(path=found.group(1))
+    if text.startswith(("./", "/")) or "@" not in text:
         raise ctx.fail(
-            line,
-            key,
-            "workflows of another repository are not supported by this deployment (it reads no other "
-            "repository's files for a run); call one of this repository's own: ./.github/workflows/<file>.yml",
+            line, key, "must be ./.github/workflows/<file>.yml (a workflow file of this repository, at this commit)"
         )
-    raise ctx.fail(
-        line, key, "must be ./.github/workflows/<file>.yml (a workflow file of this repository, at this commit)"
-    )
+    try:
+        ref = parse_uses(text)
+    except ActionRefError as exc:
+        raise ctx.fail(line, key, f"must be {CALL_FORMS}: {exc}") from None
+    if ref.local or WORKFLOW_FILE.match(ref.path) is None:
+        raise ctx.fail(line, key, f"must be {CALL_FORMS} (a file right under .github/workflows of that repository)")
+    return CalledWorkflow(path=ref.path, repository=ref.repository, ref=ref.ref)
 
 
 def _declared_map(ctx: FileContext, raw: YamlMap, name: str, where: str) -> YamlMap:

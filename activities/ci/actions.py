@@ -15,7 +15,9 @@ fails that workflow file at push time with its file, line and ``uses`` key. Loca
 actions are read from the pushed commit in the repository's mirror (not from a workspace:
 none exists yet, and git objects hold no links to follow). Each action repository is a bare
 mirror under the data dir, which is the per-ref cache; the least recently used mirrors beyond
-``MAX_ACTION_MIRRORS`` are removed.
+``MAX_ACTION_MIRRORS`` are removed. Other repositories' reusable workflows
+(``owner/repo/.github/workflows/f.yml@ref``) come from the same source and mirrors
+(``activities.ci.called_workflows``).
 """
 
 from __future__ import annotations

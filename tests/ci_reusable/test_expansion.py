@@ -1,7 +1,7 @@
 """Reusable workflows expanded where the file is read: the jobs a call becomes, what their
 expressions mean (inputs typed and defaulted, secrets passed or inherited, outputs, the caller's
 matrix), what the run decides with them, and the refusals (types, required, cycles, depth,
-paths that leave .github/workflows, other repositories)."""
+paths that leave .github/workflows, other repositories without an actions source)."""
 
 from __future__ import annotations
 
@@ -275,9 +275,14 @@ def test_a_called_path_cannot_leave_the_workflows_directory(uses: str) -> None:
     assert (error.key, error.line) == ("jobs.c.uses", 4), error
 
 
-def test_another_repositorys_workflow_is_refused_with_why() -> None:
+def test_another_repositorys_workflow_is_refused_with_why_without_an_actions_source() -> None:
+    # A reader of this commit's files only (a deployment with no actions source): the refusal
+    # names the file, line and key, and says the feature is not supported here. With a source,
+    # tests/ci_reusable/test_other_repositories.py.
     error = refused("on: push\njobs:\n  c:\n    uses: acme/lib/.github/workflows/lib.yml@v1\n").error
-    assert error.key == "jobs.c.uses" and "another repository" in error.message
+    assert (error.file, error.line, error.key) == (PATH, 4, "jobs.c.uses"), error
+    assert error.message.startswith("acme/lib/.github/workflows/lib.yml@v1: workflows of another repository")
+    assert "not supported on this deployment" in error.message
 
 
 def test_missing_and_non_reusable_files_are_refused() -> None:
