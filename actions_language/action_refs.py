@@ -21,8 +21,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _REF = re.compile(r"^[A-Za-z0-9_.+/-]{1,255}$")
 MAX_LOCAL_PATH = 512
 DOCKER_REFUSED = (
-    "Docker actions are not supported: this deployment has no container backend "
-    "(use a composite or JavaScript action, or 'run:' steps)"
+    "Docker actions are not supported by this deployment (use a composite or JavaScript action, or 'run:' steps)"
 )
 
 

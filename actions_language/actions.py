@@ -91,7 +91,11 @@ def _parse_action(ctx: FileContext, data: bytes, repository: str | None, sha: st
         raise ctx.fail(uline, "runs.using", DOCKER_REFUSED)
     if using != ACTION_COMPOSITE and using not in NODE_RUNTIMES:
         supported = ", ".join((ACTION_COMPOSITE, *NODE_RUNTIMES))
-        raise ctx.fail(uline, "runs.using", f"unsupported runtime {using!r} (supported: {supported})")
+        raise ctx.fail(
+            uline,
+            "runs.using",
+            f"unsupported runtime {using!r}: not supported by this deployment (supported: {supported})",
+        )
     spec = ActionSpec(
         name=scalar_text(ctx, doc.get("name"), doc.key_lines.get("name"), "name"),
         using=using,
@@ -238,7 +242,12 @@ def parse_step(ctx: FileContext, index: int, raw: Any, line: int | None) -> Step
             except ActionRefError as exc:
                 raise ctx.fail(ln("uses"), f"{where}.uses", f"action {uses!r}: {exc}") from None
         else:
-            raise ctx.fail(ln("uses"), f"{where}.uses", "actions/checkout and actions/cache are job steps only")
+            raise ctx.fail(
+                ln("uses"),
+                f"{where}.uses",
+                "actions/checkout and actions/cache in a composite action are not supported here: "
+                "they are job steps only",
+            )
         inputs: dict[str, str] = {}
         given = raw.get("with")
         if given is not None and not isinstance(given, YamlMap):

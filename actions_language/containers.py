@@ -32,25 +32,31 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 MAX_HEALTH_RETRIES = 100
 
-# Options that would let the container out of its sandbox, and why each is refused.
+# Options that would let the container out of its sandbox, and why each is refused: GitHub
+# passes them to Docker, so the file is valid; this deployment does not support them.
+_HOST_MOUNTS = "host mounts: a job sees only its workspace"
+_NAMESPACES = "containers never share the host's namespaces"
+_WHY_REFUSED = {
+    "--privileged": "jobs and services never run privileged",
+    "--cap-add": "containers run with no capabilities",
+    "--device": "containers get no host devices",
+    "-v": _HOST_MOUNTS,
+    "--volume": _HOST_MOUNTS,
+    "--mount": _HOST_MOUNTS,
+    "--volumes-from": _HOST_MOUNTS,
+    "--network": "each job has its own private network; host network is never given",
+    "--net": "each job has its own private network; host network is never given",
+    "--pid": _NAMESPACES,
+    "--ipc": _NAMESPACES,
+    "--uts": _NAMESPACES,
+    "--userns": _NAMESPACES,
+    "--cgroupns": _NAMESPACES,
+    "--security-opt": "the sandbox's seccomp and no-new-privileges always apply",
+    "--user": "the job runs as its own unprivileged user",
+    "-u": "the job runs as its own unprivileged user",
+}
 REFUSED_OPTIONS = {
-    "--privileged": "--privileged is refused: jobs and services never run privileged",
-    "--cap-add": "--cap-add is refused: containers run with no capabilities",
-    "--device": "--device is refused: containers get no host devices",
-    "-v": "-v is refused: host mounts are not allowed (a job sees only its workspace)",
-    "--volume": "--volume is refused: host mounts are not allowed (a job sees only its workspace)",
-    "--mount": "--mount is refused: host mounts are not allowed (a job sees only its workspace)",
-    "--volumes-from": "--volumes-from is refused: host mounts are not allowed",
-    "--network": "--network is refused: each job has its own private network (host network is never given)",
-    "--net": "--net is refused: each job has its own private network (host network is never given)",
-    "--pid": "--pid is refused: containers never share the host's namespaces",
-    "--ipc": "--ipc is refused: containers never share the host's namespaces",
-    "--uts": "--uts is refused: containers never share the host's namespaces",
-    "--userns": "--userns is refused: containers never share the host's namespaces",
-    "--cgroupns": "--cgroupns is refused: containers never share the host's namespaces",
-    "--security-opt": "--security-opt is refused: the sandbox's seccomp and no-new-privileges always apply",
-    "--user": "--user is refused: the job runs as its own unprivileged user",
-    "-u": "-u is refused: the job runs as its own unprivileged user",
+    name: f"{name} is refused: not supported by this deployment ({why})" for name, why in _WHY_REFUSED.items()
 }
 HEALTH_OPTIONS = ("--health-cmd", "--health-interval", "--health-timeout", "--health-retries", "--health-start-period")
 SUPPORTED_OPTIONS = (*HEALTH_OPTIONS, "--env", "-e")
@@ -72,7 +78,10 @@ def image_name(ctx: FileContext, value: Any, line: int | None, key: str) -> str:
     first = match["path"].split("/")[0]
     if "/" in match["path"] and ("." in first or first == "localhost"):
         raise ctx.fail(
-            line, key, "images come from this deployment's registry mirror: name them without a registry host"
+            line,
+            key,
+            "images of another registry host are not supported by this deployment (its images come "
+            "from its registry mirror): name them without a registry host",
         )
     return text
 
@@ -100,7 +109,7 @@ def _option_pairs(ctx: FileContext, text: str, line: int | None, key: str) -> li
         if name in REFUSED_OPTIONS or (name.startswith("-v") and not name.startswith("--")):
             raise ctx.fail(line, key, REFUSED_OPTIONS.get(name, REFUSED_OPTIONS["-v"]))
         if name not in SUPPORTED_OPTIONS:
-            raise ctx.fail(line, key, f"{name} is not supported (supported: {', '.join(SUPPORTED_OPTIONS)})")
+            raise ctx.fail(line, key, f"{name} is not supported here (supported: {', '.join(SUPPORTED_OPTIONS)})")
         if eq:
             pairs.append((name, inline))
             i += 1
@@ -157,9 +166,17 @@ def container_spec(ctx: FileContext, raw: Any, line: int | None, where: str) -> 
         return raw.key_lines.get(key, raw.line)
 
     if "volumes" in raw:
-        raise ctx.fail(ln("volumes"), f"{where}.volumes", "host mounts are refused (a job sees only its workspace)")
+        raise ctx.fail(
+            ln("volumes"),
+            f"{where}.volumes",
+            "host mounts are refused: not supported by this deployment (a job sees only its workspace)",
+        )
     if "credentials" in raw:
-        raise ctx.fail(ln("credentials"), f"{where}.credentials", "images come from this deployment's registry mirror")
+        raise ctx.fail(
+            ln("credentials"),
+            f"{where}.credentials",
+            "registry credentials are not supported by this deployment (its images come from its registry mirror)",
+        )
     if "image" not in raw:
         raise ctx.fail(raw.line, where, "needs 'image'")
     spec = ContainerSpec(image=image_name(ctx, raw["image"], ln("image"), f"{where}.image"), line=line)

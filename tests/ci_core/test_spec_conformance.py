@@ -6,7 +6,10 @@ ids are case-insensitive and ``__`` is reserved; anchors and aliases are read (G
 them since 2025-09-18), merge keys are not, and an alias bomb fails; an empty ``if:`` is
 ``success()``; text around ``${{ }}`` in ``if:`` is a string template; ``}}`` inside a string
 literal does not close an expression; expressions hold at most 21,000 characters; numbers and
-booleans print as GitHub prints them; a huge ``timeout-minutes`` is accepted.
+booleans print as GitHub prints them; a huge ``timeout-minutes`` is accepted. Where leasehold
+reads less than GitHub, the case says so: an ``environment:`` name's expressions may use only what
+the push's listing knows (its protection rules travel with the run from the push), while
+``environment.url`` takes GitHub's contexts for it.
 """
 
 from __future__ import annotations
@@ -236,6 +239,126 @@ CASES = [
     ),
     # environment: '' means none.
     Case("environment empty", wf(job("    environment: ''\n")), lambda s: s.jobs[0].environment, None),
+    # environment: a name, or {name, url}. GitHub allows expressions in both. The url takes them
+    # over the contexts GitHub lists for it; a name's are evaluated when the push is listed (its
+    # protection rules travel with the run from there), so it may use github, vars and inputs,
+    # and a context known only at run time (needs, strategy, matrix) is refused as unsupported.
+    Case("environment name", wf(job("    environment: production\n")), lambda s: s.jobs[0].environment, "production"),
+    Case(
+        "environment url expression",
+        wf(job("    environment:\n      name: production\n      url: ${{ steps.deploy.outputs.url }}\n")),
+        lambda s: s.jobs[0].environment,
+        "production",
+    ),
+    Case(
+        "environment url over vars, matrix, needs",
+        wf(
+            job(name="build")
+            + job(
+                "    needs: build\n    strategy:\n      matrix:\n        region: [eu]\n"
+                "    environment:\n      name: production\n"
+                "      url: https://${{ matrix.region }}.${{ vars.DOMAIN }}/${{ needs.build.outputs.path }}\n",
+                name="deploy",
+            )
+        ),
+        lambda s: s.jobs[1].environment,
+        "production",
+    ),
+    Case(
+        "environment url without secrets",
+        wf(job("    environment:\n      name: production\n      url: ${{ secrets.URL }}\n")),
+        line=7,
+        key="jobs.a.environment.url",
+        message="'secrets' is not available",
+    ),
+    Case(
+        "environment url unterminated",
+        wf(job("    environment:\n      name: production\n      url: ${{ job.status\n")),
+        line=7,
+        key="jobs.a.environment.url",
+        message="unterminated",
+    ),
+    Case(
+        "environment url not text",
+        wf(job("    environment:\n      name: production\n      url: [a]\n")),
+        line=7,
+        key="jobs.a.environment.url",
+        message="must be a string",
+    ),
+    Case(
+        "environment name expression",
+        wf(job("    environment: ${{ github.ref_name == 'main' && 'production' || 'staging' }}\n")),
+        lambda s: (s.jobs[0].environment, s.jobs[0].environment_expression.key),
+        (None, "jobs.a.environment"),
+    ),
+    Case(
+        "environment.name expression",
+        wf(job("    environment:\n      url: https://example.com\n      name: ${{ vars.TARGET }}\n")),
+        lambda s: (s.jobs[0].environment_expression.text, s.jobs[0].environment_expression.line),
+        ("${{ vars.TARGET }}", 7),
+    ),
+    Case(
+        "environment name over inputs",
+        wf(job("    environment: deploy-${{ inputs.target }}\n")),
+        lambda s: s.jobs[0].environment_expression.text,
+        "deploy-${{ inputs.target }}",
+    ),
+    Case(
+        "environment name matrix expression",
+        wf(job("    strategy:\n      matrix:\n        env: [a, b]\n    environment: ${{ matrix.env }}\n")),
+        line=8,
+        key="jobs.a.environment",
+        message="context 'matrix' in an environment name is not supported here: it would be known only at run time",
+    ),
+    Case(
+        "environment name over needs",
+        wf(job(name="build") + job("    needs: build\n    environment: ${{ needs.build.outputs.env }}\n", name="b")),
+        line=10,
+        key="jobs.b.environment",
+        message="context 'needs' in an environment name is not supported here",
+    ),
+    Case(
+        "environment.name over strategy",
+        wf(job("    environment:\n      name: e${{ strategy.job-index }}\n")),
+        line=6,
+        key="jobs.a.environment.name",
+        message="context 'strategy' in an environment name is not supported here",
+    ),
+    Case(
+        "environment name over github.job",
+        wf(job("    environment: ${{ github.job }}\n")),
+        line=5,
+        key="jobs.a.environment",
+        message="github.job in an environment name is not supported here",
+    ),
+    Case(
+        "environment name over secrets",
+        wf(job("    environment: ${{ secrets.ENV }}\n")),
+        line=5,
+        key="jobs.a.environment",
+        message="'secrets' is not available here",
+    ),
+    Case(
+        "environment name unterminated",
+        wf(job("    environment: ${{ vars.X\n")),
+        line=5,
+        key="jobs.a.environment",
+        message="unterminated",
+    ),
+    Case(
+        "environment name written out, bad",
+        wf(job("    environment: prod eu\n")),
+        line=5,
+        key="jobs.a.environment",
+        message="letters, digits",
+    ),
+    Case(
+        "environment other key",
+        wf(job("    environment:\n      name: production\n      deploy: true\n")),
+        line=7,
+        key="jobs.a.environment.deploy",
+        message="supported: name, url",
+    ),
     # Ids: case-insensitive, '__' reserved.
     Case(
         "job ids differ in case",
@@ -299,6 +422,53 @@ def test_github_rule(case: Case) -> None:
     if case.key is not None:
         assert err.value.error.key == case.key, err.value.error.render()
     assert case.message in err.value.error.message, err.value.error.render()
+
+
+DEPLOY = """on:
+  workflow_call:
+    inputs:
+      target: {type: string, required: true}
+jobs:
+  deploy:
+    runs-on: linux
+    environment: ${{ inputs.target }}
+    steps:
+      - run: echo
+"""
+
+
+def test_environment_named_by_an_input_of_a_called_workflow() -> None:
+    """``environment: ${{ inputs.target }}`` in a reusable workflow is the caller's ``with``: a
+    written-out name (a written-out matrix's values included) is that name when the file is read;
+    an expression over what the listing knows stays one, for the listing to evaluate; one over
+    the caller's ``needs`` is known only at run time and is refused at the called file's line."""
+    called = {".github/workflows/deploy.yml": DEPLOY}.get
+    caller = (
+        "on: push\njobs:\n  setup:\n    runs-on: linux\n    steps: [{{run: x}}]\n"
+        "  go:\n    needs: setup\n    strategy:\n      matrix:\n        env: [eu, us]\n"
+        "    uses: ./.github/workflows/deploy.yml\n    with:\n      target: {}\n"
+    )
+    spec = parse_workflow(".github/workflows/ci.yml", caller.format("production"), called)
+    assert [(j.id, j.environment) for j in spec.jobs[1:]] == [
+        ("go-1__deploy", "production"),
+        ("go-2__deploy", "production"),
+    ]
+    spec = parse_workflow(".github/workflows/ci.yml", caller.format("prod-${{ matrix.env }}"), called)
+    assert [j.environment for j in spec.jobs[1:]] == ["prod-eu", "prod-us"]
+    spec = parse_workflow(".github/workflows/ci.yml", caller.format("${{ github.ref_name }}"), called)
+    written = spec.jobs[1].environment_expression
+    assert spec.jobs[1].environment is None and written is not None
+    assert (written.text, written.file, written.line, written.key) == (
+        "${{ github.ref_name }}",
+        ".github/workflows/deploy.yml",
+        8,
+        "jobs.deploy.environment",
+    )
+    with pytest.raises(WorkflowSpecError) as err:
+        parse_workflow(".github/workflows/ci.yml", caller.format("${{ needs.setup.outputs.env }}"), called)
+    error = err.value.error
+    assert (error.file, error.line, error.key) == (".github/workflows/deploy.yml", 8, "jobs.deploy.environment")
+    assert "context 'needs' in an environment name is not supported here" in error.message
 
 
 OK = StatusFunctions()
