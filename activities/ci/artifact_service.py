@@ -21,6 +21,7 @@ unzip what a job uploads.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -290,10 +291,15 @@ class ArtifactService:
         if missing:
             raise TwirpError(400, "InvalidBlockList", "the block list names blocks never uploaded")
         folder = self.spool / f"u{upload.artifact.id}"
+        parts = [folder / hashlib.sha256(block_id.encode()).hexdigest() for block_id in ids]
+        # A list may name one block many times: the artifact is what the list adds up to, which
+        # the spooled bytes checked by put_block do not bound.
+        if sum(part.stat().st_size for part in parts) > self.scope.max_bytes:
+            raise TwirpError(413, "RequestBodyTooLarge", f"an artifact is at most {self.scope.max_bytes} bytes")
         target = self.spool / f"u{upload.artifact.id}.zip"
         with target.open("wb") as out:
-            for block_id in ids:
-                with (folder / hashlib.sha256(block_id.encode()).hexdigest()).open("rb") as part:
+            for path in parts:
+                with path.open("rb") as part:
                     shutil.copyfileobj(part, out, CHUNK)
         shutil.rmtree(folder, ignore_errors=True)
         upload.blob = target
@@ -336,6 +342,29 @@ def _copy(reader: Any, path: Path, length: int) -> None:
             left -= len(chunk)
 
 
+# How much of a refused request's unread body is read and dropped before the answer, so that
+# the client reads the refusal instead of a connection reset (closing a socket with unread
+# bytes resets it); past this the connection is just closed.
+DRAIN_LIMIT = 8 << 20
+
+
+class _Body:
+    """A request body of ``length`` bytes that knows how much of it is still unread."""
+
+    def __init__(self, raw: Any, length: int) -> None:
+        self._raw, self.left = raw, max(0, length)
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        data = self._raw.read(size) if size > 0 else b""
+        self.left -= len(data)
+        return data
+
+    def drain(self) -> None:
+        while 0 < self.left <= DRAIN_LIMIT and self.read(CHUNK):
+            pass
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: ArtifactService
     protocol_version = "HTTP/1.1"
@@ -356,11 +385,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _fail(self, exc: TwirpError, twirp: bool) -> None:
+        # A connection about to close says so: a client that put it back in its pool would send
+        # its next request into the closed socket and read a reset.
+        closing = {"Connection": "close"} if self.close_connection else {}
         if twirp:
-            self._answer(exc.status, json.dumps({"code": exc.code, "msg": exc.message}).encode())
+            self._answer(exc.status, json.dumps({"code": exc.code, "msg": exc.message}).encode(), **closing)
         else:
             xml = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{exc.code}</Code></Error>'
-            self._answer(exc.status, xml.encode(), "application/xml", x_ms_error_code=exc.code)
+            self._answer(exc.status, xml.encode(), "application/xml", x_ms_error_code=exc.code, **closing)
 
     def _length(self) -> int:
         try:
@@ -397,24 +429,32 @@ class _Handler(BaseHTTPRequestHandler):
         return parts.path[len(BLOB) :], query
 
     def do_PUT(self) -> None:
+        body: _Body | None = None
         try:
             blob_id, query = self._blob()
             upload = self.owner.upload_of(blob_id, query.get("sig", ""))
             length = self._length()
+            body = _Body(self.rfile, length)
             comp = query.get("comp")
             if comp == "block":
-                self.owner.put_block(upload, query.get("blockid", ""), self.rfile, length)
+                self.owner.put_block(upload, query.get("blockid", ""), body, length)
             elif comp == "blocklist":
                 if length > 8 << 20:
                     raise TwirpError(400, "InvalidInput", "block list too large")
-                self.owner.commit_blocks(upload, self.rfile.read(length))
+                self.owner.commit_blocks(upload, body.read(length))
             elif comp is None:
-                self.owner.put_whole(upload, self.rfile, length)
+                self.owner.put_whole(upload, body, length)
             else:
                 raise TwirpError(400, "InvalidQueryParameterValue", f"comp={comp} is not served")
             self._answer(201, content_type="application/octet-stream", ETag=f'"{os.urandom(8).hex()}"')
         except TwirpError as exc:
             self.close_connection = True
+            if body is None:
+                # Refused before the body was looked at (a bad URL or signature): still unread.
+                with contextlib.suppress(TwirpError):
+                    body = _Body(self.rfile, self._length())
+            if body is not None:
+                body.drain()
             self._fail(exc, False)
 
     def do_GET(self) -> None:
