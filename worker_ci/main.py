@@ -38,6 +38,7 @@ from leasehold.database import init_database
 from leasehold.health_server import serve_health
 from leasehold.records.ci.run_numbers import assign_run_number
 from leasehold.records.ci.status_reporters import has_reporter
+from leasehold.records.ci.variables import environment_variables_for
 from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
@@ -74,7 +75,8 @@ def _job_config(settings: Settings, ci_dir: Path) -> JobConfig:
 
 
 def _listing(settings: Settings, db: sessionmaker, mirror: GitMirror, actions: ActionSource) -> CIListingActivities:
-    """The listing activity with the database reads it makes (rules, run numbers, reporter)."""
+    """The listing activity with the database reads it makes (rules, run numbers, reporter,
+    environments' variables)."""
     return CIListingActivities(
         mirror,
         partial(environment_rules, db),
@@ -85,6 +87,7 @@ def _listing(settings: Settings, db: sessionmaker, mirror: GitMirror, actions: A
         images=RegistryDigests(settings.ci_oci_registry, settings.ci_oci_registry_tls_verify)
         if settings.ci_oci_registry
         else None,
+        environment_variables=partial(environment_variables_for, db),
     )
 
 
@@ -146,8 +149,8 @@ async def serve(settings: Settings) -> None:
     # A gVisor worker serves the tenants whose plan asks for gVisor (their own queues).
     isolation = "gvisor" if sandbox.name == "gvisor" else DEFAULT_CI_ISOLATION
     queues = _served_queues(settings, isolation)
-    server = serve_health("127.0.0.1", settings.metrics_port or 0, lambda: state["ready"])
-    log.info("ci worker health and metrics on http://127.0.0.1:%s", server.server_address[1])
+    server = serve_health(settings.metrics_host, settings.metrics_port or 0, lambda: state["ready"])
+    log.info("ci worker health and metrics on http://%s:%s", settings.metrics_host, server.server_address[1])
     ci_dir = settings.data_dir / "ci"
     # Job roots a killed worker left: emptied as their own users, then removed (the root rule).
     swept = sweep_leftover_roots(ci_dir / "workspaces", sandbox, limits_from(settings))

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from activities.ci.sandbox import SandboxError
 from worker_ci.seccomp_filter import CLONE_NAMESPACE_FLAGS, DENIED
@@ -70,6 +71,9 @@ class Podman:
             raise SandboxError("the OCI backend needs the CI worker to run as root (to run jobs as their own uid)")
         self.binary = found
         self.base = [found, "--runtime", runc, "--log-level", "error", "--cgroup-manager", "cgroupfs"]
+        # podman's working directory, and so conmon's, which writes a file ``oom`` there when a
+        # container runs out of memory: the worker's own state directory (``OciSandbox``).
+        self.cwd: Path | None = None
 
     def run(self, *args: str, seconds: float = PODMAN_SECONDS, check: bool = True) -> str:
         """One podman command's stdout; ``SandboxError`` with its message when it fails."""
@@ -82,6 +86,7 @@ class Podman:
                 timeout=seconds,
                 stdin=subprocess.DEVNULL,
                 check=False,
+                cwd=self.cwd,
             )
         except subprocess.TimeoutExpired as exc:
             raise SandboxError(f"podman {args[0]} took longer than {seconds:.0f} s") from exc
@@ -98,7 +103,7 @@ class Podman:
 
     def exists(self, reference: str) -> bool:
         done = subprocess.run(
-            [*self.base, "image", "exists", reference], env=PODMAN_ENV, check=False, capture_output=True
+            [*self.base, "image", "exists", reference], env=PODMAN_ENV, check=False, capture_output=True, cwd=self.cwd
         )
         return done.returncode == 0
 

@@ -16,7 +16,9 @@ backend does (``worker_ci.sandbox``):
   podman's defaults exceed this host's hard limits).
 - **Kernel surface.** bubblewrap's seccomp filter, as an OCI profile (``oci_podman``).
 - **Network.** ``--network none``, or for a job with services its own private network
-  (``worker_ci.oci_services``). Egress (``network: true``) is not given by this backend.
+  (``worker_ci.oci_services``); a job without ``container:`` also reaches its services at
+  their mapped ports on the step's loopback (``worker_ci.oci_ports``). Egress
+  (``network: true``) is not given by this backend.
 - **Secrets.** A step's environment goes through an env file (0600, in the worker's own state
   directory, never in the job root) or podman's own environment, never onto a command line.
 - **Images.** Only from the deployment's registry mirror (``LEASEHOLD_CI_OCI_REGISTRY``), by
@@ -46,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.ci.image_pins import MirrorUnavailable
-from activities.ci.jobroot import owner_of_dir
+from activities.ci.jobroot import HELPER_PYTHON, owner_of_dir
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxLimits, SandboxRequest
 from worker_ci.cgroups import CgroupLimiter, CgroupUnavailable
 from worker_ci.host_view import MOUNT_POINT, runner_files
@@ -54,6 +56,7 @@ from worker_ci.images import ImageCache, RegistryDigests
 from worker_ci.job_users import JobUserPool
 from worker_ci.oci_cgroups import OciStepCgroup
 from worker_ci.oci_podman import PODMAN_ENV, Podman, Registry, seccomp_profile
+from worker_ci.oci_ports import forwarding_argv, published_ports
 from worker_ci.oci_services import (
     JobNetwork,
     ServiceContainer,
@@ -151,6 +154,7 @@ class OciSandbox:
         self._digests = RegistryDigests(registry.host, registry.tls_verify)
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(state_dir, 0o700)
+        self._podman.cwd = state_dir
         self._jobs: dict[Path, _Job] = {}
         self._lock = threading.Lock()
         self.images = ImageCache(self._podman, state_dir / "images.json", cache_images)
@@ -197,10 +201,18 @@ class OciSandbox:
             state.env = dict(job.container.env)
         if job.services:
             owner = self._users.owner_of(root)
+            # On the runner (no ``container:``) the job reaches services at localhost:<mapped port>.
+            published = (
+                published_ports([(k, s.ports) for k, s in job.services.items()]) if job.container is None else {}
+            )
             net = create_network(self._podman, f"lh-job-{uuid.uuid4().hex[:12]}", f"leasehold.ci={self._label}")
             state.network = net
             for key, spec in job.services.items():
                 self._start_service(net, key, spec, owner, say)
+            for service in net.services:
+                service.published = published.get(service.key, {})
+                for container_port, local in service.published.items():
+                    say(f"[leasehold] service {service.key}: port {container_port} at localhost:{local}")
             net.hosts_file = self._state / f"{net.name}.hosts"
             write_hosts(net.hosts_file, net.services)
             for (_key, spec), service in zip(job.services.items(), net.services, strict=True):
@@ -351,7 +363,11 @@ class OciSandbox:
             args.append("--interactive")
         if request.data_fd is not None:
             args.append("--preserve-fds=1")
-        return [*args, image, *(a.replace("\x00", "") for a in request.argv)], podman_env
+        step = [a.replace("\x00", "") for a in request.argv]
+        if not helper and state.network is not None:
+            # Only a job on the runner has published ports (a container job's list is empty).
+            step = forwarding_argv(HELPER_PYTHON, state.network.forwards(), step)
+        return [*args, image, *step], podman_env
 
     def start(self, request: SandboxRequest) -> _OciProcess:
         if request.network:
@@ -381,6 +397,7 @@ class OciSandbox:
                 env=env,
                 pass_fds=pass_fds,
                 start_new_session=True,
+                cwd=self._state,
             )
         except (OSError, SandboxError) as exc:
             env_file.unlink(missing_ok=True)

@@ -46,8 +46,11 @@ class ServiceContainer:
     reference: str
     digest: str
     address: str = ""
-    # Container ports the job reaches at ``<key>:<port>`` (``ports:``; a host side is ignored).
+    # Container ports the job reaches at ``<key>:<port>`` (``ports:``, their container side).
     ports: list[str] = field(default_factory=list)
+    # For a job without ``container:``: container port -> the step's loopback port that
+    # forwards to it (``worker_ci.oci_ports``).
+    published: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,10 +63,18 @@ class JobNetwork:
     services: list[ServiceContainer] = field(default_factory=list)
     rules: list[list[str]] = field(default_factory=list)
 
+    def forwards(self) -> list[tuple[int, str, int]]:
+        """What a step's forwarder carries: (loopback port, service address, container port)."""
+        return [(local, s.address, int(port)) for s in self.services for port, local in s.published.items()]
+
     def context(self) -> dict[str, dict[str, object]]:
         """``job.services`` as on GitHub: each service's container id, network and ports (each
-        container port maps to itself: the job reaches it on the service's own address)."""
-        return {s.key: {"id": s.name, "network": self.name, "ports": {p: p for p in s.ports}} for s in self.services}
+        container port -> the port a job on the runner reaches it at on localhost; a container
+        job reaches it at the container port, by the key, so there it maps to itself)."""
+        return {
+            s.key: {"id": s.name, "network": self.name, "ports": {p: str(s.published.get(p, p)) for p in s.ports}}
+            for s in self.services
+        }
 
 
 def firewall(bridge: str, add: bool) -> list[list[str]]:
@@ -141,7 +152,9 @@ def wait_healthy(podman: Podman, service: ServiceContainer, spec: ContainerSpec,
         _still_running(podman, service)
         argv = [*podman.base, "exec", service.name, "/bin/sh", "-c", spec.health_cmd]
         try:
-            done = subprocess.run(argv, capture_output=True, env=PODMAN_ENV, timeout=timeout, check=False)
+            done = subprocess.run(
+                argv, capture_output=True, env=PODMAN_ENV, timeout=timeout, check=False, cwd=podman.cwd
+            )
             healthy = done.returncode == 0
         except subprocess.TimeoutExpired:
             healthy = False
@@ -183,7 +196,7 @@ def service_logs(podman: Podman, service: ServiceContainer) -> str:
     """The service's output (its last ``SERVICE_LOG_BYTES``), for the job's log."""
     argv = [*podman.base, "logs", service.name]
     try:
-        done = subprocess.run(argv, capture_output=True, env=PODMAN_ENV, timeout=30, check=False)
+        done = subprocess.run(argv, capture_output=True, env=PODMAN_ENV, timeout=30, check=False, cwd=podman.cwd)
     except subprocess.TimeoutExpired:
         return "(its log could not be read in time)"
     data = (done.stdout + done.stderr)[-SERVICE_LOG_BYTES:]

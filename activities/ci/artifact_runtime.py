@@ -38,7 +38,7 @@ class RuntimeBinding:
         return ((str(self.socket), f"{INSIDE}/results.sock"), (str(FORWARDER), f"{INSIDE}/forward.py"))
 
     def wrap(self, argv: list[str]) -> list[str]:
-        return [PYTHON, f"{INSIDE}/forward.py", str(RUNTIME_PORT), f"{INSIDE}/results.sock", "--", *argv]
+        return [PYTHON, f"{INSIDE}/forward.py", f"{RUNTIME_PORT}={INSIDE}/results.sock", "--", *argv]
 
 
 def needs_artifacts(job: JobSpec) -> bool:

@@ -50,6 +50,40 @@ jobs:
           echo "answer=$({pg}/psql -h postgres -p 5432 -U postgres -tAc 'select 40 + 2')"
 """
 
+# GitHub's own example for jobs on the runner: the service at localhost:<mapped port>. Each
+# probe speaks Postgres: an SSLRequest, which a Postgres without TLS answers with "N".
+RUNNER_JOB = """
+on: push
+jobs:
+  db:
+    runs-on: linux
+    services:
+      postgres:
+        image: {postgres}
+        ports: ["15432:5432"]
+        options: {health}
+      other:
+        image: {postgres}
+        ports: ["5432"]
+        options: {health}
+    steps:
+      - run: |
+          cat > probe.py <<'PY'
+          import socket, struct, sys
+          try:
+              with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as s:
+                  s.sendall(struct.pack("!ii", 8, 80877103))
+                  print(f"port {{sys.argv[1]}}:", s.recv(1).decode() or "closed")
+          except OSError as exc:
+              print(f"port {{sys.argv[1]}}: refused {{exc.errno}}")
+          PY
+          python3 probe.py 15432
+          python3 probe.py ${{{{ job.services.other.ports['5432'] }}}}
+          python3 probe.py 5433
+          echo "mapped=${{{{ job.services.postgres.ports['5432'] }}}},${{{{ job.services.other.ports['5432'] }}}}"
+      - run: python3 probe.py 15432
+"""
+
 # Tenant A's job keeps its service up (and prints its address) until the test cancels it.
 VICTIM = """
 on: push
@@ -126,6 +160,22 @@ def test_a_container_job_reaches_its_postgres_service_by_key(oci_stack: CIStack,
     assert f"the job's container: {oci_mirror.postgres} is {pinned}" in log, log
     assert "service postgres is healthy" in log
     assert "database system is ready to accept connections" in log
+
+
+def test_a_job_on_the_runner_reaches_its_services_at_their_mapped_localhost_ports(
+    oci_stack: CIStack, oci_mirror: Mirror
+) -> None:
+    pushed = push_workflow(oci_stack, RUNNER_JOB.format(postgres=oci_mirror.postgres, health=HEALTH))
+    run = wait_run(pushed.client, pushed.run_id, timeout=240)
+    log = log_text(pushed.client, pushed.run_id, "db")
+    assert run["status"] == "success", (run, log)
+    # 15432 as written; "5432" unmapped on the host side gets 5432 itself (free on the step's
+    # loopback); an unmapped port is closed; each step has the forwarder, not only the first.
+    assert "mapped=15432,5432" in log, log
+    assert log.count("port 15432: N") == 2, log
+    assert "port 5432: N" in log, log
+    assert "port 5433: refused" in log, log
+    assert "service postgres: port 5432 at localhost:15432" in log, log
 
 
 def test_another_tenants_job_reaches_neither_the_service_nor_the_host(

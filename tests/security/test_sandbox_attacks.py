@@ -26,7 +26,7 @@ from clients.ci import start as ci_start
 from leasehold.database import init_database
 from leasehold.records.ci.plans import set_isolation, set_network
 from leasehold.settings import Settings
-from testing.harness import register_repo_row
+from testing.harness import REPO_ROOT, register_repo_row
 from testing.stack import cmdline
 from tests.ci_containers.conftest import oci_mirror, oci_settings
 from tests.ci_core.conftest import CIStack, engine_stack
@@ -110,9 +110,26 @@ async def run_workflow(stack: CIStack, name: str, workflow: str, tenant: str = "
 # How long a finished job's processes may take to be gone: the OCI backend's step containers
 # are reaped by podman's conmon after the step ends, which on two loaded cores took over 10 s once.
 JOB_PROCESSES_GONE_WITHIN = 30.0
+# How long the worker's reaper (``activities.ci.reaper``) may take to empty the roots of jobs
+# that ended: its job-side helper is a container of the job's uid, and in a full CI run's
+# podman traffic it started more than 30 s after the job's result once.
+JOB_ROOTS_GONE_WITHIN = 120.0
+
+
+def job_roots(settings: Settings) -> list[str]:
+    """The job roots in the worker's workspaces (root's own directory, listed by name only)."""
+    try:
+        return os.listdir(settings.data_dir / "ci" / "workspaces")
+    except FileNotFoundError:
+        return []
 
 
 async def no_job_processes_left(stack: CIStack) -> None:
+    # The reaper first: until a root is emptied its helper may still start, as the job's uid.
+    deadline = time.monotonic() + JOB_ROOTS_GONE_WITHIN
+    while job_roots(stack.settings) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.2)
+    assert job_roots(stack.settings) == [], "the worker did not empty the roots of finished jobs"
     deadline = time.monotonic() + JOB_PROCESSES_GONE_WITHIN
     while processes_of(job_uids(stack.settings)) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
@@ -282,6 +299,9 @@ async def test_fork_memory_shm_and_disk_bombs_hit_the_jobs_limits(hostile: CISta
     assert int(forked[0].split()[1]) < LIMIT_PROCESSES, forked
     assert "MEMORY" in log and "MEMORY 0 killed" not in log, log
     assert "out of memory" in log, log
+    # podman's conmon notes an out-of-memory kill in a file ``oom`` in its working directory:
+    # the worker's own state directory, never the directory the worker was started in.
+    assert not (REPO_ROOT / "oom").exists(), "conmon wrote oom into the worker's start directory"
     assert "SHM_FULL" in log, log
     shm = [line for line in log.splitlines() if line.startswith("SHM_BYTES ")]
     assert shm and int(shm[0].split()[1]) <= LIMIT_SHM, shm
