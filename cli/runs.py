@@ -123,13 +123,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(r.get("status")),
             names.get(str(r.get("repo_id")), str(r.get("repo_id"))),
             str(r.get("workflow_path")).removeprefix(".github/workflows/"),
+            "-" if r.get("run_number") is None else str(r.get("run_number")),
             _short_ref(r.get("ref")),
             str(r.get("commit_sha") or "")[:7],
             _when(r.get("created_at"), minutes=True),
             _duration(r.get("created_at"), r.get("closed_at")) if r.get("closed_at") else "-",
         ]
 
-    columns = ["id", "status", "repo", "workflow", "ref", "commit", "created", "took"]
+    # "#": the run's number among its workflow's runs (``github.run_number``), beside the workflow.
+    columns = ["id", "status", "repo", "workflow", "#", "ref", "commit", "created", "took"]
     return list_page(
         args,
         api,
@@ -139,7 +141,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         row,
         lambda page: f"leasehold runs list --after {page.get('next_cursor')}",
         # The run id is what a person copies into `runs get`/`runs logs`: never cut it.
-        whole=("id", "status", "commit", "created", "took"),
+        whole=("id", "status", "#", "commit", "created", "took"),
     )
 
 
@@ -150,6 +152,7 @@ def _show_run(run: dict[str, Any]) -> None:
             ("status", run.get("status")),
             ("repo", run.get("repo_full_name") or run.get("repo_id")),
             ("workflow", run.get("workflow_name") or run.get("workflow_path")),
+            ("number", None if run.get("run_number") is None else f"#{run.get('run_number')}"),
             ("ref", run.get("ref")),
             ("commit", run.get("commit_sha")),
             ("event", run.get("event")),

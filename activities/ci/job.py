@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,14 +140,22 @@ class CIJobActivities(CIJobDefinition):
             result_type=AttemptGrant,
         )
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(timeout=GRANT_TIMEOUT_SECONDS)
-        except (WorkflowUpdateFailedError, RPCError) as exc:
-            # The run is closed or refuses: this attempt must not run.
-            return AttemptGrant(proceed=False, reason=str(exc))
-        except TimeoutError:
-            future.cancel()
-            raise ApplicationError("the run did not answer the attempt request") from None
+        # Heartbeat while waiting: right after the run's orchestration worker was lost, its
+        # answer takes longer than the heartbeat timeout, and a silent wait then lost this
+        # healthy attempt too (two of a job's three attempts for one fault).
+        beat = info.heartbeat_timeout.total_seconds() * 0.3 if info.heartbeat_timeout else GRANT_TIMEOUT_SECONDS
+        deadline = time.monotonic() + GRANT_TIMEOUT_SECONDS
+        while True:
+            try:
+                return future.result(timeout=max(0.0, min(beat, deadline - time.monotonic())))
+            except (WorkflowUpdateFailedError, RPCError) as exc:
+                # The run is closed or refuses: this attempt must not run.
+                return AttemptGrant(proceed=False, reason=str(exc))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    future.cancel()
+                    raise ApplicationError("the run did not answer the attempt request") from None
+                activity.heartbeat()
 
     def _notice_start(self, inp: JobActivityInput, grant: AttemptGrant) -> threading.Timer:
         """Tell the run, once the attempt has run the grant's ``notice_seconds`` (else

@@ -358,8 +358,9 @@ def _queued_blockers(
     sem = facts.semaphore
     if job.run_slot_wait and facts.job_unserved(job):
         # It would ask for a slot only to get none until a worker polls its queue (told by
-        # ``_worker_blockers``).
-        pass
+        # ``_worker_blockers``); the tenant's slots in use are still worth showing.
+        if isinstance(sem, SemaphoreState):
+            out.slots_in_use, out.slot_limit = len(sem.holders), sem.limit
     elif job.run_slot_wait:
         # Its run holds or has asked for as many slots as the cap leaves it: the job takes the
         # next slot a job of the run gives back, after the run's requests still waiting in the

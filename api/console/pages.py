@@ -300,8 +300,16 @@ async def runs_page(
     )
 
 
-def _graph(run: RunOut) -> Graph:
-    return layout_graph([(j.id, j.name, j.status, j.needs) for j in run.jobs])
+def run_graph(run: RunOut) -> Graph:
+    """The run's job graph. A matrix job is drawn as its combinations (it runs no steps and has
+    no log of its own: its node would be an empty box beside them), and a job that needs it is
+    drawn after each of them; one not expanded yet (waiting for what it needs) is drawn as itself."""
+    expanded = {j.id: j.combinations for j in run.jobs if j.combinations}
+
+    def drawn(needs: list[str]) -> list[str]:
+        return [c for n in needs for c in expanded.get(n, [n])]
+
+    return layout_graph([(j.id, j.name, j.status, drawn(j.needs)) for j in run.jobs if j.id not in expanded])
 
 
 @router.get("/runs/{run}")
@@ -316,7 +324,7 @@ async def run_page(
         "run.html",
         run=out,
         artifacts=artifacts,
-        graph=_graph(out),
+        graph=run_graph(out),
         final=out.status in FINAL_RUN_STATUSES,
         temporal_link=_temporal_link(settings, run_workflow_id(out.id)),
         nav="ci",
@@ -485,4 +493,4 @@ async def job_log_stream(
     return await logs_router.stream_logs(request, ref, 0, last_event_id)
 
 
-__all__ = ["router"]
+__all__ = ["router", "run_graph"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -135,6 +135,15 @@ def duration(start: datetime | None, end: datetime | None) -> str:
     return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def when(moment: datetime | None) -> str:
+    """A moment as people read it in a list (to the minute, UTC: the API's clock and zone)."""
+    if moment is None:
+        return "-"
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def eta_text(seconds: float | None) -> str:
     if seconds is None:
         return ""
@@ -144,6 +153,7 @@ def eta_text(seconds: float | None) -> str:
 
 _env.filters["eta"] = eta_text
 _env.globals["duration"] = duration
+_env.globals["when"] = when
 
 
 # The job graph -------------------------------------------------------------------------------

@@ -103,6 +103,23 @@ def test_git_push_runs_a_chain_that_passes_and_only_its_tenant_sees_it(ci_engine
     assert get_run(client, rid)["jobs"][0]["attempts"][0]["attempt"] == 1
     assert len(job(get_run(client, rid), "build")["attempts"]) == 1
 
+    # github.run_number, as the run and the listing show it: the file's first run is 1 (the
+    # redeliveries made no new number), the next commit's run of the same file is 2.
+    assert get_run(client, rid)["run_number"] == 1
+    pushed.remote.write(WORKFLOW_PATH, CHAIN + "# again\n")
+    sha2 = pushed.remote.commit("again")
+    pushed.remote.push()
+
+    def numbered() -> dict[str, tuple[str, int | None]]:
+        listed = client.get("/v1/runs", params={"repo": pushed.repo_id}).json()["data"]
+        return {r["commit_sha"]: (r["id"], r["run_number"]) for r in listed}
+
+    runs_by_sha = wait_for("the second commit's run", lambda: sha2 in (n := numbered()) and n)
+    rid2 = runs_by_sha[sha2][0]
+    assert runs_by_sha == {pushed.sha: (rid, 1), sha2: (rid2, 2)}
+    assert wait_run(client, rid2, timeout=90)["run_number"] == 2
+    assert other.get(f"/v1/runs/{rid2}").status_code == 404
+
 
 UNSUPPORTED = """
 name: unsupported

@@ -1,5 +1,6 @@
 """``leasehold runs list`` as a person reads it: on a 120-column terminal every run id is
-whole (it is what they copy into ``runs get``), and runs are shown by repository name."""
+whole (it is what they copy into ``runs get``), runs are shown by repository name, and each
+has its number (``#``, GitHub's ``run_number``) beside its workflow."""
 
 from __future__ import annotations
 
@@ -45,10 +46,13 @@ def test_runs_list_shows_whole_ids_and_repository_names(people_stack: CIStack) -
     text = _ESCAPE.sub("", screen)
     assert "┃" in text and "Traceback" not in text, text
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 2}
+    (head,) = [[cell.strip() for cell in line.split("┃")] for line in text.splitlines() if "┃ id" in line]
     for pushed, name in ((first, "acme/widgets"), (second, "acme/gadgets")):
         # The id whole, in its own cell, and the run's repository by name on its row.
         assert pushed.run_id in rows, (pushed.run_id, text)
         assert name in rows[pushed.run_id] and pushed.repo_id not in text, rows[pushed.run_id]
+        # Each repository's first run of the file is number 1.
+        assert [cell.strip() for cell in rows[pushed.run_id].split("│")][head.index("#")] == "1", text
 
     # Piped: the same columns, tab-separated; the repository named there too.
     piped = me.run("runs", "list")
@@ -57,6 +61,8 @@ def test_runs_list_shows_whole_ids_and_repository_names(people_stack: CIStack) -
     assert lines[0][:3] == ["id", "status", "repo"], lines[0]
     by_id = {line[0]: line for line in lines[1:]}
     assert by_id[first.run_id][2] == "acme/widgets" and by_id[second.run_id][2] == "acme/gadgets", by_id
+    number = lines[0].index("#")
+    assert lines[0][number - 1] == "workflow" and by_id[first.run_id][number] == "1", lines
 
     # Filtered by full name: that repository's run only.
     only = me.run("runs", "list", "--repo", "acme/gadgets")

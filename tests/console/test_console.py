@@ -1,19 +1,27 @@
 """The web console in a real browser (the system Chromium, headless) against the real stack:
 sign-in, CSRF and redirects; a video submitted through the form and watched to 100 % and a
-playing player; a pushed commit's run graph and live log, an approval, a cancel; another
-tenant's cookie getting 404s; tenant-written text rendered as text, never run."""
+playing player; a pushed commit's run graph and live log, an approval, a cancel; a run's
+number, times, matrix graph and artifact download; another tenant's cookie getting 404s;
+tenant-written text rendered as text, never run."""
 
 from __future__ import annotations
 
+import io
 import re
 import time
+import zipfile
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.ci_api.flows import push_workflow, sse_events, wait_for
+from leasehold.database import init_database
+from leasehold.records.base import utcnow
+from leasehold.records.ci.artifacts import finalize, start_upload
+from leasehold.storage import open_store
+from tests.ci_api.flows import job, push_workflow, sse_events, wait_for, wait_run
 from tests.console.conftest import MODEL, ConsoleStack, Tenant, sign_in
 
 pytestmark = pytest.mark.slow
@@ -51,6 +59,26 @@ jobs:
   lint:
     runs-on: linux
     steps: [{{run: 'echo lint failed; exit 3'}}]
+"""
+
+MATRIX = """
+name: matrixed
+on: push
+jobs:
+  build:
+    runs-on: linux
+    steps: [{run: echo built}]
+  test:
+    needs: build
+    runs-on: linux
+    strategy:
+      matrix:
+        os: [alpha, beta]
+    steps: [{run: 'echo "tested ${{ matrix.os }}"'}]
+  report:
+    needs: test
+    runs-on: linux
+    steps: [{run: echo reported}]
 """
 
 SLOW = """
@@ -357,6 +385,77 @@ def test_ci_run_graph_live_log_approval_and_cancel(console_stack: ConsoleStack, 
     )
     client.post(f"/v1/runs/{slow.run_id}/cancel")
     page.context.close()
+
+
+def _minute(stamp: str) -> str:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def test_run_number_times_matrix_graph_and_artifact(console_stack: ConsoleStack, browser: Any) -> None:
+    console, tenant = console_stack, console_stack.tenant()
+    client = api(console, tenant)
+    client.tenant_id = tenant.tenant_id  # type: ignore[attr-defined]
+    pushed = push_workflow(console.stack, MATRIX, client=client)
+    rid = pushed.run_id
+    run = wait_run(client, rid, timeout=90)
+    assert run["status"] == "success" and run["run_number"] == 1, run
+    combinations = job(run, "test")["combinations"]
+    assert len(combinations) == 2, run
+    # An artifact of the run as the artifact service records one (a row, then its zip in the
+    # store): what the page lists and serves is the API's own listing and download.
+    settings = console.stack.settings
+    made, _ = start_upload(
+        init_database(settings.resolved_database_url),
+        tenant.tenant_id,
+        pushed.repo_id,
+        rid,
+        "build",
+        1,
+        "test-report",
+        utcnow() + timedelta(days=7),
+    )
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as archive:
+        archive.writestr("report.txt", "all green\n")
+    open_store(settings).put(made.object_key, packed.getvalue(), "application/zip")
+    finalize(init_database(settings.resolved_database_url), made.id, len(packed.getvalue()), None)
+
+    page = sign_in(browser, console, tenant)
+    # The listing: the run's number and when it was created (to the minute, UTC).
+    page.goto(f"/console/runs?repo={pushed.repo_id}")
+    row = page.locator("tbody tr", has_text=rid[:16])
+    assert row.locator("[data-field=number]").inner_text() == "#1"
+    created = row.locator("[data-field=created] time")
+    assert created.inner_text() == _minute(run["created_at"])
+    assert datetime.fromisoformat(created.get_attribute("datetime") or "") == datetime.fromisoformat(
+        run["created_at"].replace("Z", "+00:00")
+    )
+
+    # The run page: its number, its times, and the matrix job drawn as its two combinations
+    # (no empty node for the matrix job itself), each after build and before report.
+    page.goto(f"/console/runs/{rid}")
+    assert page.locator("#run-number").inner_text() == "#1"
+    assert page.locator("#run-created").inner_text() == _minute(run["created_at"])
+    drawn = page.evaluate("[...document.querySelectorAll('svg#graph a.node')].map(n => n.dataset.job)")
+    assert sorted(drawn) == sorted(["build", "report", *combinations]), drawn
+    assert page.locator("svg#graph path.edge").count() == 4
+    shot(console, page, "run-matrix")
+
+    # The artifact, listed with a link that downloads its zip.
+    link = page.locator('#artifacts [data-artifact="test-report"] a')
+    assert link.get_attribute("href") == f"/console/runs/{rid}/artifacts/{made.id}/zip"
+    with page.expect_download() as download:
+        link.click()
+    assert download.value.suggested_filename == "test-report.zip"
+    with zipfile.ZipFile(Path(download.value.path())) as archive:
+        assert archive.read("report.txt") == b"all green\n"
+    page.context.close()
+    # Another tenant's session gets the same 404 as for a missing artifact.
+    other = sign_in(browser, console, console.tenant())
+    response = other.goto(f"/console/runs/{rid}/artifacts/{made.id}/zip")
+    assert response is not None and response.status == 404, response and response.status
+    assert "test-report" not in other.content()
+    other.context.close()
 
 
 def test_other_tenant_sees_404(console_stack: ConsoleStack, browser: Any) -> None:

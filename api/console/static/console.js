@@ -133,6 +133,9 @@
       run.jobs.forEach(function (j) {
         var before = shown[j.id];
         if (before !== undefined && before !== j.status && (ACTIONS[before] || ACTIONS[j.status])) reload = true;
+        // A job the page does not have (a matrix job's combinations, listed once it is ready):
+        // the server draws the graph, so the page is drawn again with it.
+        if (before === undefined) reload = true;
         shown[j.id] = j.status;
         $all('[data-job="' + CSS.escape(j.id) + '"]').forEach(function (el) {
           var status = $("[data-field=status]", el);

@@ -49,6 +49,7 @@ from api.schemas.ci.runs import (
 )
 from clients.ci.start import cancel_run, decide_job, rerun, retry_job, run_state
 from leasehold.records.api_keys import Principal
+from leasehold.records.ci.run_numbers import numbers_of_runs
 from leasehold.records.ci.runs import RunCursor, annotations_of_attempt
 from leasehold.records.ci.runs import list_runs as list_run_records
 from leasehold.storage import ObjectNotFound
@@ -92,7 +93,7 @@ async def get_run(
     """A run with its jobs: statuses, attempts, timings, exit codes and errors; each job not
     started yet says what it waits for (``queue``)."""
     state = await load_run(db, client, principal, run)
-    return RunOut.from_state(state, await explainer.explain(state))
+    return RunOut.from_state(state, await explainer.explain(state), await _run_number(db, principal, state.run_id))
 
 
 @router.get("/v1/runs/{run}/jobs/{job}")
@@ -178,11 +179,19 @@ async def list_runs(
         list_run_records, db, principal.tenant_id, repo_id=repo, status=status, after=cursor, limit=limit + 1
     )
     page = records[:limit]
-    rows = [RunSummary.model_validate(r) for r in page]
+    numbers = await asyncio.to_thread(numbers_of_runs, db, principal.tenant_id, [r.run_id for r in page])
+    rows = [RunSummary.model_validate(r).model_copy(update={"run_number": numbers.get(r.run_id)}) for r in page]
     more = len(records) > limit
     last = page[-1] if page else None
     next_cursor = encode_cursor(RunCursor(last.created_at, last.run_id)) if more and last is not None else None
     return RunList(data=rows, has_more=more, next_cursor=next_cursor)
+
+
+async def _run_number(db: sessionmaker, principal: Principal, run: str) -> int | None:
+    """The run's ``github.run_number`` (assigned when its push was listed, before it started, so
+    a run the engine answers for has it too)."""
+    numbers = await asyncio.to_thread(numbers_of_runs, db, principal.tenant_id, [run])
+    return numbers.get(run)
 
 
 async def _projected(db: sessionmaker, principal: Principal, run: str, shows: Callable[[CIRunState], bool]) -> None:
@@ -211,7 +220,7 @@ async def cancel(run: str, principal: PrincipalDep, client: ClientDep, db: DbDep
         state = await asyncio.wait_for(run_state(client, run), timeout=QUERY_TIMEOUT_SECONDS)
     except (RPCError, TimeoutError):
         pass  # closed (or forgotten) by the engine, or slow: the read model's view is an honest answer
-    return RunOut.from_state(state)
+    return RunOut.from_state(state, run_number=await _run_number(db, principal, state.run_id))
 
 
 async def _job_update(

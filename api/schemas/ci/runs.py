@@ -253,6 +253,9 @@ class RunOut(BaseModel):
     ref: str
     workflow_path: str
     workflow_name: str = ""
+    # ``github.run_number``: the run's number among its workflow file's runs in the repository
+    # (from 1, kept by a re-run; null for a run listed before numbers were assigned).
+    run_number: int | None = None
     # The title ``run-name`` gave the run ("" without one).
     display_title: str = ""
     status: str
@@ -272,13 +275,16 @@ class RunOut(BaseModel):
     jobs: list[JobOut] = Field(default_factory=list)
 
     @classmethod
-    def from_state(cls, state: CIRunState, queues: dict[str, JobQueueOut] | None = None) -> RunOut:
-        """``queues``: the explanation of each job not started yet, by job id (none: not read)."""
+    def from_state(
+        cls, state: CIRunState, queues: dict[str, JobQueueOut] | None = None, run_number: int | None = None
+    ) -> RunOut:
+        """``queues``: the explanation of each job not started yet, by job id (none: not read);
+        ``run_number``: the run's number, which the read model keeps beside the run's state."""
         data = state.model_dump(mode="json", exclude={"jobs", "tenant_id"})
         data["id"] = data.pop("run_id")
         queues = queues or {}
         jobs = [JobOut.from_state(j, queues.get(j.job_id)) for j in state.jobs]
-        return cls.model_validate({**data, "jobs": jobs})
+        return cls.model_validate({**data, "jobs": jobs, "run_number": run_number})
 
 
 class RunSummary(RecordView):
@@ -291,6 +297,8 @@ class RunSummary(RecordView):
     commit_sha: str | None = None
     ref: str | None = None
     workflow_path: str | None = None
+    # As on ``GET /v1/runs/{id}`` (read beside the row: ``ci_run_numbers``).
+    run_number: int | None = None
     status: str | None = None
     created_at: datetime | None = None
     # When the run finished (None while it runs).

@@ -9,6 +9,7 @@ changed by a re-run). Two listings racing for the same counter conflict on a key
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import DateTime, Integer, String, select, update
@@ -78,3 +79,15 @@ def assign_run_number(factory: sessionmaker, tenant_id: str, repo_id: str, workf
                 raise
             time.sleep(0.05 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def numbers_of_runs(factory: sessionmaker, tenant_id: str, run_ids: Collection[str]) -> dict[str, int]:
+    """The numbers of those of the tenant's runs that have one (run id -> number), in one read; a
+    run listed before numbers were assigned, or another tenant's, is absent."""
+    if not run_ids:
+        return {}
+    query = select(CIRunNumber.run_id, CIRunNumber.number).where(
+        CIRunNumber.tenant_id == tenant_id, CIRunNumber.run_id.in_(list(run_ids))
+    )
+    with factory() as session:
+        return {run_id: number for run_id, number in session.execute(query)}
