@@ -86,20 +86,23 @@ class PredictionWebhooks:
     def follow(
         self,
         jobs: VideoJobs,
-        job_id: str,
+        created: Any,
         subscription: Subscription,
         render: Callable[[Any], dict[str, Any]],
     ) -> None:
-        """Send ``job_id``'s events to ``subscription`` from now until it ends (once per job)."""
+        """Send the events of the job ``created`` (its view as the create answered it) to
+        ``subscription`` from now until it ends (once per job)."""
+        job_id = created.job_id
         if job_id in self.following:
             return  # an idempotent replay of the create: the first one follows it
-        task = asyncio.create_task(self._follow(jobs, job_id, subscription, render), name=f"webhook-{job_id}")
+        task = asyncio.create_task(self._follow(jobs, created, subscription, render), name=f"webhook-{job_id}")
         self.following[job_id] = task
         task.add_done_callback(lambda _: self.following.pop(job_id, None))
 
     async def _follow(
-        self, jobs: VideoJobs, job_id: str, subscription: Subscription, render: Callable[[Any], dict[str, Any]]
+        self, jobs: VideoJobs, created: Any, subscription: Subscription, render: Callable[[Any], dict[str, Any]]
     ) -> None:
+        job_id = created.job_id
         sequence = 0
         sent_logs: str | None = None
         sent_output: Any = None
@@ -128,14 +131,14 @@ class PredictionWebhooks:
             last_sent = loop.time()
 
         try:
-            started = False
+            # ``start`` is the prediction as created (``starting``, as Replicate sends it), however
+            # far the job has gone by the time this task first runs.
+            first = render(created)
+            sent_logs = first["logs"]
+            if "start" in subscription.events:
+                await send("start", first)
             async for view in jobs.watch(job_id, None, FOLLOW_MAX_SECONDS):
                 body = render(view)
-                if not started:
-                    started = True
-                    sent_logs = body["logs"]
-                    if "start" in subscription.events:
-                        await send("start", body)
                 terminal = body["status"] in TERMINAL
                 if body["output"] is not None and sent_output is None and "output" in subscription.events:
                     sent_output = body["output"]

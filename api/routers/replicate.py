@@ -37,7 +37,7 @@ from api.replicate import catalogue, files, inputs
 from api.replicate.predictions import TERMINAL, prediction_of
 from api.replicate.problems import Problem, ProblemRoute, invalid_input
 from api.replicate.webhooks import EVENTS, PredictionWebhooks, Subscription, check_url, signing_secret
-from api.video.jobs import WATCH_INTERVAL_SECONDS, VideoJobs
+from api.video.jobs import SSE_KEEPALIVE_SECONDS, WATCH_INTERVAL_SECONDS, VideoJobs
 from api.video.reference import MAX_REFERENCE_BYTES
 from api.video.views import JobView
 from leasehold.records.api_keys import Principal
@@ -198,7 +198,7 @@ async def _create(
         raise
     render = _renderer(request)
     if subscription is not None:
-        _webhooks(request).follow(jobs, view.job_id, subscription, render)
+        _webhooks(request).follow(jobs, view, subscription, render)
     if wait is not None:
         view = await _hold(request, jobs, view, wait)
     prediction = render(view)
@@ -364,9 +364,10 @@ async def stream_prediction(prediction_id: str, request: Request, caller: Caller
         count = 0
         sent: list[str] = []
         try:
-            async for view in jobs.watch(prediction_id, None, STREAM_MAX_SECONDS):
+            async for view in jobs.watch(prediction_id, None, STREAM_MAX_SECONDS, SSE_KEEPALIVE_SECONDS):
                 prediction = render(view)
                 lines = prediction["logs"].splitlines()
+                said = count
                 # The progress line is rewritten as it grows (as tqdm's is): send what changed.
                 for index, line in enumerate(lines):
                     if index >= len(sent) or sent[index] != line:
@@ -375,6 +376,9 @@ async def stream_prediction(prediction_id: str, request: Request, caller: Caller
                 sent = lines
                 status = prediction["status"]
                 if status not in TERMINAL:
+                    if count == said:
+                        # Nothing new for a while: a comment (the client skips it) keeps it open.
+                        yield ": keep-alive\n\n"
                     continue
                 if prediction["output"] is not None:
                     count += 1

@@ -56,6 +56,9 @@ CANCEL_WAIT_SECONDS = 5.0
 DELETE_CANCEL_WAIT_SECONDS = 15.0
 # How often the SSE stream and the cancel/delete waits look at a job.
 WATCH_INTERVAL_SECONDS = 0.5
+# A stream with nothing new says it is alive this often (an SSE comment, which clients skip),
+# so neither a client's read timeout nor a proxy's idle timeout ends it while a job waits.
+SSE_KEEPALIVE_SECONDS = 15.0
 
 
 # Ids ------------------------------------------------------------------------------------
@@ -358,21 +361,28 @@ class VideoJobs(CallerVideos):
             raise ApiError(404, "preview_not_available", "no preview yet; the first comes a few steps into generation")
         return view.preview_key
 
-    async def watch(self, job_id: str, last_event_id: str | None, max_seconds: float) -> AsyncIterator[JobView]:
+    async def watch(
+        self, job_id: str, last_event_id: str | None, max_seconds: float, idle_seconds: float | None = None
+    ) -> AsyncIterator[JobView]:
         """Snapshots of the job whenever status, progress, attempt or preview change, until it ends.
 
         Each event is a full snapshot, so resuming needs only the latest one: the snapshot whose
         id the client already has (``Last-Event-ID``) is not sent again. Each look is one
-        indexed row read, plus the cached describe while the job runs.
+        indexed row read, plus the cached describe while the job runs. With ``idle_seconds``,
+        an unchanged snapshot is yielded again after that long without a change, so that a
+        stream can say it is alive (a queued job may wait minutes without one).
         """
         last = last_event_id
         last_preview: str | None = None
         deadline = time.monotonic() + max_seconds
+        yielded = time.monotonic()
         while True:
             view = await self.get(job_id)
-            if view.event_id() != last or view.preview_key != last_preview:
+            changed = view.event_id() != last or view.preview_key != last_preview
+            if changed or (idle_seconds is not None and time.monotonic() - yielded >= idle_seconds):
                 last = view.event_id()
                 last_preview = view.preview_key
+                yielded = time.monotonic()
                 yield view
             if view.terminal or time.monotonic() >= deadline:
                 return

@@ -21,7 +21,7 @@ from api.deps import IdempotencyKeyHeader, PrincipalDep, SettingsDep, StoreDep
 from api.errors import DATABASE_UNAVAILABLE_MESSAGE, SERVICE_UNAVAILABLE, ApiError, invalid
 from api.forms import string_fields
 from api.schemas.video import Video, VideoCreateRequest, VideoDeleted, VideoList
-from api.video.jobs import VideoJobs
+from api.video.jobs import SSE_KEEPALIVE_SECONDS, VideoJobs
 from api.video.live import LiveProgress
 from api.video.reference import FIELD as REFERENCE_FIELD
 from api.video.reference import MAX_DATA_URL_CHARS, MAX_REFERENCE_BYTES, data_url_bytes, read_image
@@ -305,15 +305,20 @@ async def video_events(
         sent_preview: str | None = None
         try:
             # Starlette cancels this generator when the client goes away.
-            async for view in jobs.watch(video_id, last_event_id, SSE_MAX_SECONDS):
+            async for view in jobs.watch(video_id, last_event_id, SSE_MAX_SECONDS, SSE_KEEPALIVE_SECONDS):
+                said = False
                 if view.event_id() != sent:
                     sent = view.event_id()
                     payload = view.to_video().model_dump_json()
+                    said = True
                     yield f"id: {sent}\nevent: video.updated\ndata: {payload}\n\n"
                 if view.preview_key is not None and view.preview_key != sent_preview:
                     sent_preview = view.preview_key
+                    said = True
                     # No id: a reconnect resumes from the last snapshot and gets the newest preview again.
                     yield f"event: video.preview\ndata: {json.dumps(_preview_event(view))}\n\n"
+                if not said:
+                    yield ": keep-alive\n\n"
         except ApiError as exc:
             # The job vanished (deleted) or Temporal went away mid-stream: say so and end.
             yield f"event: error\ndata: {json.dumps({'code': exc.code, 'message': exc.message})}\n\n"
