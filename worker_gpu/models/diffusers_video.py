@@ -146,6 +146,7 @@ class WanVideoModel:
         threads: int = 1,
         pace_seconds_per_frame_megapixel: float = 0.0,
     ) -> None:
+        self._check_spec(spec)
         self.spec = spec
         # As the stand-in's: a floor on each step's time (tests and benchmarks that need a job
         # to last on a fast host); it changes no bytes.
@@ -157,6 +158,10 @@ class WanVideoModel:
         self.revision = spec.version or spec.name
         self._pipe: Any = None
         self._preview_map: torch.Tensor | None = None
+
+    def _check_spec(self, spec: VideoModelSpec) -> None:
+        """Refuse, before anything is set up, a catalogue entry this pipeline cannot run (a
+        subclass's constraint; Wan runs every entry that validates)."""
 
     # Loading ---------------------------------------------------------------------------
 

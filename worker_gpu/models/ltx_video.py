@@ -66,17 +66,10 @@ class LTXVideoModel(WanVideoModel):
 
     pipeline_class = "LTXPipeline"
 
-    def __init__(
-        self,
-        spec: VideoModelSpec,
-        device: str = "auto",
-        threads: int = 1,
-        pace_seconds_per_frame_megapixel: float = 0.0,
-    ) -> None:
+    def _check_spec(self, spec: VideoModelSpec) -> None:
         if spec.scheduler == "unipc":
             # LTX's schedule is custom sigmas shifted by mu, which UniPC's set_timesteps lacks.
             raise ValueError(f"model {spec.name}: LTX-Video samples with flow-euler (the pipeline's), not unipc")
-        super().__init__(spec, device, threads, pace_seconds_per_frame_megapixel)
 
     # Geometry ---------------------------------------------------------------------------
 
@@ -172,19 +165,6 @@ class LTXVideoModel(WanVideoModel):
         )
         self._init_latents(state)
         return state
-
-    def _init_latents(self, state: DiffusersState) -> None:
-        job = state.job
-        state.latents = self.pipe.prepare_latents(
-            1,
-            self.pipe.transformer.config.in_channels,
-            job.height,
-            job.width,
-            job.frames,
-            torch.float32,
-            self.device,
-            state.generator,
-        )
 
     def _step(self, state: DiffusersState) -> None:
         if not isinstance(state, LTXState) or state.prompt_mask is None:
@@ -322,16 +302,8 @@ class LTXImageToVideoModel(LTXVideoModel):
         pipe = self.pipe
         image = decode_reference(job.reference, job.width, job.height)
         pixels = pipe.video_processor.preprocess(image, height=job.height, width=job.width)
-        state.latents, state.condition = pipe.prepare_latents(
-            pixels.to(self.device, dtype=state.prompt_embeds.dtype),
-            1,
-            pipe.transformer.config.in_channels,
-            job.height,
-            job.width,
-            job.frames,
-            torch.float32,
-            self.device,
-            state.generator,
+        state.latents, state.condition = self._prepare_latents(
+            state, (pixels.to(self.device, dtype=state.prompt_embeds.dtype),), pipe.transformer.config.in_channels
         )
 
     def _advance(self, state: DiffusersState, noise_pred: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
