@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cli import ci, environments, fleet, plan, plans, readmodel, repos, runs, secrets, variables, video
 from cli.common import UsageError, add_data_dir_arguments, admin_settings, command_settings, open_database
@@ -71,11 +72,36 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = command_settings(args, **overrides)
     _logging(settings)
     _secure_data_dir(settings)
-    if args.kind == "orchestration":
+    _stop_cleanly_until_serving()
+    try:
+        _run_worker_kind(args.kind, settings)
+    finally:
+        # The event loop gave SIGTERM back to its default action on closing: a second stop
+        # request while the process leaves must not turn a clean exit into death by signal.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return 0
+
+
+def _stop_cleanly_until_serving() -> None:
+    """Until the worker's event loop takes SIGTERM over (once connected, its worker built), a
+    stop request ends the process with code 0: it holds no task yet, so there is nothing to
+    hand back. Without this a stop during the GPU worker's model load, or a supervisor's stop
+    right after it restarted a crashed worker, killed it by the signal's default action. It
+    leaves at once rather than by ``SystemExit``: unwinding a half-made connection ended in
+    interpreter finalization under the bridge's threads, which hung now and then."""
+
+    def _stop(signum: int, _frame: object) -> None:
+        leave(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+
+
+def _run_worker_kind(kind: str, settings: Settings) -> None:
+    if kind == "orchestration":
         from orchestrator.main import main as run_orchestration
 
         run_orchestration(settings)
-    elif args.kind == "gpu":
+    elif kind == "gpu":
         from worker_gpu.main import main as run_gpu
 
         run_gpu(settings)
@@ -85,7 +111,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         set_ci_worker_umask()
         run_ci(settings)
-    return 0
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -180,9 +205,13 @@ def run() -> None:
     bridge leaves without interpreter finalization (output and logs flushed first): the bridge's
     runtime threads can outlive the event loop, and finalizing under them crashes the process
     now and then (temporalio/sdk-python#300), after the command itself succeeded."""
-    code = main()
+    leave(main())
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``; once Temporal's bridge is loaded, without interpreter finalization
+    (see :func:`run`), output and logs flushed first."""
     if any(name.startswith("temporalio.bridge") for name in sys.modules):
-        import logging
         import os
 
         for stream in (sys.stdout, sys.stderr):

@@ -16,10 +16,14 @@ listed in ``ALSO_REPLAYED`` while they are open: this code must replay its histo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from workflows.version import BUILD_ID
 
@@ -67,3 +71,12 @@ def check_recorded_by_this_build(histories: Path, load: Callable[[Path], Workflo
     for path in recorded:
         builds = {build for _, build in recorded_by(load(path))}
         assert builds == {BUILD_ID}, f"{path.name}: workflow tasks completed by builds {sorted(builds)}"
+
+
+async def replay_failure(workflows: Sequence[type[Any]], history: WorkflowHistory) -> BaseException | None:
+    """Why ``workflows`` fail to replay ``history`` (None: they replay it), inside the SDK's
+    sandbox: the determinism guard production runs without."""
+    replayer = Replayer(
+        workflows=workflows, data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner()
+    )
+    return (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure

@@ -21,9 +21,11 @@ from activities.fleet.provider import FleetProvider
 from leasehold.database import init_database
 from leasehold.settings import Settings
 from leasehold.worker_process import run_worker
+from leasehold.worker_versioning import deployment_config
 from workflows.fleet.controller import FleetWorkflow, fleet_workflow_id
 from workflows.fleet.types import FleetInput, FleetSpec
 from workflows.queues import fleet_queue
+from workflows.version import BUILD_ID
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,9 @@ def run_fleet(settings: Settings, spec: FleetSpec, provider: FleetProvider) -> N
             workflows=[FleetWorkflow],
             activities=[observer.observe_fleet, actuator.apply_fleet],
             activity_executor=ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet"),
+            # Versioned like the orchestration workers: each run of the controller is pinned to
+            # the build that started it and moves to the current one at continue-as-new.
+            deployment_config=deployment_config(settings, BUILD_ID, routed=True),
         )
 
     async def connected(client: Client) -> None:

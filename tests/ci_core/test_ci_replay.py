@@ -16,8 +16,6 @@ import pytest
 from temporalio.api.common.v1 import Payloads
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.ci.job import CIJobActivities
 from activities.ci.listing import CIListingActivities
@@ -26,7 +24,7 @@ from activities.ci.projection import CIProjectionActivities
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.schedules import CIScheduleActivities
 from activities.ci.status_report import StatusReportActivities
-from tests.history_builds import check_recorded_by_this_build, every_build, replayed, this_build
+from tests.history_builds import check_recorded_by_this_build, every_build, replay_failure, replayed, this_build
 from workflows.ci.concurrency import CIConcurrencyGroupWorkflow
 from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
@@ -69,14 +67,8 @@ def workflow_type(history: WorkflowHistory) -> str:
 
 @pytest.mark.parametrize("path", REPLAYED, ids=[f"{p.parent.name}/{p.stem}" for p in REPLAYED])
 async def test_recorded_history_replays(path: Path) -> None:
-    replayer = Replayer(
-        workflows=WORKFLOWS,
-        data_converter=pydantic_data_converter,
-        # Inside the SDK's sandbox: the determinism guard production runs without.
-        workflow_runner=SandboxedWorkflowRunner(),
-    )
-    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+    failure = await replay_failure(WORKFLOWS, load(path))
+    assert failure is None, f"{path.name}: {failure!r}"
 
 
 def test_every_ci_workflow_has_a_recorded_history() -> None:

@@ -8,12 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tests.ci_core.test_ci_replay import WORKFLOWS, load
-from tests.history_builds import check_recorded_by_this_build, replayed, this_build
+from tests.history_builds import check_recorded_by_this_build, replay_failure, replayed, this_build
 from workflows.ci.semaphore import SIGNAL_ACQUIRE_MANY, SIGNAL_GRANTED_MANY, SIGNAL_RELEASE, SIGNAL_TRANSFER
 from workflows.ci.types.job import SIGNAL_ATTEMPT_RUNNING
 from workflows.version import BUILD_ID
@@ -74,11 +71,5 @@ def test_the_recordings_exercise_the_dispatch_paths() -> None:
 
 @pytest.mark.parametrize("path", REPLAYED, ids=[f"{p.parent.name}/{p.stem}" for p in REPLAYED])
 async def test_recorded_dispatch_history_replays(path: Path) -> None:
-    replayer = Replayer(
-        workflows=WORKFLOWS,
-        data_converter=pydantic_data_converter,
-        # Inside the SDK's sandbox: the determinism guard production runs without.
-        workflow_runner=SandboxedWorkflowRunner(),
-    )
-    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+    failure = await replay_failure(WORKFLOWS, load(path))
+    assert failure is None, f"{path.name}: {failure!r}"

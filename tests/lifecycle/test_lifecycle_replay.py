@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
+from tests.history_builds import replay_failure
 from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
 from workflows.lifecycle.ci.retention import CIRetentionWorkflow
 from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
@@ -26,9 +25,8 @@ def load(path: Path) -> WorkflowHistory:
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
 async def test_recorded_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+    failure = await replay_failure(WORKFLOWS, load(path))
+    assert failure is None, f"{path.name}: {failure!r}"
 
 
 def test_every_lifecycle_workflow_has_a_recorded_history_of_several_batches() -> None:

@@ -51,7 +51,9 @@ async def start_job(
     req: VideoRequest,
     job_id: str | None = None,
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+    **fields: Any,
 ) -> WorkflowHandle[VideoJobWorkflow, VideoJobState]:
+    """Start a job of ``req``; ``fields`` replace the input's defaults (its queues, its tier)."""
     job_id = job_id or new_job_id()
     job = VideoJobInput(
         job_id=job_id,
@@ -65,7 +67,7 @@ async def start_job(
         housekeeping_queue=orchestration_queue(settings.queue_prefix),
         heartbeat_timeout_seconds=heartbeat_timeout,
         checkpoint_interval_seconds=settings.checkpoint_interval_seconds,
-    )
+    ).model_copy(update=fields)
     return await client.start_workflow(
         VideoJobWorkflow.run, job, id=f"video-{job_id}", task_queue=orchestration_queue(settings.queue_prefix)
     )

@@ -1,9 +1,10 @@
 """Record VideoJobWorkflow histories for the replay test: ``python -m tests.video_core.record_histories [DIR]``.
 
-A completed job (its worker signals the start), a failed one and a cancelled one, each writing
-its read-model row and delivering its webhooks, recorded by workers that run as this build's
-deployment version, into ``histories/<BUILD_ID>/`` (``docs/versioning.md``). Existing files are
-never overwritten; a new scenario adds a file.
+A completed job (its worker signals the start), a failed one, a cancelled one, and a paid job
+handed from reserved capacity (no worker there) to preemptible capacity after its
+schedule-to-start wait, each writing its read-model row and delivering its webhooks, recorded
+by workers that run as this build's deployment version, into ``histories/<BUILD_ID>/``
+(``docs/versioning.md``). Existing files are never overwritten; a new scenario adds a file.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from worker_gpu.encoding import H264Encoder
 from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.models.procedural import ProceduralVideoModel
 from workflows import search_attributes
-from workflows.queues import orchestration_queue, video_queue
+from workflows.queues import PREEMPTIBLE, RESERVED, orchestration_queue, video_queue
 from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow
 
@@ -66,7 +67,16 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore, ou
         activity_executor=pool,
         deployment_config=deployment_config(settings, BUILD_ID, routed=False),
     )
-    async with orchestration, gpu:
+    # Only preemptible capacity serves the model: the paid job below waits out its reserved
+    # queue's schedule-to-start and is handed over.
+    preemptible = Worker(
+        client,
+        task_queue=video_queue("procedural-v1", settings.queue_prefix, None, PREEMPTIBLE),
+        activities=[generation.generate_video],
+        activity_executor=pool,
+        deployment_config=deployment_config(settings, BUILD_ID, routed=False),
+    )
+    async with orchestration, gpu, preemptible:
         await promote(client, deployment_config(settings, BUILD_ID, routed=True).version, "record")
         completed = await start_job(client, settings, request(steps=4, seconds=1))
         await completed.result()
@@ -77,7 +87,17 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore, ou
         await cancelled.cancel()
         with contextlib.suppress(WorkflowFailureError):
             await cancelled.result()
-        for name, handle in (("completed", completed), ("failed", failed), ("cancelled", cancelled)):
+        handed_over = await start_job(
+            client,
+            settings,
+            request(steps=2, seconds=1),
+            generate_queue=video_queue("procedural-v1", settings.queue_prefix, None, RESERVED),
+            fallback_queue=video_queue("procedural-v1", settings.queue_prefix, None, PREEMPTIBLE),
+            fallback_after_seconds=1.0,
+        )
+        await handed_over.result()
+        outcomes = {"completed": completed, "failed": failed, "cancelled": cancelled, "handed_over": handed_over}
+        for name, handle in outcomes.items():
             path = out / f"{name}.json"
             if not path.exists():
                 path.write_text((await handle.fetch_history()).to_json())

@@ -8,17 +8,15 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.video.definitions import DELIVER_VIDEO_EVENT, PROJECT_VIDEO_JOB
-from tests.history_builds import check_recorded_by_this_build, replayed
+from tests.history_builds import check_recorded_by_this_build, replay_failure, replayed
+from workflows.queues import PREEMPTIBLE, RESERVED
 from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
-OUTCOMES = ["completed", "failed", "cancelled"]
+OUTCOMES = ["completed", "failed", "cancelled", "handed_over"]
 REPLAYED = replayed(HISTORIES)
 
 
@@ -38,14 +36,8 @@ def test_the_histories_are_this_builds() -> None:
 
 @pytest.mark.parametrize("path", REPLAYED, ids=[f"{p.parent.name}/{p.stem}" for p in REPLAYED])
 async def test_recorded_history_replays(path: Path) -> None:
-    replayer = Replayer(
-        workflows=[VideoJobWorkflow],
-        data_converter=pydantic_data_converter,
-        # Inside the SDK's sandbox: the determinism guard production runs without.
-        workflow_runner=SandboxedWorkflowRunner(),
-    )
-    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+    failure = await replay_failure([VideoJobWorkflow], load(path))
+    assert failure is None, f"{path.name}: {failure!r}"
 
 
 def test_the_completed_history_holds_the_start_signal() -> None:
@@ -68,3 +60,23 @@ def test_every_outcome_is_written_then_delivered(name: str) -> None:
     ]
     assert scheduled[-2:] == [PROJECT_VIDEO_JOB, DELIVER_VIDEO_EVENT], scheduled
     assert scheduled.count(PROJECT_VIDEO_JOB) >= 2, scheduled
+
+
+def test_the_handed_over_history_moves_between_capacity_queues() -> None:
+    """A paid job whose reserved queue had no worker within the wait timed out there
+    (schedule-to-start, not retried) and ran on preemptible capacity: the replay test holds the
+    hand-over's commands to this build too."""
+    events = recorded("handed_over").events
+    queues = [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "generate_video"
+    ]
+    assert [q.rsplit("@", 1)[-1] for q in queues] == [RESERVED, PREEMPTIBLE], queues
+    timeouts = [
+        e.activity_task_timed_out_event_attributes.failure.message
+        for e in events
+        if e.HasField("activity_task_timed_out_event_attributes")
+    ]
+    assert timeouts == ["activity ScheduleToStart timeout"], timeouts

@@ -12,7 +12,8 @@ Contract:
   answers them and the latest tick, whatever it decided.
 * ``configure`` (signal) replaces the spec from the next tick on.
 * Continues as new every ``spec.ticks_per_run`` ticks, carrying the shrink streaks and the
-  latest decisions; it never ends by itself.
+  latest decisions, onto the deployment's current build (auto-upgrade: a controller runs for
+  ever, so a new build reaches it at its next run); it never ends by itself.
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ class FleetWorkflow:
             self._ticks += 1
             await workflow.sleep(timedelta(seconds=spec.tick_seconds))
         workflow.continue_as_new(
-            FleetInput(spec=self._spec, shrinking=shrinking, decisions=self._decisions, ticks=self._ticks)
+            FleetInput(spec=self._spec, shrinking=shrinking, decisions=self._decisions, ticks=self._ticks),
+            # Each run is pinned to its build; the next one starts on the deployment's current build.
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
         )
 
     def _record(self, decision: Decision) -> None:
