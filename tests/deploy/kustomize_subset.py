@@ -2,7 +2,8 @@
 ``kubectl`` or ``kustomize`` is installed.
 
 Supported: ``resources`` (files and directories), ``components``, ``patches`` (strategic merge
-patches from a file, matched by kind and name), ``namespace`` and ``images``. Anything else in
+patches from a file, matched by kind and name; of the patch directives only a whole object's
+``$patch: delete``), ``namespace`` (with the service accounts a binding names) and ``images``. Anything else in
 a kustomization is refused rather than ignored, so a manifest that starts using a feature this
 renderer lacks fails here instead of rendering wrong. Where ``kubectl`` is installed,
 tests/deploy/test_kustomize_subset.py checks that both render every overlay to the same objects.
@@ -95,6 +96,12 @@ def _build(directory: Path, expect_kind: str) -> list[Doc]:
         for doc in docs:
             if doc.get("kind") not in CLUSTER_SCOPED:
                 doc.setdefault("metadata", {})["namespace"] = namespace
+            # As kustomize does: a binding's service accounts named without a namespace are
+            # the kustomization's own.
+            if doc.get("kind") in ("RoleBinding", "ClusterRoleBinding"):
+                for subject in doc.get("subjects", []):
+                    if subject.get("kind") == "ServiceAccount" and not subject.get("namespace"):
+                        subject["namespace"] = namespace
     return docs
 
 
@@ -148,11 +155,18 @@ def _apply_patch_entry(docs: list[Doc], directory: Path, entry: dict[str, Any]) 
     if set(entry) != {"path"}:
         raise KustomizeError(f"{directory}: only patches given by path are supported, not {sorted(entry)}")
     patches = [doc for doc in yaml.safe_load_all(_inside(directory, entry["path"]).read_text()) if doc]
+    if len(patches) > 1 and any(patch.get("$patch") == "delete" for patch in patches):
+        # kustomize 5.5 crashes on it: one deletion a file.
+        raise KustomizeError(f"{directory}: {entry['path']} holds a deletion beside other patches")
     for patch in patches:
         kind, _, name = _identity(patch)
         targets = [doc for doc in docs if doc.get("kind") == kind and doc["metadata"].get("name") == name]
         if len(targets) != 1:
             raise KustomizeError(f"{directory}: patch {entry['path']} matches {len(targets)} objects ({kind} {name})")
+        # An overlay leaves out an object its base brings (production-keda: the fleet controller).
+        if patch.get("$patch") == "delete":
+            docs[:] = [doc for doc in docs if doc is not targets[0]]
+            continue
         merged = strategic_merge(targets[0], patch)
         targets[0].clear()
         targets[0].update(merged)

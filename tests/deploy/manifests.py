@@ -89,5 +89,10 @@ def deployment(overlay: str, name: str) -> Doc:
     return of_kind(overlay, "Deployment")[name]
 
 
+def gpu_deployments(overlay: str) -> dict[str, Doc]:
+    """The GPU workers' Deployments (one per pool: model version, GPU class, capacity type), by name."""
+    return {name: doc for name, doc in of_kind(overlay, "Deployment").items() if component(doc) == "worker-gpu"}
+
+
 def manifest_files() -> list[Path]:
     return sorted(p for p in KUBERNETES_DIR.rglob("*") if p.suffix in (".yaml", ".yml") or p.name == "Kustomization")

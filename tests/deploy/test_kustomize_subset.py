@@ -115,6 +115,18 @@ def test_refuses_a_patch_without_its_target_and_a_duplicate(tmp_path: Path) -> N
         build(tmp_path)
 
 
+def test_a_patch_deletes_an_object_one_a_file(tmp_path: Path) -> None:
+    deletion = {"$patch": "delete", **CONFIGMAP}
+    _write(tmp_path / "c.yaml", [CONFIGMAP, {**CONFIGMAP, "metadata": {"name": "kept"}}])
+    _write(tmp_path / "p.yaml", deletion)
+    _write(tmp_path / "kustomization.yaml", {"resources": ["c.yaml"], "patches": [{"path": "p.yaml"}]})
+    assert [doc["metadata"]["name"] for doc in build(tmp_path)] == ["kept"]
+    # kustomize itself fails on several deletions in one file.
+    _write(tmp_path / "p.yaml", [deletion, {**deletion, "metadata": {"name": "kept"}}])
+    with pytest.raises(KustomizeError, match="deletion"):
+        build(tmp_path)
+
+
 def test_namespace_images_and_components(tmp_path: Path) -> None:
     deployment = {
         "apiVersion": "apps/v1",

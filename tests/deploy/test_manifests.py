@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cli.fleet import cmd_run as cmd_fleet_run
 from cli.main import build_parser, cmd_api, cmd_worker
 from leasehold.records.ci.secrets import Keyring, KeyringError
 from leasehold.settings import Settings
@@ -41,14 +42,17 @@ DOCS = REPO_ROOT / "docs" / "deploy.md"
 CUSTOM_KINDS = {"ScaledObject"}
 # Environment names whose values are credentials: never a literal in a manifest.
 SENSITIVE = re.compile(r"PASSWORD|SECRET|TOKEN|DATABASE_URL|ACCESS_KEY|_KEYS$|SIGNING_KEY|API_KEY")
+# The processes every overlay runs (by component: the GPU workers are one Deployment per pool),
+# and the fleet controller, which production runs beside them.
 PROCESSES = {"api", "orchestration", "worker-gpu", "worker-ci"}
+CONTROLLER = "fleet"
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_object_is_valid_kubernetes(overlay: str, version: str) -> None:
     docs = rendered(overlay)
-    assert PROCESSES <= {doc["metadata"]["name"] for doc in docs if doc["kind"] == "Deployment"}
+    assert PROCESSES <= {component(doc) for doc in docs if doc["kind"] == "Deployment"}
     for doc in docs:
         if doc["kind"] in CUSTOM_KINDS:
             continue
@@ -199,7 +203,8 @@ def test_every_process_settings_parse(overlay: str, monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_commands_are_leasehold_invocations(overlay: str) -> None:
     expected = {"api": ("api", None), "orchestration": ("worker", "orchestration")}
-    expected |= {"worker-gpu": ("worker", "gpu"), "worker-ci": ("worker", "ci")}
+    expected |= {"worker-gpu": ("worker", "gpu"), "worker-ci": ("worker", "ci"), CONTROLLER: ("fleet", None)}
+    functions = {"api": cmd_api, "worker": cmd_worker, "fleet": cmd_fleet_run}
     seen = set()
     for doc, container in app_containers(overlay):
         if "command" in container:
@@ -207,10 +212,11 @@ def test_commands_are_leasehold_invocations(overlay: str) -> None:
         args = build_parser().parse_args(container["args"])
         command, kind = expected[component(doc)]
         assert args.command == command and getattr(args, "kind", None) == kind
-        assert args.func is (cmd_api if command == "api" else cmd_worker)
+        assert args.func is functions[command]
         assert image_name(container) == ("leasehold-gpu" if kind == "gpu" else "leasehold")
         seen.add(component(doc))
-    assert seen == PROCESSES
+    assert seen - {CONTROLLER} == PROCESSES
+    assert (CONTROLLER in seen) is (overlay == "production")
 
 
 def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -241,7 +247,12 @@ def test_selectors_select_one_workload_each(overlay: str) -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_process_has_a_disruption_budget(overlay: str) -> None:
     budgets = of_kind(overlay, "PodDisruptionBudget")
-    pods = {name: deployment(overlay, name)["spec"]["template"]["metadata"]["labels"] for name in PROCESSES}
+    pods = {
+        name: doc["spec"]["template"]["metadata"]["labels"]
+        for name, doc in of_kind(overlay, "Deployment").items()
+        if component(doc) in PROCESSES
+    }
+    assert {component(deployment(overlay, name)) for name in pods} == PROCESSES
     for name, labels in pods.items():
         assert any(_matches(b["spec"]["selector"]["matchLabels"], labels) for b in budgets.values()), name
 

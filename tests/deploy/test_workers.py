@@ -22,8 +22,18 @@ from leasehold.devserver import DYNAMIC_CONFIG, dev_server_command
 from leasehold.health_server import serve_health
 from leasehold.settings import Settings
 from testing.harness import REPO_ROOT
-from tests.deploy.manifests import KUBERNETES_DIR, OVERLAYS, config, container_env, deployment, of_kind, pod_spec
+from tests.deploy.manifests import (
+    KUBERNETES_DIR,
+    OVERLAYS,
+    config,
+    container_env,
+    deployment,
+    gpu_deployments,
+    of_kind,
+    pod_spec,
+)
 from workflows.queues import (
+    CAPACITY_TYPES,
     GPU_GRACEFUL_SHUTDOWN,
     GPU_MAX_HEARTBEAT_THROTTLE,
     ci_queue,
@@ -58,37 +68,53 @@ def _container(overlay: str, name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_gpu_grace_period_covers_the_checkpoint_at_notice(overlay: str) -> None:
-    spec = pod_spec(deployment(overlay, "worker-gpu"))
-    grace = spec["terminationGracePeriodSeconds"]
-    assert grace >= GPU_GRACEFUL_SHUTDOWN.total_seconds() + EXIT_MARGIN_SECONDS
-    env = container_env(overlay, spec["containers"][0])
-    default = Settings.model_fields["checkpoint_interval_seconds"].default
-    interval = float(env.get("LEASEHOLD_CHECKPOINT_INTERVAL_SECONDS", default))
-    # A notice that arrives just before a periodic checkpoint still has its own time.
-    assert grace >= interval + EXIT_MARGIN_SECONDS
-    # SIGTERM reaches the worker itself: the image's entrypoint is `leasehold`, not a shell.
-    assert "command" not in spec["containers"][0]
+    assert gpu_deployments(overlay)
+    for name, doc in gpu_deployments(overlay).items():
+        spec = pod_spec(doc)
+        grace = spec["terminationGracePeriodSeconds"]
+        assert grace >= GPU_GRACEFUL_SHUTDOWN.total_seconds() + EXIT_MARGIN_SECONDS, name
+        env = container_env(overlay, spec["containers"][0])
+        default = Settings.model_fields["checkpoint_interval_seconds"].default
+        interval = float(env.get("LEASEHOLD_CHECKPOINT_INTERVAL_SECONDS", default))
+        # A notice that arrives just before a periodic checkpoint still has its own time.
+        assert grace >= interval + EXIT_MARGIN_SECONDS, name
+        # SIGTERM reaches the worker itself: the image's entrypoint is `leasehold`, not a shell.
+        assert "command" not in spec["containers"][0], name
 
 
-def test_production_gpu_workers_get_a_gpu_on_the_preemptible_pool() -> None:
-    spec = pod_spec(deployment("production", "worker-gpu"))
-    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert spec["nodeSelector"] == {"leasehold.dev/node-pool": "gpu-preemptible"}
-    taints = {(t["key"], t.get("effect")) for t in spec["tolerations"]}
-    assert {("nvidia.com/gpu", "NoSchedule"), ("leasehold.dev/preemptible", "NoSchedule")} <= taints
+def _capacity_type(doc: dict[str, Any]) -> str:
+    return build_parser().parse_args(pod_spec(doc)["containers"][0]["args"]).capacity_type
+
+
+def test_production_gpu_workers_get_a_gpu_on_their_pool() -> None:
+    """Preemptible workers on the tainted preemptible pool, reserved ones on the regular GPU
+    nodes (and not tolerating the preemptible taint, so a reclaim never takes them)."""
+    types = set()
+    for name, doc in gpu_deployments("production").items():
+        spec = pod_spec(doc)
+        assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+        taints = {(t["key"], t.get("effect")) for t in spec["tolerations"]}
+        assert ("nvidia.com/gpu", "NoSchedule") in taints
+        capacity_type = _capacity_type(doc)
+        types.add(capacity_type)
+        preemptible = capacity_type == "preemptible"
+        assert spec["nodeSelector"] == {"leasehold.dev/node-pool": "gpu-preemptible" if preemptible else "gpu"}, name
+        assert (("leasehold.dev/preemptible", "NoSchedule") in taints) is preemptible, name
+    assert types == {"reserved", "preemptible"}
     ci = pod_spec(deployment("production", "worker-ci"))
     assert ci["nodeSelector"] == {"leasehold.dev/node-pool": "ci"}
     # Nothing else tolerates the GPU or CI taints.
-    for name in ("api", "orchestration"):
+    for name in ("api", "orchestration", "fleet"):
         assert "tolerations" not in pod_spec(deployment("production", name))
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_a_gpu_worker_asks_for_a_gpu_only_with_its_scheduling(overlay: str) -> None:
-    spec = pod_spec(deployment(overlay, "worker-gpu"))
-    wants_gpu = "nvidia.com/gpu" in spec["containers"][0]["resources"].get("limits", {})
-    assert wants_gpu == ("nodeSelector" in spec) == ("tolerations" in spec)
-    assert wants_gpu == overlay.startswith("production")
+    for name, doc in gpu_deployments(overlay).items():
+        spec = pod_spec(doc)
+        wants_gpu = "nvidia.com/gpu" in spec["containers"][0]["resources"].get("limits", {})
+        assert wants_gpu == ("nodeSelector" in spec) == ("tolerations" in spec), name
+        assert wants_gpu == overlay.startswith("production"), name
 
 
 def _serves_get(app: FastAPI, path: str) -> bool:
@@ -132,22 +158,29 @@ def health() -> Any:
     server.shutdown()
 
 
+def _http_probed(overlay: str) -> list[str]:
+    """The workers probed over HTTP on their health server (run_worker's): orchestration, every
+    GPU pool, and the fleet controller where the overlay runs it."""
+    names = ["orchestration", *gpu_deployments(overlay)]
+    return names + [name for name in ("fleet",) if name in of_kind(overlay, "Deployment")]
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-@pytest.mark.parametrize("name", ["orchestration", "worker-gpu"])
-def test_worker_http_probes_hit_the_health_server(overlay: str, name: str, health: Any) -> None:
+def test_worker_http_probes_hit_the_health_server(overlay: str, health: Any) -> None:
     port, state = health
-    container = _container(overlay, name)
-    env = container_env(overlay, container)
-    # httpGet comes from the kubelet, off the pod's loopback: the server must bind all addresses.
-    assert env["LEASEHOLD_METRICS_HOST"] == "0.0.0.0"
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    for key in ("startupProbe", "livenessProbe"):
-        probe = container[key]["httpGet"]
-        assert ports[probe["port"]] == int(env["LEASEHOLD_METRICS_PORT"])
-        assert _get(f"http://127.0.0.1:{port}{probe['path']}") == 503  # starting: not polling yet
-        state["ready"] = True
-        assert _get(f"http://127.0.0.1:{port}{probe['path']}") == 200
-        state["ready"] = False
+    for name in _http_probed(overlay):
+        container = _container(overlay, name)
+        env = container_env(overlay, container)
+        # httpGet comes from the kubelet, off the pod's loopback: the server must bind all addresses.
+        assert env["LEASEHOLD_METRICS_HOST"] == "0.0.0.0", name
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        for key in ("startupProbe", "livenessProbe"):
+            probe = container[key]["httpGet"]
+            assert ports[probe["port"]] == int(env["LEASEHOLD_METRICS_PORT"]), name
+            assert _get(f"http://127.0.0.1:{port}{probe['path']}") == 503  # starting: not polling yet
+            state["ready"] = True
+            assert _get(f"http://127.0.0.1:{port}{probe['path']}") == 200
+            state["ready"] = False
     assert _get(f"http://127.0.0.1:{port}/nonexistent") == 404
 
 
@@ -172,7 +205,9 @@ def test_ci_worker_exec_probe_runs_against_the_health_server(overlay: str, healt
 
 def test_keda_triggers_name_the_queues_their_workers_poll() -> None:
     scaled = of_kind("production-keda", "ScaledObject")
-    assert set(scaled) == {"worker-gpu", "worker-ci"}
+    # One per GPU pool, named as its Deployment, and the CI workers'.
+    assert set(scaled) == {*gpu_deployments("production-keda"), "worker-ci"}
+    gpu_max = 0
     cfg = config("production-keda")
     prefix = cfg.get("LEASEHOLD_QUEUE_PREFIX", "")
     for name, doc in scaled.items():
@@ -183,9 +218,11 @@ def test_keda_triggers_name_the_queues_their_workers_poll() -> None:
         assert "replicas" not in target["spec"], name
         args = build_parser().parse_args(pod_spec(target)["containers"][0]["args"])
         if args.kind == "gpu":
-            queue = video_queue(args.model, prefix)
+            assert spec["scaleTargetRef"]["name"] == name
+            queue = video_queue(args.model, prefix, capacity_type=args.capacity_type)
             # Never to zero: with no worker the API refuses free jobs, so no backlog would form.
-            assert spec["minReplicaCount"] >= 1 and spec["maxReplicaCount"] == GPU_FLEET
+            assert spec["minReplicaCount"] >= 1
+            gpu_max += spec["maxReplicaCount"]
         else:
             queue = ci_queue(args.labels.split(","), prefix)
             assert spec["minReplicaCount"] >= 1
@@ -199,6 +236,7 @@ def test_keda_triggers_name_the_queues_their_workers_poll() -> None:
         assert int(meta["targetQueueSize"]) >= 1
         scale_down = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
         assert scale_down["stabilizationWindowSeconds"] >= 600
+    assert gpu_max == GPU_FLEET
 
 
 def test_the_ci_target_is_the_slots_of_one_worker() -> None:
@@ -265,7 +303,8 @@ def test_helm_values_for_temporal() -> None:
     assert "matching.enableFairness=true" in DYNAMIC_CONFIG
     # Partition settings name real queues: the orchestration queue and each production model's.
     models = config("production")["LEASEHOLD_MODELS"].split(",")
-    real = {orchestration_queue()} | {video_queue(model) for model in models}
+    assert Settings(video_capacity_types=config("production")["LEASEHOLD_VIDEO_CAPACITY_TYPES"]).video_capacity_types
+    real = {orchestration_queue()} | {video_queue(m, capacity_type=t) for m in models for t in CAPACITY_TYPES}
     for key in ("matching.numTaskqueueReadPartitions", "matching.numTaskqueueWritePartitions"):
         assert {entry["constraints"]["taskQueueName"] for entry in dynamic[key]} == real
     assert dynamic["matching.numTaskqueueReadPartitions"] == dynamic["matching.numTaskqueueWritePartitions"]
