@@ -13,6 +13,7 @@ TORCH ?= torch==2.13.0
 $(BIN)/.installed: pyproject.toml
 	@command -v git >/dev/null && command -v bwrap >/dev/null && command -v slirp4netns >/dev/null \
 		&& command -v nft >/dev/null && command -v runsc >/dev/null && command -v npm >/dev/null && test -x /usr/bin/python3 \
+		&& command -v haproxy >/dev/null \
 		&& ldconfig -p | grep -q libseccomp.so.2 || $(MAKE) --no-print-directory system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -29,10 +30,11 @@ install: $(BIN)/.installed
 # @octokit/openapi, from the registry; skipped where a Node install already brings npm, as
 # NodeSource's nodejs does, which conflicts with Debian's npm); podman, runc, mmdebstrap,
 # docker-registry, skopeo and iptables for the OCI backend (container: and services:) and the
-# images its tests build offline; needs root or sudo.
+# images its tests build offline; haproxy for the many-host test's load balancer; needs root
+# or sudo.
 system-deps:
 	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	PKGS="git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium podman runc mmdebstrap docker-registry skopeo iptables"; \
+	PKGS="git bubblewrap libseccomp2 slirp4netns nftables python3 runsc chromium podman runc mmdebstrap docker-registry skopeo iptables haproxy"; \
 	command -v npm >/dev/null || PKGS="$$PKGS npm"; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$PKGS >/dev/null
 
@@ -52,9 +54,12 @@ typecheck: $(BIN)/.installed
 
 # Packages run in parallel, each whole on one worker (tests/conftest.py); TEST_WORKERS=0 runs
 # them in this one process, in order.
+# Tests marked `alone` (the many-host chaos test) run afterwards on their own; exit code 5 is
+# pytest's "none selected", when PYTEST_ARGS picks none of them.
 TEST_WORKERS ?= 3
 test: lint typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from leasehold.devserver import free_port
+from leasehold.devserver import free_port, port_is_free
 from leasehold.settings import Settings
 
 if TYPE_CHECKING:
@@ -122,6 +123,21 @@ def answers_ok(url: str) -> bool:
         return httpx.get(url, timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def lasting_port(span: int = 8000) -> int:
+    """A free loopback port below the kernel's ephemeral range, for a test that stops a server
+    and starts it again on the same port. A port from ``free_port`` lies inside that range:
+    between the stop and the restart the kernel may hand it to another test's ``bind(0)`` or
+    outgoing connection, and the restarted server then loses it (or the test talks to the
+    other one). Nothing is handed a port below the range unless it asks for it by number."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    chooser = random.SystemRandom()
+    for _ in range(100):
+        port = chooser.randrange(max(1024, low - span), low)
+        if port_is_free(port):
+            return port
+    raise AssertionError(f"no free port below {low}")
 
 
 def stop_together(procs: Iterable[ManagedProcess], timeout: float = 20.0) -> None:

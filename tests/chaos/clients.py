@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 
 from testing.checker import History
-from testing.stack import MODEL, SIZE
+from testing.stack import MODEL, SIZE, wait_until
 
 
 @dataclass
@@ -121,17 +122,47 @@ def read_statuses(http: httpx.Client, answers: Answers, repo_id: str, stop: thre
         stop.wait(0.25)
 
 
+def log_pages(http: httpx.Client, answers: Answers, run_id: str, job_id: str) -> Iterator[dict[str, Any]]:
+    """The pages of a job's final attempt's log, read by sequence number to its end."""
+    from_seq = 0
+    for _page in range(100):
+        page = until_ok(http, "GET", f"/v1/runs/{run_id}/jobs/{job_id}/logs", answers, params={"from_seq": from_seq})
+        yield page
+        if not page["has_more"]:
+            return
+        from_seq = page["next_seq"]
+    raise AssertionError("the log did not end")
+
+
 def full_log(http: httpx.Client, answers: Answers, run_id: str, job_id: str) -> tuple[list[str], list[int]]:
     """Every line of a job's final attempt's log and the gaps it records."""
     lines: list[str] = []
     gaps: list[int] = []
-    from_seq = 0
-    for _page in range(100):
-        page = until_ok(http, "GET", f"/v1/runs/{run_id}/jobs/{job_id}/logs", answers, params={"from_seq": from_seq})
+    for page in log_pages(http, answers, run_id, job_id):
         for chunk in page["chunks"]:
             lines.extend(chunk["text"].splitlines())
         gaps.extend(page["gaps"])
-        if not page["has_more"]:
-            return lines, gaps
-        from_seq = page["next_seq"]
-    raise AssertionError("the log did not end")
+    return lines, gaps
+
+
+def listed_videos(http: httpx.Client, answers: Answers) -> list[dict[str, Any]]:
+    """The caller's videos, oldest first (a scenario's are at most 100)."""
+    return until_ok(http, "GET", "/v1/videos", answers, params={"limit": 100, "order": "asc"})["data"]
+
+
+def wait_settled(
+    http: httpx.Client, answers: Answers, run_ids: list[str], within: float, video_interval: float = 0.2
+) -> None:
+    """Until every video and every CI run of the scenario has reached a final state."""
+
+    def runs_done() -> bool:
+        found = [until_ok(http, "GET", f"/v1/runs/{r}", answers) for r in run_ids]
+        return all(r["status"] in ("success", "failure", "cancelled") for r in found)
+
+    wait_until(
+        lambda: all(v["status"] in ("completed", "failed", "cancelled") for v in listed_videos(http, answers)),
+        within,
+        "the videos",
+        video_interval,
+    )
+    wait_until(runs_done, within, "the CI runs", 1.0)

@@ -37,9 +37,17 @@ from testing.stack import (
     seeded,
     start_embedded,
     stop_embedded,
-    wait_until,
 )
-from tests.chaos.clients import Answers, full_log, git, read_statuses, submit_videos, until_ok
+from tests.chaos.clients import (
+    Answers,
+    full_log,
+    git,
+    listed_videos,
+    read_statuses,
+    submit_videos,
+    until_ok,
+    wait_settled,
+)
 
 pytestmark = pytest.mark.chaos
 
@@ -151,15 +159,7 @@ def test_a_database_failover_loses_nothing_and_answers_503_with_retry_after(
     submitter.join(timeout=180)
     assert not submitter.is_alive(), "the submits did not end"
 
-    def videos() -> list[dict[str, Any]]:
-        return until_ok(http, "GET", "/v1/videos", answers, params={"limit": 100, "order": "asc"})["data"]
-
-    def runs_done() -> bool:
-        found = [until_ok(http, "GET", f"/v1/runs/{r}", answers) for r in run_ids]
-        return all(r["status"] in ("success", "failure", "cancelled") for r in found)
-
-    wait_until(lambda: all(v["status"] in ("completed", "failed", "cancelled") for v in videos()), 120, "the videos")
-    wait_until(runs_done, 120, "the CI runs", 1.0)
+    wait_settled(http, answers, run_ids, 120)
     stop_reading.set()
     reader.join(timeout=60)
 
@@ -170,7 +170,7 @@ def test_a_database_failover_loses_nothing_and_answers_503_with_retry_after(
     log.warning("answers during the failover: %s", dict(sorted(answers.statuses.items())))
 
     # Every accepted video completed, once; nothing refused was started.
-    listed = videos()
+    listed = listed_videos(http, answers)
     observations, _ = asyncio.run(_observe(stack, listed))
     report = check(history, observations)
     assert report.ok, f"seed={chaos_seed}\n{report.summary()}"

@@ -26,7 +26,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from leasehold.devserver import free_port, port_is_free
-from testing.harness import REPO_ROOT
+from testing.harness import REPO_ROOT, lasting_port
 
 pytestmark = pytest.mark.slow
 
@@ -114,17 +114,23 @@ class Stack:
     api: str
     ui: str
     temporal: str
+    data_dir: Path | None = None
 
     def output(self) -> str:
         return self.out.read_text(errors="replace")
 
     def diagnostics(self) -> str:
-        return f"stdout:\n{self.output()}\nstderr:\n{self.err.read_text(errors='replace')[-4000:]}"
+        """What the stack printed, and the end of each child's own log: a child that exited
+        with the wrong code says why there."""
+        logs = sorted((self.data_dir / "logs").glob("*.log")) if self.data_dir else []
+        tails = "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
+        return f"stdout:\n{self.output()}\nstderr:\n{self.err.read_text(errors='replace')[-4000:]}{tails}"
 
 
 @pytest.fixture
 def ports() -> tuple[int, int, int]:
-    return free_port(), free_port(), free_port()
+    """The stack is stopped and started again on these: ports no other test is handed meanwhile."""
+    return lasting_port(), lasting_port(), lasting_port()
 
 
 def start_stack(data_dir: Path, ports: tuple[int | None, int, int], run: str, **env: str) -> Stack:
@@ -144,7 +150,7 @@ def start_stack(data_dir: Path, ports: tuple[int | None, int, int], run: str, **
             stdout=o,
             stderr=e,
         )
-    stack = Stack(proc, out, err, "", "", f"127.0.0.1:{temporal_port}")
+    stack = Stack(proc, out, err, "", "", f"127.0.0.1:{temporal_port}", data_dir)
     deadline = time.monotonic() + START_TIMEOUT
     while "Press Ctrl-C to stop." not in stack.output():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -270,7 +276,7 @@ def test_up_stop_restart_and_no_orphans(tmp_path: Path, ports: tuple[int, int, i
     assert names[0] == "api" and names[-1] == "temporal", stopped
     assert sorted(names[1:-1]) == ["orchestration", "worker-ci", "worker-gpu"], stopped
     codes = dict(stopped)
-    assert all(codes[name] == "0" for name in names[1:]), stopped
+    assert all(codes[name] == "0" for name in names[1:]), (stopped, stack.diagnostics())
     # uvicorn re-raises SIGTERM once it has shut down gracefully, so the API's code is -15.
     assert codes["api"] in ("0", "-15"), stopped
     assert api_log.read_text().count("Finished server process") == finished_before + 1
