@@ -130,6 +130,15 @@ class CapacityPlanning:
                 users.add((recent.job.tenant_id, recent.job.user_id))
         return users
 
+    def _waiting_ahead(self, model: str, job: QueuedJob) -> int:
+        """How many jobs wait ahead of ``job`` while no worker serves ``model`` (so no plan orders
+        them): those of the snapshot before it in arrival order, and the submits it has not seen
+        yet that arrived earlier. The job itself is never counted, whether the snapshot holds it
+        or not, so its place moves only when a job ahead of it goes."""
+        order = (job.created_at, job.job_id)
+        waiting = [*self.snapshots[model].queued, *self._unseen(model)]
+        return sum(1 for j in waiting if j.job_id != job.job_id and (j.created_at, j.job_id) < order)
+
     # Estimates ---------------------------------------------------------------------------
 
     def plan(self, model: str) -> QueuePlan | None:
@@ -236,12 +245,13 @@ class CapacityPlanning:
         rate = round(snapshot.completions_per_minute, 2)
         if planned is None or placed is None:
             reason = f"no worker is serving {label} right now; the job waits until one starts"
+            ahead = self._waiting_ahead(key, queued)
             return Estimate(
                 eta_seconds=None,
                 reason=reason,
                 queue=VideoQueue(
-                    position=len(snapshot.queued) + 1,
-                    ahead=len(snapshot.queued),
+                    position=ahead + 1,
+                    ahead=ahead,
                     workers_serving=0,
                     completion_rate_per_min=rate,
                     reason=reason,

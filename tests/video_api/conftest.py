@@ -79,12 +79,17 @@ def wait_for(caller: Caller, video_id: str, done: Any, timeout: float = 90.0) ->
     raise AssertionError(f"condition not reached in {timeout}s; last: {video}")
 
 
-def sse_events(response: httpx.Response, limit: int = 10_000) -> Iterator[dict[str, Any]]:
-    """Parse a text/event-stream response into {id, event, data} dicts."""
+def sse_events(response: httpx.Response, limit: int = 10_000, comments: bool = False) -> Iterator[dict[str, Any]]:
+    """Parse a text/event-stream response into {id, event, data} dicts; with ``comments``, each
+    comment line (the keep-alives) comes as ``{"comment": text}`` too, so that a reader can look
+    at its clock while nothing happens."""
     event: dict[str, Any] = {}
     for count, line in enumerate(response.iter_lines()):
         if count > limit:
             raise AssertionError("event stream did not end")
+        if comments and line.startswith(":"):
+            yield {"comment": line[1:].strip()}
+            continue
         if not line:
             if "data" in event:
                 yield event

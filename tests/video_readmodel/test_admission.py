@@ -22,7 +22,10 @@ from sqlalchemy.orm import sessionmaker
 from temporalio.client import Client, DescribeWorkflowInput, Interceptor, OutboundInterceptor
 
 from api.video.capacity import CapacityTracker
+from api.video.memo import JobMemo
+from api.video.views import JobView
 from leasehold.database import init_database
+from leasehold.records.api_keys import Principal
 from leasehold.records.video.capacity import CapacitySnapshot
 from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.settings import Settings
@@ -283,3 +286,49 @@ async def test_a_job_terminated_outside_leasehold_stops_counting(
     with db() as session:
         again = session.get(VideoJobRecord, killed)
         assert again is not None and again.version == closed.version
+
+
+async def test_with_no_worker_serving_a_waiting_job_is_placed_by_arrival_and_never_behind_itself(
+    temporal_client: Client, tracker_settings: Settings, db: sessionmaker
+) -> None:
+    """No worker, so no plan: a job's place is how many jobs arrived before it (measured or just
+    submitted) plus one. It once was the queue's length plus one for every job, so a job the
+    snapshot held counted itself, and its place did not move when the job ahead of it went."""
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    rows = _rows(3, VideoStatus.QUEUED, start, f"n{time.time_ns() % 10**9}")
+    with db.begin() as session:
+        session.execute(insert(VideoJobRecord), rows)
+    tracker = _tracker(temporal_client, tracker_settings, db)
+    await tracker.refresh()
+    assert [j.job_id for j in tracker.snapshots[MODEL].queued] == [row["job_id"] for row in rows]
+
+    def view(row: dict[str, Any]) -> JobView:
+        created = row["created_at"].timestamp()
+        memo = JobMemo(
+            prompt="p", model=MODEL, seconds=1, width=320, height=180, seed=1, steps=4,
+            request_hash="h", created_at=created, expires_after_seconds=3600,
+        )  # fmt: skip
+        owner = Principal(tenant_id=row["tenant_id"], user_id=row["user_id"], tier="paid", key_id="k")
+        return JobView(job_id=row["job_id"], memo=memo, owner=owner, status=VideoStatus.QUEUED)
+
+    def place_of(job: JobView) -> tuple[int, int, str]:
+        estimate = tracker.estimate(job)
+        assert estimate is not None and estimate.queue is not None
+        return estimate.queue.position, estimate.queue.ahead, estimate.queue.reason
+
+    places = [place_of(view(row)) for row in rows]
+    assert [(position, ahead) for position, ahead, _ in places] == [(1, 0), (2, 1), (3, 2)]
+    assert all("no worker is serving" in reason for _, _, reason in places)
+    # A submit the snapshot has not seen yet waits behind all three, and counts for a later one.
+    later = {**rows[-1], "job_id": "video_unseen_1", "created_at": datetime.now(UTC)}
+    tracker.record_submit(view(later))
+    assert place_of(view(later))[:2] == (4, 3)
+    last = {**later, "job_id": "video_unseen_2", "created_at": datetime.now(UTC) + timedelta(seconds=1)}
+    assert place_of(view(last))[:2] == (5, 4)
+    # The first job goes: the next refresh moves everyone behind it up by one.
+    with db.begin() as session:
+        first = session.get(VideoJobRecord, rows[0]["job_id"])
+        assert first is not None
+        first.status = VideoStatus.CANCELLED.value
+    await tracker.refresh()
+    assert [place_of(view(row))[:2] for row in rows[1:]] == [(1, 0), (2, 1)]
