@@ -166,6 +166,31 @@ class Scope:
         return bool(self.id_prefix)
 
 
+@dataclass(frozen=True)
+class JobSite:
+    """One job of a file being expanded (a plain job or a call), and what it stands on: the
+    units of the jobs before it, those it needs directly, and those it follows through them."""
+
+    scope: Scope
+    units: dict[str, Unit]
+    ancestors: list[str]
+    needs: list[str]
+    job_id: str
+    raw: YamlMap
+    line: int | None
+
+    @property
+    def where(self) -> str:
+        return f"jobs.{self.job_id}"
+
+    def flat(self, job_ids: list[str]) -> list[str]:
+        """The run's jobs that ``job_ids`` (jobs of this file before this one) became."""
+        return [f for j in job_ids for f in self.units[j.lower()].flat]
+
+    def ancestor_results(self) -> list[Node]:
+        return [self.units[a.lower()].result for a in self.ancestors]
+
+
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -281,43 +306,31 @@ class Expansion:
         for job_id in order:
             ancestors[job_id] = _unique([a for n in needs[job_id] for a in [*ancestors[n], n]])
             raw = jobs_raw[job_id]
-            line = jobs_raw.key_lines.get(job_id)
-            if "uses" in raw:
-                unit = self._call(scope, units, ancestors[job_id], needs[job_id], job_id, raw, line)
-            else:
-                unit = self._plain(scope, units, ancestors[job_id], needs[job_id], job_id, raw, line, defaults)
+            job = JobSite(scope, units, ancestors[job_id], needs[job_id], job_id, raw, jobs_raw.key_lines.get(job_id))
+            unit = self._call(job) if "uses" in raw else self._plain(job, defaults)
             units[job_id.lower()] = unit
         return units
 
-    def _plain(
-        self,
-        scope: Scope,
-        units: dict[str, Unit],
-        ancestors: list[str],
-        needs: list[str],
-        job_id: str,
-        raw: YamlMap,
-        line: int | None,
-        defaults: RunDefaults,
-    ) -> Unit:
+    def _plain(self, job: JobSite, defaults: RunDefaults) -> Unit:
         """A job with steps: its text rewritten for this scope, then parsed as any job."""
-        ctx, where = scope.ctx, f"jobs.{job_id}"
+        scope, units, raw, line, job_id = job.scope, job.units, job.raw, job.line, job.job_id
+        ctx, where = scope.ctx, job.where
         sub = Substitution(scope.inputs, scope.secrets, units, renames=scope.called)
         try:
             rewritten = sub.raw(raw)
         except RewriteError as exc:
             raise ctx.fail(line, where, str(exc)) from None
-        flat_needs = [f for n in needs for f in units[n.lower()].flat]
-        explicit = scope.called or any(units[a.lower()].outputs is not None for a in ancestors)
+        flat_needs = job.flat(job.needs)
+        explicit = scope.called or any(units[a.lower()].outputs is not None for a in job.ancestors)
         if explicit:
-            flat_needs += scope.needs + [f for a in ancestors for f in units[a.lower()].flat]
+            flat_needs += scope.needs + job.flat(job.ancestors)
             own = None
             if "if" in raw:
                 checked = if_condition(ctx, raw["if"], raw.key_lines.get("if"), f"{where}.if", JOB_IF_CONTEXTS, None)
                 # A job's if sees the workflow's env: the called file's, not the run's file's.
                 if_sub = Substitution(scope.inputs, scope.secrets, units, renames=scope.called, env=scope.env)
                 own = if_sub.node(parse(checked), ctx, raw.key_lines.get("if"), f"{where}.if") if checked else None
-            node = self._condition(scope, [units[a.lower()].result for a in ancestors], own)
+            node = self._condition(scope, job.ancestor_results(), own)
             flat_needs += referenced_needs(node)
             rewritten["if"] = to_source(node)
             rewritten.key_lines.setdefault("if", raw.line)
@@ -453,18 +466,10 @@ class Expansion:
         assert not isinstance(spec.include, str) and not isinstance(spec.exclude, str)
         return expand_matrix(axes, spec.include, spec.exclude, MAX_JOBS_PER_WORKFLOW)
 
-    def _call(
-        self,
-        scope: Scope,
-        units: dict[str, Unit],
-        ancestors: list[str],
-        needs: list[str],
-        job_id: str,
-        raw: YamlMap,
-        line: int | None,
-    ) -> Unit:
+    def _call(self, job: JobSite) -> Unit:
         """A job that calls a reusable workflow: the called file's jobs, once per combination."""
-        ctx, where = scope.ctx, f"jobs.{job_id}"
+        scope, units, raw, line, job_id, needs = job.scope, job.units, job.raw, job.line, job.job_id, job.needs
+        ctx, where = scope.ctx, job.where
         _check_caller_keys(ctx, raw, where)
         call = called_workflow(ctx, raw["uses"], raw.key_lines.get("uses"), f"{where}.uses")
         target, doc, decl = self._called(scope, f"{where}.uses", raw.key_lines.get("uses"), call)
@@ -481,8 +486,8 @@ class Expansion:
         combos = self._combinations(ctx, raw, where, needs)
         flat: list[str] = []
         outputs: list[dict[str, Node]] = []
-        results = [units[a.lower()].result for a in ancestors]
-        direct = [f for n in needs for f in units[n.lower()].flat]
+        results = job.ancestor_results()
+        direct = job.flat(needs)
         for index, combo in enumerate(combos):
             strategy = {"job-index": index, "job-total": len(combos)} if combo else {}
             sub = Substitution(
@@ -510,7 +515,7 @@ class Expansion:
                 inputs=inputs,
                 secrets=secrets,
                 condition=condition,
-                needs=_unique([*scope.needs, *direct, *[f for a in ancestors for f in units[a.lower()].flat], *refs]),
+                needs=_unique([*scope.needs, *direct, *job.flat(job.ancestors), *refs]),
                 chain=target.chain,
                 repository=target.repository,
                 sha=target.sha,

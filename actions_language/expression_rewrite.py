@@ -86,24 +86,24 @@ def to_source(node: Node) -> str:
     raise ValueError(f"not an expression node: {kind!r}")
 
 
-def and_all(parts: Sequence[Node]) -> Node:
-    """``a && b && ...`` (``true`` for none)."""
+def _left_fold(kind: str, parts: Sequence[Node], empty: bool) -> Node:
+    """``parts`` joined left to right by the binary ``kind`` node; the literal ``empty`` for none."""
     if not parts:
-        return ("lit", True)
+        return ("lit", empty)
     node = parts[0]
     for part in parts[1:]:
-        node = ("and", node, part)
+        node = (kind, node, part)
     return node
+
+
+def and_all(parts: Sequence[Node]) -> Node:
+    """``a && b && ...`` (``true`` for none)."""
+    return _left_fold("and", parts, True)
 
 
 def or_any(parts: Sequence[Node]) -> Node:
     """``a || b || ...`` (``false`` for none)."""
-    if not parts:
-        return ("lit", False)
-    node = parts[0]
-    for part in parts[1:]:
-        node = ("or", node, part)
-    return node
+    return _left_fold("or", parts, False)
 
 
 def need_path(job_id: str, *keys: str) -> Node:

@@ -5,6 +5,7 @@ its caller's ``with``, ``secrets``, ``if`` and ``name``) rewritten so ``inputs``
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actions_language.contexts import check_text
@@ -92,34 +93,24 @@ def _typed(node: Node) -> Any:
     return value
 
 
+@dataclass(eq=False)
 class Substitution:
     """What ``inputs.x``, ``secrets.X``, ``needs.<job>`` (``jobs.<job>`` in outputs), ``matrix``
     and ``strategy`` stand for in one file's text (``None``: the context stays as it is)."""
 
-    def __init__(
-        self,
-        inputs: dict[str, Node] | None,
-        secrets: dict[str, Node] | None,
-        units: dict[str, Unit],
-        renames: bool,
-        matrix: dict[str, Any] | None = None,
-        strategy: dict[str, Any] | None = None,
-        jobs_context: bool = False,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.inputs = inputs
-        self.secrets = secrets
-        self.units = units
-        self.renames = renames
-        self.matrix = matrix
-        self.strategy = strategy
-        self.jobs_context = jobs_context
-        # A called file's env, for a job-level ``if`` of it (the run would give it the top file's).
-        self.env = env
-        # Characters substituted into the expression being rewritten: a value that stands for
-        # another (an input for a caller's expression, nested) must not multiply past what one
-        # expression may hold, whatever the nesting.
-        self._spent = 0
+    inputs: dict[str, Node] | None
+    secrets: dict[str, Node] | None
+    units: dict[str, Unit]
+    renames: bool
+    matrix: dict[str, Any] | None = None
+    strategy: dict[str, Any] | None = None
+    jobs_context: bool = False
+    # A called file's env, for a job-level ``if`` of it (the run would give it the top file's).
+    env: dict[str, str] | None = None
+    # Characters substituted into the expression being rewritten: a value that stands for
+    # another (an input for a caller's expression, nested) must not multiply past what one
+    # expression may hold, whatever the nesting.
+    _spent: int = field(default=0, init=False, repr=False)
 
     # Expressions ---------------------------------------------------------------------------
 

@@ -1,11 +1,12 @@
-"""The activities CI's workflows call, as definitions: registered name, input and result.
+"""The activities CI's workflows call (the runs', and the lifecycle's), as definitions:
+registered name, input and result.
 
-The implementations need git, subprocesses, sandboxes and the database; a workflow must not
-load any of that (the orchestration worker and the API import the workflows). So each
-implementation class subclasses its definition here, which imports only temporalio and the
-payload types, and the workflows call ``workflow.execute_activity_method(CIJobDefinition.run_job,
-...)``: typed like video's calls, without the weight. The names are what running executions
-scheduled; they never change.
+The implementations need git, subprocesses, sandboxes, the database and the object store; a
+workflow must not load any of that (the orchestration worker and the API import the
+workflows). So each implementation class subclasses its definition here, which imports only
+temporalio and the payload types, and the workflows call
+``workflow.execute_activity_method(CIJobDefinition.run_job, ...)``: typed like video's calls,
+without the weight. The names are what running executions scheduled; they never change.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from workflows.ci.types.reconcile import (
 from workflows.ci.types.schedules import ACTIVITY_SYNC_SCHEDULES, SyncSchedulesInput, SyncSchedulesResult
 from workflows.ci.types.semaphore import ACTIVITY_SERVED_QUEUES, ServedQueues, ServedQueuesInput
 from workflows.ci.types.status import ACTIVITY_REPORT_STATUS, StatusReport, StatusReportResult
+from workflows.lifecycle.types import ACTIVITY_APPLY_CI_RETENTION, ACTIVITY_COMPACT_CI_LOGS, BatchResult, LifecycleBatch
 
 
 class CIListingDefinition:
@@ -98,4 +100,18 @@ class CIProbeDefinition:
     @activity.defn(name=ACTIVITY_SERVED_QUEUES)
     async def served_queues(self, inp: ServedQueuesInput) -> ServedQueues:
         """Which of the job queues a CI worker polls now (``DescribeTaskQueue``)."""
+        raise NotImplementedError
+
+
+class CILifecycleDefinition:
+    """Implemented by ``activities.ci.lifecycle.CILifecycleActivities`` (orchestration worker)."""
+
+    @activity.defn(name=ACTIVITY_COMPACT_CI_LOGS)
+    def compact_ci_logs(self, batch: LifecycleBatch) -> BatchResult:
+        """Compact the log chunks of final attempts of finished runs."""
+        raise NotImplementedError
+
+    @activity.defn(name=ACTIVITY_APPLY_CI_RETENTION)
+    def apply_ci_retention(self, batch: LifecycleBatch) -> BatchResult:
+        """Delete runs and pushes past their tenant's retention, with their logs."""
         raise NotImplementedError

@@ -32,8 +32,8 @@ from sqlalchemy.orm import sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 from temporalio import activity
 
+from activities.ci.definitions import CILifecycleDefinition
 from activities.ci.log_compaction import build_compacted, compacted_key, read_chunks
-from activities.lifecycle_definitions import CILifecycleDefinition
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.base import utcnow
 from leasehold.records.ci.artifacts import CIArtifact, delete_artifact, expired_artifacts

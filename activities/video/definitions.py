@@ -1,15 +1,17 @@
-"""The video activities the workflow calls, as definitions: registered name, input and result.
+"""The video activities the workflows call (the job's, and the lifecycle's), as definitions:
+registered name, input and result.
 
-The implementations need the database (SQLAlchemy and the record tables); a workflow must not
-load them (the orchestration worker and the API import the workflow). So each implementation
-subclasses its definition here, which imports only temporalio and the payload types. The
-names are what running executions scheduled; they never change.
+The implementations need the database (SQLAlchemy and the record tables) and the object store;
+a workflow must not load them (the orchestration worker and the API import the workflows). So
+each implementation subclasses its definition here, which imports only temporalio and the
+payload types. The names are what running executions scheduled; they never change.
 """
 
 from __future__ import annotations
 
 from temporalio import activity
 
+from workflows.lifecycle.types import ACTIVITY_EXPIRE_VIDEOS, ACTIVITY_SWEEP_VIDEO_ORPHANS, BatchResult, LifecycleBatch
 from workflows.video.types import (
     CleanupInput,
     CleanupResult,
@@ -60,4 +62,18 @@ class VideoWebhookDefinition:
     @activity.defn(name=DELIVER_VIDEO_EVENT)
     def deliver_video_event(self, input: VideoEventInput) -> VideoEventResult:
         """Deliver ``input.event_type`` of the job to every endpoint of its owner, at least once."""
+        raise NotImplementedError
+
+
+class VideoLifecycleDefinition:
+    """Implemented by ``activities.video.lifecycle.VideoLifecycleActivities`` (orchestration worker)."""
+
+    @activity.defn(name=ACTIVITY_EXPIRE_VIDEOS)
+    def expire_videos(self, batch: LifecycleBatch) -> BatchResult:
+        """Delete the content of completed jobs past ``expires_at`` and mark them ``expired``."""
+        raise NotImplementedError
+
+    @activity.defn(name=ACTIVITY_SWEEP_VIDEO_ORPHANS)
+    def sweep_video_orphans(self, batch: LifecycleBatch) -> BatchResult:
+        """Delete objects closed jobs left under their prefixes, except their results."""
         raise NotImplementedError

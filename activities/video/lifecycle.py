@@ -26,7 +26,7 @@ from sqlalchemy import Table, and_, or_, select
 from sqlalchemy.orm import sessionmaker
 from temporalio import activity
 
-from activities.lifecycle_definitions import VideoLifecycleDefinition
+from activities.video.definitions import VideoLifecycleDefinition
 from leasehold.db_retry import DEFAULT_FAILOVER_SECONDS, in_activity
 from leasehold.records.base import utcnow
 from leasehold.records.versioned import LIFECYCLE_VERSION, write_versioned

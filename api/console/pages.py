@@ -14,15 +14,18 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Form, Header, Query, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from sqlalchemy.orm import sessionmaker
+from temporalio.client import Client
 
 from api.ci.attempt_ref import AttemptRef
 from api.ci.queue_explanation import QueueExplainerDep
-from api.ci.runs import check_job_id, load_run, stored_run
+from api.ci.runs import AttemptQuery, check_job_id, load_run, stored_run
 from api.console import session
 from api.console.render import ConsoleRoute, Graph, layout_graph, page
 from api.console.session import ConsolePrincipal
@@ -76,6 +79,32 @@ async def console_jobs(
 
 JobsDep = Annotated[VideoJobs, Depends(console_jobs)]
 CsrfField = Annotated[str | None, Form(alias=session.CSRF_FIELD, max_length=200)]
+
+
+@dataclass(frozen=True)
+class RunCaller:
+    """The signed-in caller with the engine and database the ``/v1/runs`` route functions take."""
+
+    principal: Principal
+    client: Client
+    db: sessionmaker
+
+
+def console_run_caller(principal: ConsolePrincipal, client: ClientDep, db: DbDep) -> RunCaller:
+    return RunCaller(principal, client, db)
+
+
+RunCallerDep = Annotated[RunCaller, Depends(console_run_caller)]
+
+
+def console_attempt_ref(
+    run: str, job: str, caller: RunCallerDep, store: StoreDep, attempt: AttemptQuery = None
+) -> AttemptRef:
+    """``api.ci.attempt_ref.attempt_ref`` with the caller taken from the session cookie."""
+    return AttemptRef(run, job, caller.principal, caller.client, caller.db, store, attempt)
+
+
+ConsoleAttemptDep = Annotated[AttemptRef, Depends(console_attempt_ref)]
 
 
 def _temporal_link(settings: Any, workflow_id: str) -> str | None:
@@ -380,33 +409,19 @@ async def run_events(request: Request, run: str, principal: ConsolePrincipal, cl
 
 @router.post("/runs/{run}/{action}")
 async def act_on_run(
-    request: Request,
-    run: str,
-    action: Literal["cancel", "rerun"],
-    principal: ConsolePrincipal,
-    client: ClientDep,
-    db: DbDep,
-    token: CsrfField = None,
+    request: Request, run: str, action: Literal["cancel", "rerun"], caller: RunCallerDep, token: CsrfField = None
 ) -> Response:
     """The run page's buttons: cancel the run, or re-run all of its jobs once it has ended."""
     session.check_csrf(request, token)
     act = runs_router.cancel if action == "cancel" else runs_router.rerun_run
-    await act(run, principal, client, db)
+    await act(run, caller.principal, caller.client, caller.db)
     return _redirect(f"/console/runs/{run}")
 
 
 @router.post("/runs/{run}/jobs/{job}/retry")
-async def retry_job(
-    request: Request,
-    run: str,
-    job: str,
-    principal: ConsolePrincipal,
-    client: ClientDep,
-    db: DbDep,
-    token: CsrfField = None,
-) -> Response:
+async def retry_job(request: Request, run: str, job: str, caller: RunCallerDep, token: CsrfField = None) -> Response:
     session.check_csrf(request, token)
-    await runs_router.retry(run, job, principal, client, db)
+    await runs_router.retry(run, job, caller.principal, caller.client, caller.db)
     return _redirect(f"/console/runs/{run}")
 
 
@@ -416,35 +431,22 @@ async def decide_job(
     run: str,
     job: str,
     decision: Literal["approve", "reject"],
-    principal: ConsolePrincipal,
-    client: ClientDep,
-    db: DbDep,
+    caller: RunCallerDep,
     token: CsrfField = None,
     comment: Annotated[str | None, Form(max_length=1000)] = None,
 ) -> Response:
     session.check_csrf(request, token)
     body = runs_router.DecisionIn(comment=comment or None)
-    if decision == "approve":
-        await runs_router.approve(run, job, principal, client, db, body)
-    else:
-        await runs_router.reject(run, job, principal, client, db, body)
+    decide = runs_router.approve if decision == "approve" else runs_router.reject
+    await decide(run, job, caller.principal, caller.client, caller.db, body)
     return _redirect(f"/console/runs/{run}")
 
 
 @router.get("/runs/{run}/jobs/{job}")
-async def job_page(
-    request: Request,
-    run: str,
-    job: str,
-    principal: ConsolePrincipal,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    explainer: QueueExplainerDep,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-) -> Response:
+async def job_page(request: Request, ref: ConsoleAttemptDep, explainer: QueueExplainerDep) -> Response:
+    job, attempt = ref.job, ref.attempt
     check_job_id(job)
-    out = await runs_router.get_run(run, principal, client, db, explainer)
+    out = await runs_router.get_run(ref.run, ref.principal, ref.client, ref.db, explainer)
     found = next((j for j in out.jobs if j.id == job), None)
     if found is None:
         raise ApiError(404, "not_found", "job not found")
@@ -454,9 +456,7 @@ async def job_page(
     summary: str | None = None
     if chosen is not None:
         try:
-            answer = await runs_router.get_step_summary(
-                AttemptRef(run, job, principal, client, db, store, chosen.attempt)
-            )
+            answer = await runs_router.get_step_summary(replace(ref, attempt=chosen.attempt))
             summary = bytes(answer.body).decode("utf-8", errors="replace")
         except ApiError as exc:
             if exc.status != 404:
@@ -478,18 +478,11 @@ async def job_page(
 @router.get("/runs/{run}/jobs/{job}/logs/stream")
 async def job_log_stream(
     request: Request,
-    run: str,
-    job: str,
-    principal: ConsolePrincipal,
-    client: ClientDep,
-    db: DbDep,
-    store: StoreDep,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
+    ref: ConsoleAttemptDep,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=32)] = None,
 ) -> Response:
     """The API's own log stream: ``log`` events by sequence number; a reconnecting
     ``EventSource`` sends ``Last-Event-ID`` and continues after it."""
-    ref = AttemptRef(run, job, principal, client, db, store, attempt)
     return await logs_router.stream_logs(request, ref, 0, last_event_id)
 
 

@@ -22,6 +22,7 @@ import binascii
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -70,6 +71,21 @@ async def replicate_principal(request: Request) -> Principal:
 CallerDep = Annotated[Principal, Depends(replicate_principal)]
 # ``Prefer: wait[=n]``: hold the create open until the prediction ends (at most n seconds).
 PreferHeader = Annotated[str | None, Header(max_length=256)]
+
+
+@dataclass(frozen=True)
+class CreateHeaders:
+    """The headers both creates read: ``Prefer`` and ``Idempotency-Key``."""
+
+    prefer: str | None
+    idempotency_key: str | None
+
+
+def create_headers(prefer: PreferHeader = None, idempotency_key: IdempotencyKeyHeader = None) -> CreateHeaders:
+    return CreateHeaders(prefer, idempotency_key)
+
+
+CreateHeadersDep = Annotated[CreateHeaders, Depends(create_headers)]
 
 
 class PredictionCreate(BaseModel):
@@ -173,10 +189,10 @@ async def _create(
     principal: Principal,
     spec: VideoModelSpec,
     body: PredictionCreate,
-    prefer: str | None,
-    idempotency_key: str | None,
+    headers: CreateHeaders,
 ) -> JSONResponse:
-    wait = wait_seconds(prefer)
+    wait = wait_seconds(headers.prefer)
+    idempotency_key = headers.idempotency_key
     subscription = _subscription(request, body, principal)
     create = inputs.create_request(body.input, spec)
     store, base_url = request.app.state.store, _base_url(request)
@@ -234,19 +250,13 @@ async def get_version(owner: str, name: str, version_id: str, request: Request, 
 
 @router.post("/v1/models/{owner}/{name}/predictions", status_code=201)
 async def create_model_prediction(
-    owner: str,
-    name: str,
-    body: PredictionCreate,
-    request: Request,
-    caller: CallerDep,
-    prefer: PreferHeader = None,
-    idempotency_key: IdempotencyKeyHeader = None,
+    owner: str, name: str, body: PredictionCreate, request: Request, caller: CallerDep, headers: CreateHeadersDep
 ) -> JSONResponse:
     """Run the model's current version."""
     spec = catalogue.by_name(request.app.state.settings, owner, name)
     if body.version is not None:
         raise invalid_input("version", "the model's URL names what runs; drop version or use POST /v1/predictions")
-    return await _create(request, caller, spec, body, prefer, idempotency_key)
+    return await _create(request, caller, spec, body, headers)
 
 
 # Predictions --------------------------------------------------------------------------------
@@ -254,17 +264,13 @@ async def create_model_prediction(
 
 @router.post("/v1/predictions", status_code=201)
 async def create_prediction(
-    body: PredictionCreate,
-    request: Request,
-    caller: CallerDep,
-    prefer: PreferHeader = None,
-    idempotency_key: IdempotencyKeyHeader = None,
+    body: PredictionCreate, request: Request, caller: CallerDep, headers: CreateHeadersDep
 ) -> JSONResponse:
     """Run a version (a version id, ``owner/name`` or ``owner/name:id``)."""
     if body.version is None:
         raise invalid_input("version", "is required: the version id (or owner/name) to run")
     spec = catalogue.by_version(request.app.state.settings, body.version)
-    return await _create(request, caller, spec, body, prefer, idempotency_key)
+    return await _create(request, caller, spec, body, headers)
 
 
 def _cursor(direction: str, job_id: str) -> str:

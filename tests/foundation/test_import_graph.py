@@ -59,7 +59,6 @@ ACTIVITY_DEFINITIONS = frozenset(
         "activities.video.definitions",
         "activities.ci.definitions",
         "activities.fleet.definitions",
-        "activities.lifecycle_definitions",
     }
 )
 # What workflows import besides themselves and the standard library.

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
@@ -101,28 +101,21 @@ def read_attempt_log(
     gaps = set(known_gaps) | (set(end.gaps) if end else set())
     limit = end.next_seq if end is not None else (max(found) + 1 if found else from_seq)
     result = LogRead(end=end)
-    seq, size = from_seq, 0
-    while seq < limit:
-        if len(result.items) >= max_chunks or size >= max_bytes:
-            result.has_more = True
-            break
+
+    def chunk(seq: int) -> bytes | Literal[False] | None:
         kind = found.get(seq)
         if kind == "log":
             try:
-                data = store.get(log_chunk_key(prefix, seq))
+                return store.get(log_chunk_key(prefix, seq))
             except ObjectNotFound:
                 result.unexplained = True
-                break
-            size += len(data)
-            result.items.append((seq, data.decode("utf-8", errors="replace")))
-        elif kind == "gap" or seq in gaps or end is not None or final:
+                return False
+        if kind == "gap" or seq in gaps or end is not None or final:
             result.unexplained = result.unexplained or (kind != "gap" and seq not in gaps)
-            result.items.append((seq, None))
-        else:
-            break  # not written yet: a live reader waits here
-        seq += 1
-    result.next_seq = seq
-    return result
+            return None
+        return False  # not written yet: a live reader waits here
+
+    return _fill_page(result, from_seq, limit, max_chunks, max_bytes, chunk)
 
 
 def read_compacted_log(
@@ -137,13 +130,27 @@ def read_compacted_log(
     is final, so every seq below the index's ``next_seq`` is either a chunk or a gap."""
     stored = dict(read_compacted(store, object_key, log_index, from_seq))
     limit = int(log_index.get("next_seq", max(stored, default=from_seq - 1) + 1))
-    result = LogRead()
-    seq, size = from_seq, 0
+    return _fill_page(LogRead(), from_seq, limit, max_chunks, max_bytes, stored.get)
+
+
+def _fill_page(
+    result: LogRead,
+    seq: int,
+    limit: int,
+    max_chunks: int,
+    max_bytes: int,
+    chunk: Callable[[int], bytes | Literal[False] | None],
+) -> LogRead:
+    """``result`` with the items from ``seq`` on: each seq's chunk, or a gap where ``chunk``
+    gives None, up to ``limit``, a full page (``has_more``) or a seq ``chunk`` refuses (False)."""
+    size = 0
     while seq < limit:
         if len(result.items) >= max_chunks or size >= max_bytes:
             result.has_more = True
             break
-        data = stored.get(seq)
+        data = chunk(seq)
+        if data is False:
+            break
         if data is None:
             result.items.append((seq, None))
         else:

@@ -3,7 +3,7 @@
 Delete CI runs (rows and logs) and pushes past their tenant's retention.
 
 Started by its Temporal Schedule (overlap SKIP: one tick at a time); the work, its safety and
-its idempotence are the activity's (``activities.ci.lifecycle``, defined in ``activities.lifecycle_definitions``).
+its idempotence are the activity's (``activities.ci.lifecycle``, defined in ``activities.ci.definitions``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.lifecycle_definitions import CILifecycleDefinition
+    from activities.ci.definitions import CILifecycleDefinition
     from workflows.lifecycle.batches import run_batches
     from workflows.lifecycle.types import LifecycleInput, LifecycleResult
 

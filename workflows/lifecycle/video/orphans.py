@@ -3,7 +3,7 @@
 Delete what closed video jobs left in the store (attempts that never won, checkpoints).
 
 Started by its Temporal Schedule (overlap SKIP: one tick at a time); the work, its safety and
-its idempotence are the activity's (``activities.video.lifecycle``, defined in ``activities.lifecycle_definitions``).
+its idempotence are the activity's (``activities.video.lifecycle``, defined in ``activities.video.definitions``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.lifecycle_definitions import VideoLifecycleDefinition
+    from activities.video.definitions import VideoLifecycleDefinition
     from workflows.lifecycle.batches import run_batches
     from workflows.lifecycle.types import LifecycleInput, LifecycleResult
 
