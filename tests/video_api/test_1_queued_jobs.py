@@ -331,8 +331,9 @@ def test_a_queued_jobs_event_stream_says_when_its_place_in_the_queue_moves(video
     ahead = create(caller, prompt="first in line")["id"]
     behind = create(caller, prompt="second in line")["id"]
     try:
-        # The queue is measured in periodic snapshots: wait until one has both jobs.
-        shown = wait_for(caller, behind, lambda v: (v.get("queue") or {}).get("position", 0) >= 2, timeout=30)
+        # The queue is measured in periodic snapshots: wait until one has both jobs and none of
+        # the earlier tests' (each cancels or deletes its own; a snapshot may still hold them).
+        shown = wait_for(caller, behind, lambda v: (v.get("queue") or {}).get("position") == 2, timeout=90)
         first_place = shown["queue"]["position"]
         places: list[int] = []
         # The next snapshot has it, however loaded the machine: the stream stays open meanwhile.
