@@ -71,6 +71,15 @@ def ci_queue(labels: list[str] | tuple[str, ...], prefix: str = "", isolation: s
     return base if isolation == DEFAULT_CI_ISOLATION else f"{base}@{isolation}"
 
 
+def ci_image_queue(
+    labels: list[str] | tuple[str, ...], digest: str, prefix: str = "", isolation: str = DEFAULT_CI_ISOLATION
+) -> str:
+    """The queue of the workers of ``labels`` that hold the image ``digest`` (``sha256:...``) in
+    their cache: a ``container:`` job tries it first (image affinity), then ``ci_queue``. ``#``
+    is in no label, isolation or digest, so the suffix never reads as one of them."""
+    return f"{ci_queue(labels, prefix, isolation)}#{digest.removeprefix('sha256:')[:32]}"
+
+
 # Most labels one CI worker may serve: it polls the queue of every non-empty subset of its
 # labels (2**n - 1 queues: 63 at 6), so that a job goes to any worker holding all its labels.
 MAX_CI_WORKER_LABELS = 6
@@ -152,6 +161,10 @@ def ci_probe_queue(prefix: str = "") -> str:
     worker, apart from the control queue so that a slow git fetch never delays a grant."""
     return f"{prefix}{CI_PROBE}"
 
+
+# An image queue's probe answer (has it pollers?) is used this long by a run: a matrix of
+# container jobs asks once, and a worker that starts holding the image is found soon after.
+CI_IMAGE_PROBE_FRESH = timedelta(seconds=30)
 
 # A probe of job queues: one DescribeTaskQueue each, all at once; a probe no CI worker answers
 # in this long grants as if served (no CI worker of this build is up, e.g. during a rollout).

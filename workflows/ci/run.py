@@ -165,6 +165,7 @@ class CIRunWorkflow(RunScheduling):
         self._served_queues = set()
         self._unserved_asks = set()
         self._expired_asks = set()
+        self._image_probes = {}
         self._last_report = None
 
     @workflow.query

@@ -149,6 +149,9 @@ class RunFields:
     _unserved_asks: set[str]
     # Requests the semaphore dropped after a day on an unserved queue (keys): their rounds fail.
     _expired_asks: set[str]
+    # Image queues probed for pollers (``RunScheduling._image_queue_polled``): queue -> (when,
+    # polled then); an answer is used for ``IMAGE_PROBE_FRESH``.
+    _image_probes: dict[str, tuple[datetime, bool]]
 
     def _set_status(self, status: RunStatus) -> None:
         if self._state.status != status:

@@ -7,22 +7,35 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ci.definitions import CIJobDefinition
+    from activities.ci.definitions import CIJobDefinition, CIProbeDefinition
     from workflows.ci.expressions import ExpressionError, evaluate_condition, to_text, truthy
     from workflows.ci.ids import run_workflow_id
     from workflows.ci.matrix import evaluate_minutes, evaluate_value
     from workflows.ci.run_rounds import RunRounds
     from workflows.ci.types.concurrency import GroupOutcome
-    from workflows.ci.types.job import JOB_FATAL_ERROR, AttemptGrant, JobActivityInput
+    from workflows.ci.types.job import (
+        IMAGE_WORKER_FULL_ERROR,
+        JOB_FATAL_ERROR,
+        AttemptGrant,
+        JobActivityInput,
+        JobResult,
+    )
     from workflows.ci.types.run import JOB_FINAL_STATUSES, JobState, JobStatus
+    from workflows.ci.types.semaphore import ServedQueuesInput
     from workflows.ci.types.spec import JobSpec
     from workflows.queues import (
+        CI_IMAGE_PROBE_FRESH,
         CI_JOB_MAX_ATTEMPTS,
         CI_JOB_SCHEDULE_TO_START_SECONDS,
         CI_JOB_TIMEOUT_MARGIN_SECONDS,
+        CI_PROBE_RETRY,
+        CI_PROBE_TIMEOUT,
+        ci_image_queue,
+        ci_probe_queue,
         ci_queue,
     )
 
@@ -154,15 +167,97 @@ class RunScheduling(RunRounds):
         self._round_specs[job.job_id] = specialised
         return specialised
 
-    def _start_activity(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> None:
+    async def _dispatch(self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput) -> JobResult:
+        """The round's activity, to its result: first on the queue of the workers holding its
+        image where that applies (``_run_on_image_queue``), else on its labels' queue with its
+        attempt number granted up front when it fetches no secrets (no token to hand out)."""
+        image_queue = self._image_queue(spec)
+        if image_queue is not None and not await self._image_queue_polled(image_queue):
+            image_queue = None  # no worker holds the image: straight to the labels' queue
+        if job_id in self._abort_wait:
+            raise asyncio.CancelledError  # cancelled while the probe was out
+        if image_queue is not None:
+            return await self._run_on_image_queue(job_id, round_, spec, act, image_queue)
+        if not spec.secrets:
+            job = self._state.job(job_id)
+            assert job is not None
+            n = self._next_attempt(job)
+            self._reserved[job_id] = (round_, n)
+            act.grant = AttemptGrant(proceed=True, attempt=n, notice_seconds=self._snapshot_interval())
+        self._start_activity(job_id, round_, spec, act)
+        return await self._handles[job_id]
+
+    def _image_queue(self, spec: JobSpec) -> str | None:
+        """The queue of the workers holding the job's image, which the job tries first (image
+        affinity): a ``container:`` job whose image was pinned, on a deployment that routes by
+        image (``PushContext.image_affinity_seconds``); ``None`` for every other job."""
+        push = self._inp.push
+        if push.image_affinity_seconds <= 0 or spec.container is None or spec.container.digest is None:
+            return None
+        return ci_image_queue(spec.runs_on, spec.container.digest, push.queue_prefix, push.isolation)
+
+    async def _image_queue_polled(self, queue: str) -> bool:
+        """Whether a worker polls ``queue`` (holds the image), asked of a CI worker's probe queue
+        and kept ``CI_IMAGE_PROBE_FRESH``; a probe nobody answers counts as not polled, so a
+        job never waits for workers that may not exist."""
+        now = workflow.now()
+        known = self._image_probes.get(queue)
+        if known is not None and now - known[0] < CI_IMAGE_PROBE_FRESH:
+            return known[1]
+        try:
+            answer = await workflow.execute_activity_method(
+                CIProbeDefinition.served_queues,
+                ServedQueuesInput(queues=[queue]),
+                task_queue=ci_probe_queue(self._inp.push.queue_prefix),
+                schedule_to_close_timeout=CI_PROBE_TIMEOUT,
+                retry_policy=CI_PROBE_RETRY,
+            )
+            polled = queue in answer.served
+        except ActivityError:
+            polled = False
+        self._image_probes[queue] = (workflow.now(), polled)
+        return polled
+
+    async def _run_on_image_queue(
+        self, job_id: str, round_: int, spec: JobSpec, act: JobActivityInput, image_queue: str
+    ) -> JobResult:
+        """The job round on a worker that holds its image if one takes it within the affinity
+        wait and has a free slot, else on the queue of its labels, where any worker may (a cold
+        image never waits for a busy hot worker). Both ask for their attempt number when they start (nothing is
+        pre-granted), so the first try's activity attempts, started or not, number like any."""
+        wait = self._inp.push.image_affinity_seconds
+        self._start_activity(job_id, round_, spec, act, queue=image_queue, wait_seconds=wait, suffix="@image")
+        try:
+            return await self._handles[job_id]
+        except ActivityError as err:
+            cause = err.cause
+            unclaimed = isinstance(cause, ActivityTimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+            full = isinstance(cause, ApplicationError) and cause.type == IMAGE_WORKER_FULL_ERROR
+            if not (unclaimed or full):
+                raise
+        self._start_activity(job_id, round_, spec, act)
+        return await self._handles[job_id]
+
+    def _start_activity(
+        self,
+        job_id: str,
+        round_: int,
+        spec: JobSpec,
+        act: JobActivityInput,
+        queue: str | None = None,
+        wait_seconds: float = CI_JOB_SCHEDULE_TO_START_SECONDS,
+        suffix: str = "",
+    ) -> None:
+        """The round's job activity on ``queue`` (default: its labels' queue), waiting at most
+        ``wait_seconds`` for a worker to take it."""
         inp = self._inp
         self._handles[job_id] = workflow.start_activity_method(
             CIJobDefinition.run_job,
             act,
-            activity_id=f"{job_id}#{round_}",
-            task_queue=ci_queue(spec.runs_on, inp.push.queue_prefix, inp.push.isolation),
+            activity_id=f"{job_id}#{round_}{suffix}",
+            task_queue=queue or ci_queue(spec.runs_on, inp.push.queue_prefix, inp.push.isolation),
             start_to_close_timeout=timedelta(seconds=spec.timeout_minutes * 60 + CI_JOB_TIMEOUT_MARGIN_SECONDS),
-            schedule_to_start_timeout=timedelta(seconds=CI_JOB_SCHEDULE_TO_START_SECONDS),
+            schedule_to_start_timeout=timedelta(seconds=wait_seconds),
             heartbeat_timeout=timedelta(seconds=inp.push.heartbeat_timeout_seconds),
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(seconds=1),
@@ -227,15 +322,7 @@ class RunScheduling(RunRounds):
             if capped:
                 # Held: the semaphore granted it for this queue, or it came from a round that did.
                 self._served_queues.add(self._job_queue(job_id))
-            if not spec.secrets:
-                # No secrets to fetch, so no token: the attempt's number travels with the activity.
-                job = self._state.job(job_id)
-                assert job is not None
-                n = self._next_attempt(job)
-                self._reserved[job_id] = (round_, n)
-                act.grant = AttemptGrant(proceed=True, attempt=n, notice_seconds=self._snapshot_interval())
-            self._start_activity(job_id, round_, spec, act)
-            result = await self._handles[job_id]
+            result = await self._dispatch(job_id, round_, spec, act)
             self._record_result(job_id, round_, result)
         except ActivityError as err:
             self._record_error(job_id, round_, err)

@@ -21,6 +21,9 @@ from workflows.ci.types.spec import JobSpec
 ACTIVITY_RUN_JOB = "ci_run_job"
 # Error types of the job activity that retrying cannot fix.
 JOB_FATAL_ERROR = "CIJobFatal"
+# An image queue's worker took the job but has no free job slot (``worker_ci.image_queues``):
+# the run gives the job to its labels' queue at once, as when no such worker took it in time.
+IMAGE_WORKER_FULL_ERROR = "CIImageWorkerFull"
 # The run workflow's Update a job attempt sends before it runs anything (its name in histories),
 # unless the run granted the attempt in the activity's input (``JobActivityInput.grant``).
 UPDATE_ATTEMPT_STARTED = "attempt_started"

@@ -70,6 +70,10 @@ class PushContext(BaseModel):
     # False dispatches the jobs FIFO with everyone else's (no fairness key): a benchmark
     # baseline and an operator's escape hatch.
     fair_share: bool = True
+    # Image affinity (``settings.ci_image_affinity_seconds``): how long a ``container:`` job
+    # whose image was pinned waits for a worker holding that image before any worker of its
+    # labels may take it; 0 (and pushes accepted before it existed): no affinity.
+    image_affinity_seconds: float = 0.0
     # The repository's default branch (caches of other refs fall back to its scope).
     default_branch: str | None = None
     # Who pushed (the webhook's sender login, else the pusher's name): ``github.actor``; empty
