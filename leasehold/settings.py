@@ -151,6 +151,16 @@ class Settings(BaseSettings):
     ci_oci_image: str = "leasehold/base:latest"
     # Images an OCI worker keeps pulled (least recently used evicted past it).
     ci_oci_cache_images: int = Field(default=20, ge=1)
+    # Image affinity: an OCI worker polls the image queue (``workflows.queues.ci_image_queue``)
+    # of up to this many of the images it holds, most recently used first (0: none), and a
+    # ``container:`` job waits up to ``ci_image_affinity_seconds`` on the queue of its image
+    # (when a worker polls it) before any worker of its labels may take it (0: no affinity).
+    ci_oci_affinity_images: int = Field(default=4, ge=0, le=32)
+    ci_image_affinity_seconds: float = Field(default=3.0, ge=0, le=300)
+    # podman's storage (``--root``/``--runroot``) for this worker's images and containers, when
+    # several OCI workers share a host but must each keep their own image cache (None: the
+    # system's store, which every worker of the host then shares).
+    ci_oci_storage: Path | None = None
     # gVisor backend (``worker_ci.gvisor``): the runsc binary (None: found on PATH) and its
     # platform; the backend refuses to start unless runsc passes its start-up self-test.
     ci_gvisor_runsc: str | None = None

@@ -96,6 +96,22 @@ class SharedSlots(CustomSlotSupplier):
                 return SlotPermit()
         return None
 
+    def take(self) -> bool:
+        """A permit for a job that came without one (an image queue's, ``worker_ci.image_queues``:
+        those polls hold none), if one is free and no poller waits; released with ``give``."""
+        with self._lock:
+            if self._out < self.slots and not self._waiters:
+                self._out += 1
+                self._used += 1
+                return True
+        return False
+
+    def give(self) -> None:
+        """Release a permit of ``take``."""
+        with self._lock:
+            self._used = max(0, self._used - 1)
+            self._hand_over()
+
     def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
         with self._lock:
             self._used += 1
@@ -143,9 +159,12 @@ def job_workers(
     slots: SharedSlots,
     executor: Executor,
     deployment_config: WorkerDeploymentConfig | None,
+    pollers: int | None = None,
 ) -> list[Worker]:
-    """One ``Worker`` per queue, all drawing on ``slots`` and running on ``executor``."""
-    pollers = max(1, min(MAX_POLLERS_PER_QUEUE, slots.slots // len(queues)))
+    """One ``Worker`` per queue, all drawing on ``slots`` and running on ``executor``, each with
+    ``pollers`` pollers (default: the slots shared out, at most ``MAX_POLLERS_PER_QUEUE``)."""
+    if pollers is None:
+        pollers = max(1, min(MAX_POLLERS_PER_QUEUE, slots.slots // len(queues)))
     return [
         Worker(
             client,

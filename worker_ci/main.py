@@ -12,6 +12,7 @@ queues; ``/metrics`` and ``/healthz`` come from the shared health server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,7 @@ from activities.ci.listing import CIListingActivities, environment_rules
 from activities.ci.probe import CIProbeActivities
 from activities.ci.reconcile import CIReconcileActivities
 from activities.ci.run_records import DatabaseRunRecords
+from activities.ci.sandbox import Sandbox
 from activities.ci.secrets import ApiSecretSource
 from clients.ci.start import ensure_reconcile_schedule
 from leasehold.clone_urls import ClonePolicy
@@ -43,10 +45,17 @@ from leasehold.settings import Settings
 from leasehold.storage import open_store
 from leasehold.temporal import connect
 from leasehold.worker_versioning import deployment_config
+from worker_ci.image_queues import ImageQueues
 from worker_ci.images import RegistryDigests
 from worker_ci.job_slots import SharedSlots, job_queues, job_workers
 from worker_ci.sandbox import limits_from, make_sandbox
-from workflows.queues import DEFAULT_CI_ISOLATION, TooManyLabels, ci_control_queue, ci_probe_queue
+from workflows.queues import (
+    DEFAULT_CI_ISOLATION,
+    TooManyLabels,
+    ci_control_queue,
+    ci_label_subsets,
+    ci_probe_queue,
+)
 from workflows.version import BUILD_ID
 
 log = logging.getLogger(__name__)
@@ -108,16 +117,21 @@ def _workers(
     mirror: GitMirror,
     actions: ActionSource,
     queues: list[str],
+    shared: SharedSlots,
+    affinity: ImageQueues | None,
 ) -> list[Worker]:
     """The job workers (one per queue, one slot budget), the control worker and the probe worker."""
     listing = _listing(settings, db, mirror, actions)
     reconcile = CIReconcileActivities(settings, db, mirror, client, loop)
-    slots = settings.ci_job_slots
+    slots = shared.slots
     # Activities only: the version is reported, routing stays unversioned, so a run pinned to
     # an older build still gets any CI worker of its labels (docs/versioning.md).
     version = deployment_config(settings, BUILD_ID, routed=False)
     executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job")
-    workers = job_workers(client, queues, [jobs.run_job], SharedSlots(slots), executor, version)
+    # With image queues beside them (``worker_ci.image_queues``), each label queue keeps one
+    # poller, so that idle label polls leave slots free for the jobs image queues hand over.
+    pollers = 1 if affinity is not None else None
+    workers = job_workers(client, queues, [jobs.run_job], shared, executor, version, pollers)
     workers.append(
         Worker(
             client,
@@ -138,6 +152,27 @@ def _workers(
         )
     )
     return workers
+
+
+def _image_queues(
+    settings: Settings, client: Client, sandbox: Sandbox, jobs: CIJobActivities, shared: SharedSlots, isolation: str
+) -> ImageQueues | None:
+    """The image queues of an OCI worker that routes by image (``ci_oci_affinity_images``), else None."""
+    held = getattr(sandbox, "affinity_digests", None)
+    if held is None or settings.ci_oci_affinity_images <= 0:
+        return None
+    return ImageQueues(
+        client,
+        ci_label_subsets(settings.ci_labels),
+        settings.queue_prefix,
+        isolation,
+        held,
+        settings.ci_oci_affinity_images,
+        jobs.run_job,
+        shared,
+        ThreadPoolExecutor(max_workers=settings.ci_oci_affinity_images, thread_name_prefix="ci-image-job"),
+        deployment_config(settings, BUILD_ID, routed=False),
+    )
 
 
 async def serve(settings: Settings) -> None:
@@ -174,7 +209,9 @@ async def serve(settings: Settings) -> None:
         actions,
         artifacts=db,
     )
-    workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues)
+    shared = SharedSlots(settings.ci_job_slots)
+    affinity = _image_queues(settings, client, sandbox, jobs, shared, isolation)
+    workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues, shared, affinity)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -183,6 +220,7 @@ async def serve(settings: Settings) -> None:
     async with AsyncExitStack() as running:
         for worker in workers:
             await running.enter_async_context(worker)
+        images = asyncio.create_task(affinity.run()) if affinity is not None else None
         state["ready"] = True
         log.info(
             "ci worker (%s sandbox, %d job slots) polling %s, %s and %s",
@@ -195,6 +233,10 @@ async def serve(settings: Settings) -> None:
         await stop.wait()
         state["ready"] = False
         log.info("ci worker shutting down")
+        if images is not None:
+            images.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await images
     # Finished jobs' roots still being emptied: the next start's sweep takes what is left.
     if not await asyncio.to_thread(jobs.reaper.drain, REAP_DRAIN_SECONDS):
         log.warning("job roots left to empty at exit; the next start-up sweep removes them")

@@ -60,7 +60,7 @@ class Registry:
 class Podman:
     """One podman binary, run as root with the runc runtime."""
 
-    def __init__(self, podman: str | None = None, runtime: str = "runc") -> None:
+    def __init__(self, podman: str | None = None, runtime: str = "runc", storage: Path | None = None) -> None:
         found = podman or shutil.which("podman")
         if found is None:
             raise SandboxError("podman is not installed: apt-get install podman runc")
@@ -71,6 +71,10 @@ class Podman:
             raise SandboxError("the OCI backend needs the CI worker to run as root (to run jobs as their own uid)")
         self.binary = found
         self.base = [found, "--runtime", runc, "--log-level", "error", "--cgroup-manager", "cgroupfs"]
+        if storage is not None:
+            # A store of this worker's own (``ci_oci_storage``): its image cache is its alone.
+            storage.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.base += ["--root", str(storage / "root"), "--runroot", str(storage / "run")]
         # podman's working directory, and so conmon's, which writes a file ``oom`` there when a
         # container runs out of memory: the worker's own state directory (``OciSandbox``).
         self.cwd: Path | None = None
@@ -94,12 +98,14 @@ class Podman:
             raise SandboxError(f"podman {args[0]} failed: {_last_line(done.stderr)}")
         return done.stdout
 
-    def pull(self, registry: Registry, reference: str) -> None:
+    def pull(self, registry: Registry, reference: str) -> bool:
         """Make ``reference`` (by digest: immutable) present locally; the local store is this
-        worker's image cache, so an image is fetched once."""
-        if not self.exists(reference):
-            verify = "true" if registry.tls_verify else "false"
-            self.run("pull", "--quiet", f"--tls-verify={verify}", reference, seconds=PULL_SECONDS)
+        worker's image cache, so an image is fetched once. Returns whether it was fetched now."""
+        if self.exists(reference):
+            return False
+        verify = "true" if registry.tls_verify else "false"
+        self.run("pull", "--quiet", f"--tls-verify={verify}", reference, seconds=PULL_SECONDS)
+        return True
 
     def exists(self, reference: str) -> bool:
         done = subprocess.run(

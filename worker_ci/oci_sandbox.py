@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -146,8 +147,9 @@ class OciSandbox:
         cgroups: CgroupLimiter | None = None,
         podman: Podman | None = None,
         cache_images: int = 20,
+        storage: Path | None = None,
     ) -> None:
-        self._podman = podman or Podman()
+        self._podman = podman or Podman(storage=storage)
         self._cgroups = cgroups
         self._users = users
         self._registry = registry
@@ -258,10 +260,22 @@ class OciSandbox:
             if digest is None:
                 raise SandboxError(f"{what}: {spec.image} is not in this deployment's registry mirror")
         reference = self._registry.reference(spec.image, digest)
-        self._podman.pull(self._registry, reference)
+        started = time.monotonic()
+        pulled = self._podman.pull(self._registry, reference)
         self.images.touch(reference, self._in_use())
-        say(f"[leasehold] {what}: {spec.image} is {digest}")
+        where = (
+            f"pulled from the registry mirror in {time.monotonic() - started:.1f} s"
+            if pulled
+            else "cached on this worker"
+        )
+        say(f"[leasehold] {what}: {spec.image} is {digest} ({where})")
         return reference
+
+    def affinity_digests(self) -> list[str]:
+        """The digests of the job images this worker holds, most recently used first (the
+        helper image, which every job uses, left out): whose image queues it polls."""
+        helper = getattr(self, "_helper_image", "")
+        return [ref.rsplit("@", 1)[1] for ref in self.images.held() if "@" in ref and ref != helper]
 
     def _start_service(
         self, net: JobNetwork, key: str, spec: ContainerSpec, owner: JobOwner, say: Callable[[str], None]
@@ -427,4 +441,5 @@ def make_oci_sandbox(settings: Any, users: JobUserPool) -> OciSandbox:
         settings.data_dir / "ci" / "oci",
         cgroups,
         cache_images=settings.ci_oci_cache_images,
+        storage=settings.ci_oci_storage,
     )

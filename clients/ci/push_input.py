@@ -58,6 +58,7 @@ def push_input(
             fairness_weight=plan.fairness_weight if plan else None,
             max_concurrent_jobs=plan.max_concurrent_jobs if plan else None,
             isolation=plan.isolation if plan else DEFAULT_CI_ISOLATION,
+            image_affinity_seconds=settings.ci_image_affinity_seconds,
             variables=dict(variables or {}),
             default_branch=repo.default_branch,
             actor=event_actor(event) if event is not None else "",

@@ -42,7 +42,7 @@ from workflows.ci.types.semaphore import (
     SlotRelease,
     SlotRequest,
 )
-from workflows.queues import MAX_CI_WORKER_LABELS, TooManyLabels, ci_label_subsets, ci_queue
+from workflows.queues import MAX_CI_WORKER_LABELS, TooManyLabels, ci_image_queue, ci_label_subsets, ci_queue
 
 
 def test_subsets_of_three_labels() -> None:
@@ -98,6 +98,34 @@ async def test_shared_slots_hand_permits_over_in_order() -> None:
     slots.release_slot(release)
     slots.release_slot(release)
     assert slots.out == 0
+
+
+async def test_a_job_without_a_poll_permit_takes_a_free_slot_or_none() -> None:
+    """``take`` (a job an image queue handed over): only a free slot nobody waits for; ``give``
+    hands it to the oldest waiting poller, as a release does."""
+    slots = SharedSlots(2)
+    ctx: Any = _Ctx()
+    polling = await slots.reserve_slot(ctx)
+    assert slots.take() and (slots.out, slots.used) == (2, 1)
+    assert not slots.take(), "no slot is free: the job is refused, never run beyond the budget"
+    waiter = asyncio.create_task(slots.reserve_slot(ctx))
+    await asyncio.sleep(0.05)
+    slots.give()
+    assert await asyncio.wait_for(waiter, 1) is not None
+    assert (slots.out, slots.used) == (2, 0)
+    release: Any = _Ctx()
+    release.permit = polling
+    slots.release_slot(release)
+    assert slots.out == 1 and slots.take(), "the poll's slot came back: free to take"
+    assert (slots.out, slots.used) == (2, 1)
+
+
+def test_image_queues_name_labels_isolation_and_digest() -> None:
+    digest = "sha256:" + "ab" * 32
+    queue = ci_image_queue(["x64", "linux"], digest, "p-", "gvisor")
+    assert queue == "p-ci.linux+x64@gvisor#" + "ab" * 16
+    assert queue.startswith(ci_queue(["linux", "x64"], "p-", "gvisor") + "#")
+    assert ci_image_queue(["linux"], digest) != ci_image_queue(["linux"], "sha256:" + "cd" * 32)
 
 
 # Shared budget through real workers: activities on three queues, two slots.
