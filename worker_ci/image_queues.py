@@ -15,6 +15,10 @@ polls would keep label jobs from running. A job an image queue hands over takes 
 when it starts (``SharedSlots.take``); with none free it is refused at once, before it counts
 as an attempt, and the run gives it to its labels' queue (``IMAGE_WORKER_FULL_ERROR``). So
 the worker never runs more than its slots, and a hot worker that is full never delays a job.
+Each label queue keeps one poller, whose wait holds one slot (``SharedSlots.idle_per_queue``;
+the SDK would otherwise reserve the next poll's ahead, two in all): a worker takes image-queue
+jobs into the slots beyond those, so it needs more slots than label queues (``worker_ci.main``
+polls no image queue otherwise).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
@@ -45,18 +45,33 @@ from workflows.queues import ci_label_subsets, ci_queue
 MAX_POLLERS_PER_QUEUE = 5
 
 
+class _Permit(SlotPermit):
+    """A permit, with the queue whose poll reserved it."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+
+
 class SharedSlots(CustomSlotSupplier):
     """At most ``slots`` permits out at once across every worker that uses this supplier;
-    reservations beyond that wait, first come first served."""
+    reservations beyond that wait, first come first served.
 
-    def __init__(self, slots: int) -> None:
+    ``idle_per_queue``: at most this many permits of one queue reserved and not yet running a
+    task (a poll waiting for one). The SDK reserves the next poll's permit before the current
+    poll returns, so an idle queue otherwise holds two per poller; with image queues beside
+    the label queues (``worker_ci.image_queues``) one is enough, and the rest stay free for
+    the jobs image queues hand over (``take``)."""
+
+    def __init__(self, slots: int, idle_per_queue: int | None = None) -> None:
         if slots < 1:
             raise ValueError("a slot budget needs at least one slot")
         self.slots = slots
+        self.idle_per_queue = idle_per_queue
         self._lock = threading.Lock()
         self._out = 0
         self._used = 0
-        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+        self._idle: Counter[str] = Counter()
+        self._waiters: deque[tuple[str, asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
 
     @property
     def out(self) -> int:
@@ -68,39 +83,52 @@ class SharedSlots(CustomSlotSupplier):
         """Permits running a task now."""
         return self._used
 
+    def _grantable(self, queue: str) -> bool:
+        """Whether a reservation for ``queue`` may have a permit now (lock held)."""
+        return self._out < self.slots and (self.idle_per_queue is None or self._idle[queue] < self.idle_per_queue)
+
+    def _grant(self, queue: str) -> None:
+        self._out += 1
+        self._idle[queue] += 1
+
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        queue = getattr(ctx, "task_queue", "")
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._out < self.slots and not self._waiters:
-                self._out += 1
-                return SlotPermit()
+            if self._grantable(queue) and not any(q == queue or self._grantable(q) for q, _, _ in self._waiters):
+                self._grant(queue)
+                return _Permit(queue)
             future: asyncio.Future[None] = loop.create_future()
-            self._waiters.append((loop, future))
+            entry = (queue, loop, future)
+            self._waiters.append(entry)
         try:
-            # A release hands its permit over by resolving this future (the count stays).
+            # A grant resolves this future with the permit already counted.
             await future
         except asyncio.CancelledError:
             with self._lock:
                 try:
-                    self._waiters.remove((loop, future))
+                    self._waiters.remove(entry)
                 except ValueError:
-                    # Handed a permit just as we were cancelled: give it to the next in line.
-                    self._hand_over()
+                    # Granted just as we were cancelled: give it back, to the next in line.
+                    self._out -= 1
+                    self._idle[queue] -= 1
+                    self._grant_waiting()
             raise
-        return SlotPermit()
+        return _Permit(queue)
 
     def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        queue = getattr(ctx, "task_queue", "")
         with self._lock:
-            if self._out < self.slots and not self._waiters:
-                self._out += 1
-                return SlotPermit()
+            if self._grantable(queue) and not self._waiters:
+                self._grant(queue)
+                return _Permit(queue)
         return None
 
     def take(self) -> bool:
         """A permit for a job that came without one (an image queue's, ``worker_ci.image_queues``:
-        those polls hold none), if one is free and no poller waits; released with ``give``."""
+        those polls hold none), if one is free and no poller can use it; released with ``give``."""
         with self._lock:
-            if self._out < self.slots and not self._waiters:
+            if self._out < self.slots and not any(self._grantable(q) for q, _, _ in self._waiters):
                 self._out += 1
                 self._used += 1
                 return True
@@ -110,26 +138,42 @@ class SharedSlots(CustomSlotSupplier):
         """Release a permit of ``take``."""
         with self._lock:
             self._used = max(0, self._used - 1)
-            self._hand_over()
+            self._out -= 1
+            self._grant_waiting()
 
     def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
         with self._lock:
             self._used += 1
+            self._idle[_queue_of(ctx.permit)] -= 1
+            # The queue's next poll may reserve now (``idle_per_queue``).
+            self._grant_waiting()
 
     def release_slot(self, ctx: SlotReleaseContext) -> None:
         with self._lock:
             if ctx.slot_info is not None:
                 self._used = max(0, self._used - 1)
-            self._hand_over()
+            else:
+                self._idle[_queue_of(ctx.permit)] -= 1
+            self._out -= 1
+            self._grant_waiting()
 
-    def _hand_over(self) -> None:
-        """A permit came back (lock held): to the oldest waiter still waiting, else to the pool."""
-        while self._waiters:
-            loop, future = self._waiters.popleft()
-            if not future.done() and not loop.is_closed():
-                loop.call_soon_threadsafe(_resolve, future)
+    def _grant_waiting(self) -> None:
+        """Permits to the oldest waiters that may have one (lock held)."""
+        for entry in list(self._waiters):
+            queue, loop, future = entry
+            if future.done() or loop.is_closed():
+                self._waiters.remove(entry)
+                continue
+            if self._out >= self.slots:
                 return
-        self._out -= 1
+            if self._grantable(queue):
+                self._waiters.remove(entry)
+                self._grant(queue)
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _queue_of(permit: Any) -> str:
+    return permit.queue if isinstance(permit, _Permit) else ""
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -63,6 +63,10 @@ log = logging.getLogger(__name__)
 CONTROL_CONCURRENCY = 2
 # Probes of job queues (one DescribeTaskQueue each) a worker answers at once.
 PROBE_CONCURRENCY = 4
+# Slots one label queue's poller may hold while it waits when image queues are polled too
+# (``SharedSlots.idle_per_queue``; the SDK would reserve the next poll's slot ahead, two in all).
+# Image queues take jobs only into the others.
+IDLE_SLOTS_PER_LABEL_QUEUE = 1
 # How long a stopping worker waits for finished jobs' roots to be emptied.
 REAP_DRAIN_SECONDS = 30.0
 
@@ -155,15 +159,28 @@ def _workers(
 
 
 def _image_queues(
-    settings: Settings, client: Client, sandbox: Sandbox, jobs: CIJobActivities, shared: SharedSlots, isolation: str
-) -> ImageQueues | None:
-    """The image queues of an OCI worker that routes by image (``ci_oci_affinity_images``), else None."""
+    settings: Settings, client: Client, sandbox: Sandbox, jobs: CIJobActivities, isolation: str
+) -> tuple[SharedSlots, ImageQueues | None]:
+    """The worker's slot budget, and the image queues of an OCI worker that routes by image
+    (``ci_oci_affinity_images``), else None."""
+    plain = SharedSlots(settings.ci_job_slots)
     held = getattr(sandbox, "affinity_digests", None)
     if held is None or settings.ci_oci_affinity_images <= 0:
-        return None
-    return ImageQueues(
+        return plain, None
+    label_sets = ci_label_subsets(settings.ci_labels)
+    if settings.ci_job_slots <= IDLE_SLOTS_PER_LABEL_QUEUE * len(label_sets):
+        # What the label queues' idle polls hold leaves no slot for a job an image queue hands
+        # over: every such job would be refused.
+        log.warning(
+            "image affinity off: %d job slot(s) and %d label queue(s) leave no slot for image queues",
+            settings.ci_job_slots,
+            len(label_sets),
+        )
+        return plain, None
+    shared = SharedSlots(settings.ci_job_slots, idle_per_queue=IDLE_SLOTS_PER_LABEL_QUEUE)
+    return shared, ImageQueues(
         client,
-        ci_label_subsets(settings.ci_labels),
+        label_sets,
         settings.queue_prefix,
         isolation,
         held,
@@ -209,8 +226,7 @@ async def serve(settings: Settings) -> None:
         actions,
         artifacts=db,
     )
-    shared = SharedSlots(settings.ci_job_slots)
-    affinity = _image_queues(settings, client, sandbox, jobs, shared, isolation)
+    shared, affinity = _image_queues(settings, client, sandbox, jobs, isolation)
     workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues, shared, affinity)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -120,6 +120,41 @@ async def test_a_job_without_a_poll_permit_takes_a_free_slot_or_none() -> None:
     assert (slots.out, slots.used) == (2, 1)
 
 
+class _QueueCtx:
+    def __init__(self, queue: str) -> None:
+        self.task_queue = queue
+        self.slot_info: Any = None
+        self.permit: Any = None
+
+
+async def test_an_idle_queue_holds_one_permit_and_the_rest_stay_free_for_image_jobs() -> None:
+    """``idle_per_queue=1``: the SDK's second reservation for a polling queue waits until the
+    first permit runs a task, so an idle label queue holds one slot, not two, and the others
+    stay free for what image queues hand over; another queue is not held up meanwhile."""
+    slots = SharedSlots(3, idle_per_queue=1)
+    first = await slots.reserve_slot(_QueueCtx("labels"))
+    ahead = asyncio.create_task(slots.reserve_slot(_QueueCtx("labels")))
+    await asyncio.sleep(0.05)
+    assert not ahead.done() and slots.out == 1
+    other = await asyncio.wait_for(slots.reserve_slot(_QueueCtx("other")), 1)
+    assert slots.out == 2 and slots.take(), "a free slot goes to an image job, not to an idle poll"
+    assert not slots.take(), "the budget holds: three out"
+    # The first poll gets a task: its queue may poll again once a slot is free.
+    used = _QueueCtx("labels")
+    used.permit, used.slot_info = first, object()
+    slots.mark_slot_used(used)
+    await asyncio.sleep(0.05)
+    assert not ahead.done(), "no slot free yet"
+    slots.give()
+    await asyncio.wait_for(ahead, 1)
+    assert (slots.out, slots.used) == (3, 1)
+    idle = _QueueCtx("other")
+    idle.permit = other
+    slots.release_slot(idle)
+    slots.release_slot(used)
+    assert slots.out == 1
+
+
 def test_image_queues_name_labels_isolation_and_digest() -> None:
     digest = "sha256:" + "ab" * 32
     queue = ci_image_queue(["x64", "linux"], digest, "p-", "gvisor")
