@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,14 +65,19 @@ def mirror_path(recipe: ImageRecipe) -> str:
 
 def push(host: str, recipe: ImageRecipe) -> str:
     """The recipe's image in the registry (copied once); its path there."""
-    path = mirror_path(recipe)
+    return copy_once(host, mirror_path(recipe), lambda: podman_image(recipe))
+
+
+def copy_once(host: str, path: str, local_tag: Callable[[], str]) -> str:
+    """``path`` in the registry: if it is not there yet, the image ``local_tag()`` makes in
+    podman's local storage copied to it; returns ``path``."""
     present = subprocess.run(
         ["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{host}/{path}"],
         capture_output=True,
         check=False,
     )
     if present.returncode != 0:
-        tag = podman_image(recipe)
+        tag = local_tag()
         subprocess.run(
             [
                 "skopeo",
