@@ -47,6 +47,7 @@ from activities.ci.jobroot import JobRoot
 from activities.ci.probe import CIProbeActivities
 from activities.ci.sandbox import SandboxLimits, SandboxRequest
 from bench.report import Table
+from testing.ci_runs import run_input
 from testing.oci_images import BASE, podman_image
 from testing.oci_registry import copy_once, push, running_registry
 from testing.temporal import start_local_environment
@@ -69,9 +70,8 @@ from workflows.ci.types.job import (
     JobResult,
 )
 from workflows.ci.types.projection import ACTIVITY_PROJECT_RUN, CIRunSnapshot
-from workflows.ci.types.push import PushContext
-from workflows.ci.types.run import CIRunInput, CIRunState
-from workflows.ci.types.spec import ContainerSpec, JobSpec, StepSpec, WorkflowSpec
+from workflows.ci.types.run import CIRunState
+from workflows.ci.types.spec import ContainerSpec, JobSpec, StepSpec
 from workflows.queues import ci_label_subsets, ci_probe_queue, ci_queue, orchestration_queue
 
 LABEL = "bench"
@@ -272,8 +272,11 @@ async def _burst(
             queued: dict[str, CIRunState] = {}
             for i in range(jobs):
                 image = images[i % IMAGES]
-                inp = _run_input(
-                    prefix, _job("build", image, str(digests[image])), AFFINITY_SECONDS if affinity else 0.0
+                inp = run_input(
+                    prefix,
+                    [_job("build", image, str(digests[image]))],
+                    heartbeat_timeout_seconds=60.0,
+                    image_affinity_seconds=AFFINITY_SECONDS if affinity else 0.0,
                 )
                 handles.append(
                     await client.start_workflow(
@@ -306,27 +309,6 @@ def _bound(worker: BenchWorker):  # type: ignore[no-untyped-def]
 @activity.defn(name=ACTIVITY_PROJECT_RUN)
 async def _project_ci_run(inp: CIRunSnapshot) -> bool:
     return True
-
-
-def _run_input(prefix: str, job: JobSpec, affinity_seconds: float) -> CIRunInput:
-    return CIRunInput(
-        push=PushContext(
-            tenant_id=f"{prefix}tenant",
-            repo_id="repo",
-            repo_full_name="bench/affinity",
-            clone_url="/nowhere",
-            commit_sha="0" * 40,
-            ref="refs/heads/main",
-            queue_prefix=prefix,
-            heartbeat_timeout_seconds=60.0,
-            retry_window_seconds=1.0,
-            image_affinity_seconds=affinity_seconds,
-        ),
-        run_id=f"run_{uuid.uuid4().hex[:24]}",
-        workflow_path=".github/workflows/ci.yml",
-        created_at=datetime.now(UTC),
-        spec=WorkflowSpec(path="ci.yml", name="ci", jobs=[job]),
-    )
 
 
 async def _measure(jobs: int, gap: float, rounds: int) -> Table:

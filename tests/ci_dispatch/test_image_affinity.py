@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.ci.probe import CIProbeActivities
+from testing.ci_runs import run_input
 from worker_ci.image_queues import ImageQueues
 from worker_ci.job_slots import SharedSlots
 from workflows.ci.ids import run_workflow_id
@@ -41,9 +42,8 @@ from workflows.ci.types.job import (
     JobResult,
 )
 from workflows.ci.types.projection import ACTIVITY_PROJECT_RUN, CIRunSnapshot
-from workflows.ci.types.push import PushContext
-from workflows.ci.types.run import CIRunInput, RunStatus
-from workflows.ci.types.spec import ContainerSpec, JobSpec, StepSpec, WorkflowSpec
+from workflows.ci.types.run import RunStatus
+from workflows.ci.types.spec import ContainerSpec, JobSpec, StepSpec
 from workflows.queues import ci_image_queue, ci_probe_queue, ci_queue, orchestration_queue
 
 LABEL = "affinity"
@@ -138,24 +138,7 @@ async def test_container_jobs_prefer_a_worker_holding_their_image_and_never_wait
     await hot.sync()
     await full.sync()
     jobs = [job("hot", "hot"), job("cold", "cold"), job("full", "full"), job("gone", "gone"), job("plain", None)]
-    inp = CIRunInput(
-        push=PushContext(
-            tenant_id=f"{prefix}tenant",
-            repo_id="repo",
-            repo_full_name="o/r",
-            clone_url="/nowhere",
-            commit_sha="0" * 40,
-            ref="refs/heads/main",
-            queue_prefix=prefix,
-            heartbeat_timeout_seconds=30.0,
-            retry_window_seconds=1.0,
-            image_affinity_seconds=AFFINITY_SECONDS,
-        ),
-        run_id=f"run_{uuid.uuid4().hex[:24]}",
-        workflow_path=".github/workflows/ci.yml",
-        created_at=datetime.now(UTC),
-        spec=WorkflowSpec(path="ci.yml", name="ci", jobs=jobs),
-    )
+    inp = run_input(prefix, jobs, image_affinity_seconds=AFFINITY_SECONDS)
     orchestration = Worker(
         client, task_queue=orchestration_queue(prefix), workflows=[CIRunWorkflow], activities=[project_ci_run]
     )

@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.ci.probe import CIProbeActivities
+from testing.ci_runs import run_input
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
@@ -42,9 +43,8 @@ from workflows.ci.types.job import (
     JobResult,
 )
 from workflows.ci.types.projection import ACTIVITY_PROJECT_RUN, CIRunSnapshot
-from workflows.ci.types.push import PushContext
-from workflows.ci.types.run import CIRunInput, CIRunState, JobStatus, RetryJobRequest, RunStatus
-from workflows.ci.types.spec import JobSpec, StepSpec, WorkflowSpec
+from workflows.ci.types.run import CIRunState, JobStatus, RetryJobRequest, RunStatus
+from workflows.ci.types.spec import JobSpec, StepSpec
 from workflows.queues import ci_probe_queue, ci_queue, orchestration_queue
 
 LABEL = "pregrant"
@@ -138,24 +138,7 @@ async def test_pregranted_attempts_and_a_silent_handoff(temporal_env: WorkflowEn
         job("secret", secrets=["TOKEN"]),
         job("fails"),
     ]
-    inp = CIRunInput(
-        push=PushContext(
-            tenant_id=tenant,
-            repo_id="repo",
-            repo_full_name="o/r",
-            clone_url="/nowhere",
-            commit_sha="0" * 40,
-            ref="refs/heads/main",
-            queue_prefix=prefix,
-            heartbeat_timeout_seconds=30.0,
-            retry_window_seconds=5.0,
-            max_concurrent_jobs=1,
-        ),
-        run_id=f"run_{uuid.uuid4().hex[:24]}",
-        workflow_path=".github/workflows/ci.yml",
-        created_at=datetime.now(UTC),
-        spec=WorkflowSpec(path="ci.yml", name="ci", jobs=jobs),
-    )
+    inp = run_input(prefix, jobs, retry_window_seconds=5.0, max_concurrent_jobs=1)
     orchestration = Worker(
         client,
         task_queue=orchestration_queue(prefix),
