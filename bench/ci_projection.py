@@ -40,6 +40,7 @@ from bench.report import Table, ms, percentile
 from leasehold.database import init_database
 from leasehold.records.ci.runs import CIRunRecord, write_run
 from leasehold.records.versioned import write_versioned
+from testing.ci_runs import run_input
 from testing.temporal import start_local_environment
 from workflows.ci.ids import attempt_log_prefix, run_workflow_id
 from workflows.ci.run import CIRunWorkflow
@@ -52,9 +53,8 @@ from workflows.ci.types.job import (
     JobActivityInput,
     JobResult,
 )
-from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput, CIRunState, JobAttemptState, JobState, JobStatus, RunStatus
-from workflows.ci.types.spec import JobSpec, StepSpec, WorkflowSpec
+from workflows.ci.types.spec import JobSpec, StepSpec
 from workflows.queues import ci_queue, orchestration_queue
 from workflows.snapshots import SnapshotWriter
 
@@ -170,21 +170,8 @@ def engine_run_input(prefix: str, jobs: int) -> CIRunInput:
         JobSpec(id=f"j{i}", name=f"j{i}", runs_on=["bench"], steps=[StepSpec(index=0, name="true", run="true")])
         for i in range(jobs)
     ]
-    return CIRunInput(
-        push=PushContext(
-            tenant_id="bench",
-            repo_id="repo-bench",
-            repo_full_name="bench/bench",
-            clone_url="/nonexistent",
-            commit_sha="c" * 40,
-            ref="refs/heads/main",
-            queue_prefix=prefix,
-            retry_window_seconds=0.1,
-        ),
-        run_id=f"run_{uuid.uuid4().hex[:24]}",
-        workflow_path=".github/workflows/bench.yml",
-        created_at=datetime.now(UTC),
-        spec=WorkflowSpec(path="bench.yml", name="bench", jobs=specs),
+    return run_input(
+        prefix, specs, tenant_id="bench", repo_id="repo-bench", heartbeat_timeout_seconds=15.0, retry_window_seconds=0.1
     )
 
 

@@ -13,21 +13,22 @@ from workflows.ci.types.spec import JobSpec, WorkflowSpec
 
 
 def run_input(prefix: str, jobs: list[JobSpec], **push: Any) -> CIRunInput:
-    """A run of ``jobs`` for tenant ``<prefix>tenant`` on the task queues of ``prefix``;
-    ``push`` sets or replaces ``PushContext`` fields (heartbeat timeout 30 s and a 1 s retry
-    window unless given)."""
-    context = {"heartbeat_timeout_seconds": 30.0, "retry_window_seconds": 1.0, **push}
+    """A run of ``jobs`` on the task queues of ``prefix`` (tenant ``<prefix>tenant``, a 30 s
+    heartbeat timeout and a 1 s retry window unless ``push`` says otherwise: it sets or
+    replaces any ``PushContext`` field)."""
+    context: dict[str, Any] = {
+        "tenant_id": f"{prefix}tenant",
+        "repo_id": "repo",
+        "repo_full_name": "o/r",
+        "clone_url": "/nowhere",
+        "commit_sha": "0" * 40,
+        "ref": "refs/heads/main",
+        "queue_prefix": prefix,
+        "heartbeat_timeout_seconds": 30.0,
+        "retry_window_seconds": 1.0,
+    }
     return CIRunInput(
-        push=PushContext(
-            tenant_id=f"{prefix}tenant",
-            repo_id="repo",
-            repo_full_name="o/r",
-            clone_url="/nowhere",
-            commit_sha="0" * 40,
-            ref="refs/heads/main",
-            queue_prefix=prefix,
-            **context,
-        ),
+        push=PushContext(**{**context, **push}),
         run_id=f"run_{uuid.uuid4().hex[:24]}",
         workflow_path=".github/workflows/ci.yml",
         created_at=datetime.now(UTC),
