@@ -238,54 +238,10 @@ async def _burst(
             for i in WARM[n]:
                 await asyncio.to_thread(worker.job, _job("warm", images[i], str(digests[images[i]])), lambda _: None)
             workers.append(worker)
-        running = contextlib.AsyncExitStack()
-        async with running:
-            await running.enter_async_context(
-                Worker(
-                    client,
-                    task_queue=orchestration_queue(prefix),
-                    workflows=[CIRunWorkflow],
-                    activities=[_project_ci_run],
-                )
-            )
-            await running.enter_async_context(
-                Worker(client, task_queue=ci_probe_queue(prefix), activities=[CIProbeActivities(client).served_queues])
-            )
-            image_queues = []
-            for worker in workers:
-                slots = SharedSlots(SLOTS, idle_per_queue=1 if affinity else None)
-                executor = ThreadPoolExecutor(max_workers=2)
-                run_job = activity.defn(name=ACTIVITY_RUN_JOB)(_bound(worker))
-                pollers = 1 if affinity else None
-                label_queues = [ci_queue([LABEL], prefix)]
-                for w in job_workers(worker.client, label_queues, [run_job], slots, executor, None, pollers):
-                    await running.enter_async_context(w)
-                if affinity:
-                    held = worker.backend.affinity_digests
-                    queues = ImageQueues(
-                        worker.client, ci_label_subsets([LABEL]), prefix, "bubblewrap", held, 2, _bound(worker), slots,
-                        ThreadPoolExecutor(max_workers=2), None,
-                    )  # fmt: skip
-                    image_queues.append(asyncio.create_task(queues.run()))
+        async with contextlib.AsyncExitStack() as running:
+            image_queues = await _serve(running, client, prefix, workers, affinity)
             await asyncio.sleep(3.0)  # the image queues of what each worker holds are polled
-            handles = []
-            queued: dict[str, CIRunState] = {}
-            for i in range(jobs):
-                image = images[i % IMAGES]
-                inp = run_input(
-                    prefix,
-                    [_job("build", image, str(digests[image]))],
-                    heartbeat_timeout_seconds=60.0,
-                    image_affinity_seconds=AFFINITY_SECONDS if affinity else 0.0,
-                )
-                handles.append(
-                    await client.start_workflow(
-                        CIRunWorkflow.run, inp, id=run_workflow_id(inp.run_id), task_queue=orchestration_queue(prefix)
-                    )
-                )
-                await asyncio.sleep(gap)
-            for handle in handles:
-                queued[handle.id] = await asyncio.wait_for(handle.result(), 600)
+            queued = await _push_burst(client, prefix, images, digests, jobs, gap, affinity)
             for task in image_queues:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -297,6 +253,61 @@ async def _burst(
         s = seen[run_wf_id]
         results += [s.hit, s.first_step - found.queued_at.timestamp(), "#" in s.queue]
     return results
+
+
+async def _serve(
+    running: contextlib.AsyncExitStack, client: Client, prefix: str, workers: list[BenchWorker], affinity: bool
+) -> list[asyncio.Task[None]]:
+    """The orchestration and probe workers, and each bench worker's label queue (and, with
+    ``affinity``, its image queues: the tasks that keep them in line, returned)."""
+    orchestration = Worker(
+        client, task_queue=orchestration_queue(prefix), workflows=[CIRunWorkflow], activities=[_project_ci_run]
+    )
+    await running.enter_async_context(orchestration)
+    probe = Worker(client, task_queue=ci_probe_queue(prefix), activities=[CIProbeActivities(client).served_queues])
+    await running.enter_async_context(probe)
+    image_queues = []
+    for worker in workers:
+        slots = SharedSlots(SLOTS, idle_per_queue=1 if affinity else None)
+        run_job = activity.defn(name=ACTIVITY_RUN_JOB)(_bound(worker))
+        label_queues = [ci_queue([LABEL], prefix)]
+        executor = ThreadPoolExecutor(max_workers=SLOTS)
+        for w in job_workers(worker.client, label_queues, [run_job], slots, executor, None, 1 if affinity else None):
+            await running.enter_async_context(w)
+        if affinity:
+            queues = ImageQueues(
+                worker.client, ci_label_subsets([LABEL]), prefix, "bubblewrap", worker.backend.affinity_digests, 2,
+                _bound(worker), slots, ThreadPoolExecutor(max_workers=2), None,
+            )  # fmt: skip
+            image_queues.append(asyncio.create_task(queues.run()))
+    return image_queues
+
+
+async def _push_burst(
+    client: Client,
+    prefix: str,
+    images: list[str],
+    digests: dict[str, str | None],
+    jobs: int,
+    gap: float,
+    affinity: bool,
+) -> dict[str, CIRunState]:
+    """One run per job (job i uses image i mod 3), one every ``gap`` seconds; their end states."""
+    handles = []
+    for i in range(jobs):
+        image = images[i % IMAGES]
+        inp = run_input(
+            prefix,
+            [_job("build", image, str(digests[image]))],
+            heartbeat_timeout_seconds=60.0,
+            image_affinity_seconds=AFFINITY_SECONDS if affinity else 0.0,
+        )
+        queue = orchestration_queue(prefix)
+        handles.append(
+            await client.start_workflow(CIRunWorkflow.run, inp, id=run_workflow_id(inp.run_id), task_queue=queue)
+        )
+        await asyncio.sleep(gap)
+    return {handle.id: await asyncio.wait_for(handle.result(), 600) for handle in handles}
 
 
 def _bound(worker: BenchWorker):  # type: ignore[no-untyped-def]
