@@ -223,8 +223,8 @@ class RunScheduling(RunRounds):
     ) -> JobResult:
         """The job round on a worker that holds its image if one takes it within the affinity
         wait and has a free slot, else on the queue of its labels, where any worker may (a cold
-        image never waits for a busy hot worker). Both ask for their attempt number when they start (nothing is
-        pre-granted), so the first try's activity attempts, started or not, number like any."""
+        image never waits for a busy hot worker). Both ask for their attempt number when they
+        start (nothing is pre-granted), so a try nobody took is no attempt."""
         wait = self._inp.push.image_affinity_seconds
         self._start_activity(job_id, round_, spec, act, queue=image_queue, wait_seconds=wait, suffix="@image")
         try:
