@@ -68,6 +68,15 @@ class ImageCache:
             loaded = json.loads(state_file.read_text())
             if isinstance(loaded, dict):
                 self._used = {str(k): float(v) for k, v in loaded.items()}
+        # What it says it holds is what its image queues advertise: an image gone from the store
+        # meanwhile (a store wiped, an image removed by hand) is forgotten, not advertised.
+        gone = [reference for reference in self._used if not podman.exists(reference)]
+        for reference in gone:
+            del self._used[reference]
+        if gone:
+            log.info("image cache: %d image(s) no longer in the store forgotten", len(gone))
+            with contextlib.suppress(OSError):
+                self._save()
 
     def held(self) -> list[str]:
         with self._lock:

@@ -1,6 +1,7 @@
 """The OCI worker's image cache against real podman and the tests' registry mirror: it says what
 it holds, newest first, evicts the least recently used image past its bound from podman's store,
-never one a running job uses, and remembers its images across a restart of the worker.
+never one a running job uses, and remembers its images across a restart of the worker (but not
+one that left podman's store meanwhile: what it holds is what its image queues advertise).
 
 Its images are two tiny ones of its own (the suite's shared images stay where they are)."""
 
@@ -65,3 +66,19 @@ def test_least_recently_used_images_are_evicted_past_the_bound(oci_mirror: Mirro
     assert not present(first) and present(second)
     again._remove(second)
     assert not present(second)
+
+
+def test_a_restarted_worker_forgets_images_gone_from_its_store(oci_mirror: Mirror, tmp_path: Path) -> None:
+    podman = Podman()
+    kept = pulled(podman, oci_mirror, tiny_image(oci_mirror, tmp_path, "kept"))
+    removed = pulled(podman, oci_mirror, tiny_image(oci_mirror, tmp_path, "removed"))
+    cache = ImageCache(podman, tmp_path / "images.json", max_images=4)
+    cache.touch(kept, set())
+    cache.touch(removed, set())
+    assert cache.held() == [removed, kept]
+    # Removed behind the worker's back (a wiped store, an operator's podman rmi), then a restart.
+    subprocess.run(["podman", "rmi", "--force", removed], check=True, capture_output=True)
+    again = ImageCache(podman, tmp_path / "images.json", max_images=4)
+    assert again.held() == [kept]
+    assert ImageCache(podman, tmp_path / "images.json", max_images=4).held() == [kept], "saved as forgotten"
+    again._remove(kept)
