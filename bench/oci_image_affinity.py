@@ -47,7 +47,7 @@ from activities.ci.jobroot import JobRoot
 from activities.ci.probe import CIProbeActivities
 from activities.ci.sandbox import SandboxLimits, SandboxRequest
 from bench.report import Table
-from testing.ci_runs import run_input
+from testing.ci_runs import attempt_grant, run_input, succeeded
 from testing.oci_images import BASE, podman_image
 from testing.oci_registry import copy_once, push, running_registry
 from testing.temporal import start_local_environment
@@ -62,10 +62,6 @@ from workflows.ci.ids import run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
-    UPDATE_ATTEMPT_STARTED,
-    AttemptGrant,
-    AttemptStartRequest,
-    AttemptStatus,
     JobActivityInput,
     JobResult,
 )
@@ -126,31 +122,13 @@ class BenchWorker:
     def run_job(self, inp: JobActivityInput) -> JobResult:
         info = activity.info()
         started = datetime.now(UTC)
-        grant = inp.grant
-        if grant is None:
-            ask = self.client.get_workflow_handle(inp.run_workflow_id).execute_update(
-                UPDATE_ATTEMPT_STARTED,
-                AttemptStartRequest(
-                    job_id=inp.job.id, round=inp.round, activity_attempt=info.attempt, worker=self.name
-                ),
-                result_type=AttemptGrant,
-            )
-            grant = asyncio.run_coroutine_threadsafe(ask, self.loop).result(60)
+        grant = attempt_grant(self.client, self.loop, inp, self.name)
         said: list[str] = []
         first_step = self.job(inp.job, said.append)
         with self.lock:
             hit = any("job's container" in line and "cached on this worker" in line for line in said)
             self.seen[inp.run_workflow_id] = Seen(self.name, first_step, hit, info.task_queue)
-        return JobResult(
-            job_id=inp.job.id,
-            attempt=grant.attempt,
-            round=inp.round,
-            status=AttemptStatus.SUCCESS,
-            exit_code=0,
-            started_at=started,
-            finished_at=datetime.now(UTC),
-            worker=self.name,
-        )
+        return succeeded(inp, grant, started, self.name)
 
     def job(self, spec: JobSpec, say: Callable[[str], None]) -> float:
         """The backend's path of the job: its container (pulled unless held), its first step

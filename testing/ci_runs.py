@@ -3,10 +3,22 @@ directly on a dev server (no push workflow, no git, no API)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from temporalio import activity
+from temporalio.client import Client
+
+from workflows.ci.types.job import (
+    UPDATE_ATTEMPT_STARTED,
+    AttemptGrant,
+    AttemptStartRequest,
+    AttemptStatus,
+    JobActivityInput,
+    JobResult,
+)
 from workflows.ci.types.push import PushContext
 from workflows.ci.types.run import CIRunInput
 from workflows.ci.types.spec import JobSpec, WorkflowSpec
@@ -33,4 +45,34 @@ def run_input(prefix: str, jobs: list[JobSpec], **push: Any) -> CIRunInput:
         workflow_path=".github/workflows/ci.yml",
         created_at=datetime.now(UTC),
         spec=WorkflowSpec(path="ci.yml", name="ci", jobs=jobs),
+    )
+
+
+def attempt_grant(client: Client, loop: asyncio.AbstractEventLoop, inp: JobActivityInput, worker: str) -> AttemptGrant:
+    """A stand-in job activity's attempt: the grant its input carries, else asked of its run
+    with the ``attempt_started`` Update as the real job activity asks; from the activity's
+    thread, on ``loop`` (where ``client`` lives)."""
+    if inp.grant is not None:
+        return inp.grant
+    ask = client.get_workflow_handle(inp.run_workflow_id).execute_update(
+        UPDATE_ATTEMPT_STARTED,
+        AttemptStartRequest(
+            job_id=inp.job.id, round=inp.round, activity_attempt=activity.info().attempt, worker=worker
+        ),
+        result_type=AttemptGrant,
+    )
+    return asyncio.run_coroutine_threadsafe(ask, loop).result(60)
+
+
+def succeeded(inp: JobActivityInput, grant: AttemptGrant, started: datetime, worker: str) -> JobResult:
+    """A stand-in job activity's result: the attempt ran and succeeded."""
+    return JobResult(
+        job_id=inp.job.id,
+        attempt=grant.attempt,
+        round=inp.round,
+        status=AttemptStatus.SUCCESS,
+        exit_code=0,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        worker=worker,
     )

@@ -27,16 +27,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.ci.probe import CIProbeActivities
-from testing.ci_runs import run_input
+from testing.ci_runs import attempt_grant, run_input, succeeded
 from worker_ci.image_queues import ImageQueues
 from worker_ci.job_slots import SharedSlots
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
-    UPDATE_ATTEMPT_STARTED,
-    AttemptGrant,
-    AttemptStartRequest,
     AttemptStatus,
     JobActivityInput,
     JobResult,
@@ -74,27 +71,10 @@ class StandIn:
     def run_job(self, inp: JobActivityInput) -> JobResult:
         info = activity.info()
         started = datetime.now(UTC)
-        if inp.grant is not None:
-            grant = inp.grant
-        else:
-            ask = self.client.get_workflow_handle(inp.run_workflow_id).execute_update(
-                UPDATE_ATTEMPT_STARTED,
-                AttemptStartRequest(job_id=inp.job.id, round=inp.round, activity_attempt=info.attempt, worker="w"),
-                result_type=AttemptGrant,
-            )
-            grant = asyncio.run_coroutine_threadsafe(ask, self.loop).result(30)
+        grant = attempt_grant(self.client, self.loop, inp, "w")
         with self.lock:
             self.taken[inp.job.id] = info.task_queue
-        return JobResult(
-            job_id=inp.job.id,
-            attempt=grant.attempt,
-            round=inp.round,
-            status=AttemptStatus.SUCCESS,
-            exit_code=0,
-            started_at=started,
-            finished_at=datetime.now(UTC),
-            worker=f"w-{info.task_queue}",
-        )
+        return succeeded(inp, grant, started, f"w-{info.task_queue}")
 
 
 @activity.defn(name=ACTIVITY_PROJECT_RUN)
