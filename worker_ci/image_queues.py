@@ -76,11 +76,11 @@ class ImageQueues:
         """The image queues polled now."""
         return sorted(self._workers)
 
-    def wanted(self) -> list[str]:
-        """The image queues of the most recently used images held, for every label set."""
+    def wanted(self, held: list[str]) -> list[str]:
+        """The image queues of the most recently used of ``held``, for every label set."""
         return [
             ci_image_queue(labels, digest, self.prefix, self.isolation)
-            for digest in self.held()[: self.limit]
+            for digest in held[: self.limit]
             for labels in self.label_sets
         ]
 
@@ -94,8 +94,9 @@ class ImageQueues:
             await asyncio.shield(self.close())
 
     async def sync(self) -> None:
-        IMAGES_HELD.set(len(self.held()))
-        wanted = set(self.wanted())
+        held = self.held()
+        IMAGES_HELD.set(len(held))
+        wanted = set(self.wanted(held))
         for queue in sorted(wanted - set(self._workers)):
             worker = self._worker(queue)
             self._workers[queue] = (worker, asyncio.create_task(worker.run(), name=f"image-queue {queue}"))

@@ -122,7 +122,6 @@ def _workers(
     actions: ActionSource,
     queues: list[str],
     shared: SharedSlots,
-    affinity: ImageQueues | None,
 ) -> list[Worker]:
     """The job workers (one per queue, one slot budget), the control worker and the probe worker."""
     listing = _listing(settings, db, mirror, actions)
@@ -132,9 +131,10 @@ def _workers(
     # an older build still gets any CI worker of its labels (docs/versioning.md).
     version = deployment_config(settings, BUILD_ID, routed=False)
     executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="ci-job")
-    # With image queues beside them (``worker_ci.image_queues``), each label queue keeps one
-    # poller, so that idle label polls leave slots free for the jobs image queues hand over.
-    pollers = 1 if affinity is not None else None
+    # With image queues beside them (``worker_ci.image_queues``: the budget then caps idle
+    # permits), each label queue keeps one poller, so that idle label polls leave slots free
+    # for the jobs image queues hand over.
+    pollers = 1 if shared.idle_per_queue is not None else None
     workers = job_workers(client, queues, [jobs.run_job], shared, executor, version, pollers)
     workers.append(
         Worker(
@@ -163,10 +163,9 @@ def _image_queues(
 ) -> tuple[SharedSlots, ImageQueues | None]:
     """The worker's slot budget, and the image queues of an OCI worker that routes by image
     (``ci_oci_affinity_images``), else None."""
-    plain = SharedSlots(settings.ci_job_slots)
     held = getattr(sandbox, "affinity_digests", None)
     if held is None or settings.ci_oci_affinity_images <= 0:
-        return plain, None
+        return SharedSlots(settings.ci_job_slots), None
     label_sets = ci_label_subsets(settings.ci_labels)
     if settings.ci_job_slots <= IDLE_SLOTS_PER_LABEL_QUEUE * len(label_sets):
         # What the label queues' idle polls hold leaves no slot for a job an image queue hands
@@ -176,7 +175,7 @@ def _image_queues(
             settings.ci_job_slots,
             len(label_sets),
         )
-        return plain, None
+        return SharedSlots(settings.ci_job_slots), None
     shared = SharedSlots(settings.ci_job_slots, idle_per_queue=IDLE_SLOTS_PER_LABEL_QUEUE)
     return shared, ImageQueues(
         client,
@@ -227,7 +226,7 @@ async def serve(settings: Settings) -> None:
         artifacts=db,
     )
     shared, affinity = _image_queues(settings, client, sandbox, jobs, isolation)
-    workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues, shared, affinity)
+    workers = _workers(settings, client, jobs, db, loop, mirror, actions, queues, shared)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
