@@ -17,16 +17,13 @@ from pathlib import Path
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.fleet.definitions import APPLY_FLEET, OBSERVE_FLEET
-from leasehold.devserver import find_temporal_binary
 from leasehold.settings import Settings
 from leasehold.worker_versioning import deployment_config, promote
-from workflows import search_attributes
+from testing.temporal import start_local_environment
 from workflows.fleet.controller import FleetWorkflow, fleet_workflow_id
 from workflows.fleet.types import (
     ApplyFleetInput,
@@ -121,12 +118,7 @@ async def record(client: Client, settings: Settings, out: Path) -> None:
 
 
 async def main(out: Path) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        ui=False,
-    )
+    env = await start_local_environment()
     async with env:
         await record(env.client, Settings(queue_prefix="record."), out)
 

@@ -17,8 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.video.generation import VideoGenerationActivities
@@ -26,15 +24,14 @@ from activities.video.housekeeping import VideoHousekeepingActivities
 from activities.video.projection import VideoProjectionActivities
 from activities.video.webhooks import build_webhook_activities
 from leasehold.database import init_database
-from leasehold.devserver import find_temporal_binary
 from leasehold.settings import Settings
 from leasehold.storage import LocalObjectStore
 from leasehold.worker_versioning import deployment_config, promote
+from testing.temporal import start_local_environment
 from tests.video_core.jobs import request, start_job
 from worker_gpu.encoding import H264Encoder
 from worker_gpu.job_signals import StartedAnnouncer
 from worker_gpu.models.procedural import ProceduralVideoModel
-from workflows import search_attributes
 from workflows.queues import PREEMPTIBLE, RESERVED, orchestration_queue, video_queue
 from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow
@@ -104,12 +101,7 @@ async def record(client: Client, settings: Settings, store: LocalObjectStore, ou
 
 
 async def main(out: Path) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_binary(),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        ui=False,
-    )
+    env = await start_local_environment()
     async with env:
         with tempfile.TemporaryDirectory() as tmp:
             settings = Settings(data_dir=Path(tmp), queue_prefix="record.")
