@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from leasehold.migrations.columns import created_and_updated, serial_id, string, tenant_id, text
+
 revision = "1001"
 down_revision = "1000"
 branch_labels = None
@@ -22,14 +24,13 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "ci_environment_variables",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("tenant_id", sa.String(length=64), nullable=False),
-        sa.Column("repo_scope", sa.String(length=64), nullable=False),
-        sa.Column("environment", sa.String(length=100), nullable=False),
-        sa.Column("name", sa.String(length=100), nullable=False),
-        sa.Column("value", sa.Text(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        serial_id(),
+        tenant_id(),
+        string("repo_scope", 64),
+        string("environment", 100),
+        string("name", 100),
+        text("value"),
+        *created_and_updated(),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("tenant_id", "repo_scope", "environment", "name", name="uq_ci_environment_variables_name"),
     )
