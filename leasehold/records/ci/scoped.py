@@ -2,11 +2,13 @@
 environment's of a repository (``environment``, on tables that have the column).
 
 Secrets and configuration variables are both such rows (columns ``tenant_id``, ``repo_scope``,
-``name``), so finding, listing and deleting them is one query, here.
+``name``), so finding, listing and deleting them, and reading what a repository's runs see, is
+one query, here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, delete, select
@@ -60,6 +62,21 @@ def list_scoped(
                 select(model).where(*_in_scope(table, tenant_id, scope_of(repo_id), environment)).order_by(table.name)
             ).all()
         )
+
+
+def seen_by_repository(
+    factory: sessionmaker, model: type[Row], tenant_id: str, repo_id: str, names: Iterable[str] | None = None
+) -> list[Row]:
+    """The tenant-wide rows and the repository's (only those named ``names``, when given),
+    tenant-wide first: a mapping filled in this order keeps the repository's own row of a name
+    over the tenant-wide one, as a run of the repository sees them."""
+    table: Any = model
+    where = [table.tenant_id == tenant_id, table.repo_scope.in_([TENANT_SCOPE, repo_id])]
+    if names is not None:
+        where.append(table.name.in_(sorted(names)))
+    with factory() as session:
+        rows: Sequence[Any] = session.scalars(select(model).where(*where)).all()
+    return sorted(rows, key=lambda r: r.repo_scope != TENANT_SCOPE)
 
 
 def delete_scoped(

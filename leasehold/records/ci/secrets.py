@@ -31,7 +31,7 @@ from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.data_dir import read_or_create_secret
 from leasehold.records.base import Base, FieldError, from_row, utcnow
-from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, existing_or_room, list_scoped
+from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, existing_or_room, list_scoped, seen_by_repository
 from leasehold.settings import Settings
 
 # A value shorter than this is refused: masking "abc" in logs would reveal more than it hides.
@@ -253,21 +253,10 @@ def fetch_secrets(
             continue
     if not wanted:
         return {}
-    with factory() as session:
-        rows = session.scalars(
-            select(CISecret).where(
-                CISecret.tenant_id == tenant_id,
-                CISecret.repo_scope.in_([TENANT_SCOPE, repo_id]),
-                CISecret.name.in_(sorted(wanted)),
-            )
-        ).all()
-    values: dict[str, str] = {}
-    # Tenant-wide first, so the repository's own value overwrites it.
-    for row in sorted(rows, key=lambda r: r.repo_scope != TENANT_SCOPE):
-        values[row.name] = keyring.open(
-            row.key_id, row.nonce, row.ciphertext, _aad(row.tenant_id, row.repo_scope, row.name)
-        )
-    return values
+    return {
+        row.name: keyring.open(row.key_id, row.nonce, row.ciphertext, _aad(row.tenant_id, row.repo_scope, row.name))
+        for row in seen_by_repository(factory, CISecret, tenant_id, repo_id, wanted)
+    }
 
 
 def rotate_secrets(factory: sessionmaker, keyring: Keyring) -> int:

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Mapped, mapped_column, sessionmaker
 
 from leasehold.records.base import Base, FieldError, from_row, utcnow
 from leasehold.records.ci.environments import ENVIRONMENT_NAME, ENVIRONMENT_NAME_RULE
-from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, existing_or_room, list_scoped
+from leasehold.records.ci.scoped import TENANT_SCOPE, delete_scoped, existing_or_room, list_scoped, seen_by_repository
 
 # GitHub's limits: a variable is at most 48 KB, a repository has at most 500 (1,000 for an
 # organisation; 100 for an environment, here 500 too), and a run sees at most 256 KB of them in
@@ -190,15 +190,7 @@ def variable_size(name: str, value: str) -> int:
 def variables_for(factory: sessionmaker, tenant_id: str, repo_id: str) -> dict[str, str]:
     """The ``vars`` context of a run of ``repo_id``: tenant-wide variables, the repository's
     over them; names in order, cut off (whole variables) at ``MAX_VARIABLES_BYTES_PER_RUN``."""
-    with factory() as session:
-        rows = session.scalars(
-            select(CIVariable).where(
-                CIVariable.tenant_id == tenant_id, CIVariable.repo_scope.in_([TENANT_SCOPE, repo_id])
-            )
-        ).all()
-    merged: dict[str, str] = {}
-    for row in sorted(rows, key=lambda r: r.repo_scope != TENANT_SCOPE):
-        merged[row.name] = row.value
+    merged = {row.name: row.value for row in seen_by_repository(factory, CIVariable, tenant_id, repo_id)}
     return dict(_within(((name, merged[name]) for name in sorted(merged)), MAX_VARIABLES_BYTES_PER_RUN))
 
 
