@@ -311,19 +311,33 @@ def seed_report(scenario: Scenario, settings: Settings, progress: Callable[[str]
     )
     report.lines += describe(search.result, f"the fleet of {fleet:,} GPUs")[1:]
 
-    _seed_reclaim(report, scenario, settings, gpu_class, fleet, progress)
-    _seed_cost(report, scenario, settings, search.result, fleet, q, progress)
-    _seed_checkpoints(report, scenario, settings, gpu_class, fleet, search.result, progress)
+    seed = _SeedFleet(report, scenario, settings, gpu_class, fleet, search.result, progress)
+    _seed_reclaim(seed)
+    _seed_cost(seed)
+    _seed_checkpoints(seed)
     return report
 
 
-def _seed_reclaim(
-    report: Report, scenario: Scenario, settings: Settings, gpu_class: str, fleet: int, progress: Callable[[str], None]
-) -> None:
+@dataclass(frozen=True)
+class _SeedFleet:
+    """What the seed report's sections 2 to 4 start from: the smallest fleet section 1 found
+    (``fleet`` GPUs of ``gpu_class``, its run ``result``), and where they write."""
+
+    report: Report
+    scenario: Scenario
+    settings: Settings
+    gpu_class: str
+    fleet: int
+    result: RunResult
+    progress: Callable[[str], None]
+
+
+def _seed_reclaim(seed: _SeedFleet) -> None:
     # 2. A third of the preemptible GPUs reclaimed in ten minutes.
-    progress("2. reclaim ...")
+    report, scenario, settings = seed.report, seed.scenario, seed.settings
+    seed.progress("2. reclaim ...")
     start = scenario.warmup_seconds + 300.0
-    data = scaled(scenario, gpu_class, fleet).model_dump()
+    data = scaled(scenario, seed.gpu_class, seed.fleet).model_dump()
     for pool in data["pools"]:
         if pool["purchase"] == "preemptible":
             pool["reclaims"] = [{"at_seconds": start, "share": 1 / 3, "over_seconds": 600.0}]
@@ -342,28 +356,21 @@ def _seed_reclaim(
     report.lines += describe(reclaim, "the 20 minutes from the reclaim's start")[1:]
 
 
-def _seed_cost(
-    report: Report,
-    scenario: Scenario,
-    settings: Settings,
-    fleet_result: RunResult,
-    fleet: int,
-    q: float,
-    progress: Callable[[str], None],
-) -> None:
+def _seed_cost(seed: _SeedFleet) -> None:
     # 3. Cost per video at 70 % spot (and all reserved, for comparison).
-    progress("3. cost ...")
+    report, scenario, q = seed.report, seed.scenario, seed.scenario.target_percentile
+    seed.progress("3. cost ...")
     report.lines.append("## 3. Cost per video")
     given_share = _spot_share(scenario)
     for share in (given_share, 0.0):
         if share == given_share:
-            result = fleet_result  # the fleet's own run (plotted as "fleet")
+            result = seed.result  # the fleet's own run (plotted as "fleet")
         else:
             data = scenario.model_dump()
             spot: dict[str, Any] = next((p for p in data["pools"] if p["purchase"] == "preemptible"), {})
             keep = ("preemptions_per_gpu_hour", "warning_seconds", "warned_share", "replace_seconds")
-            data["pools"] = seed_pools(fleet, share, **{k: spot[k] for k in keep if k in spot})
-            result = simulate(parse_scenario(data, f"seed-spot-{share:g}"), settings)
+            data["pools"] = seed_pools(seed.fleet, share, **{k: spot[k] for k in keep if k in spot})
+            result = simulate(parse_scenario(data, f"seed-spot-{share:g}"), seed.settings)
             report.results[f"spot-{share:g}"] = result
         s = summarise(result)
         report.lines.append(
@@ -374,27 +381,20 @@ def _seed_cost(
         )
 
 
-def _seed_checkpoints(
-    report: Report,
-    scenario: Scenario,
-    settings: Settings,
-    gpu_class: str,
-    fleet: int,
-    fleet_result: RunResult,
-    progress: Callable[[str], None],
-) -> None:
+def _seed_checkpoints(seed: _SeedFleet) -> None:
     # 4. The checkpoint interval.
-    progress("4. checkpoint interval ...")
+    report = seed.report
+    seed.progress("4. checkpoint interval ...")
     report.lines.append("## 4. Checkpoint interval (2 s per checkpoint write, 5 s per resume)")
     report.lines.append(
         "interval   goodput   lost GPU-h   overhead GPU-h   max lost/preemption   GPUs busy   $/video busy   worst p90"
     )
-    fleet_scenario = scaled(scenario, gpu_class, fleet)
+    fleet_scenario = scaled(seed.scenario, seed.gpu_class, seed.fleet)
     for interval in CHECKPOINT_SWEEP_SECONDS:
-        if interval == fleet_result.checkpoint_interval:
-            result = fleet_result
+        if interval == seed.result.checkpoint_interval:
+            result = seed.result
         else:
-            result = simulate(fleet_scenario, settings, checkpoint_interval=interval)
+            result = simulate(fleet_scenario, seed.settings, checkpoint_interval=interval)
         report.sweep.append((interval, result))
         s = summarise(result)
         report.lines.append(
