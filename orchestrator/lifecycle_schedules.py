@@ -21,11 +21,9 @@ from temporalio.client import Client, Schedule
 
 from leasehold.settings import Settings
 from leasehold.temporal import ensure_schedule, interval_schedule
-from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci.retention import CIRetentionWorkflow
+from workflows.lifecycle.ci.workflows import CILogCompactionWorkflow, CIRetentionWorkflow
 from workflows.lifecycle.types import LifecycleInput
-from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.video.workflows import VideoExpiryWorkflow, VideoOrphanSweepWorkflow
 from workflows.queues import orchestration_queue
 
 log = logging.getLogger(__name__)

@@ -35,10 +35,8 @@ from workflows.ci.push import CIPushWorkflow
 from workflows.ci.reconcile import CIReconcileWorkflow
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow
-from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci.retention import CIRetentionWorkflow
-from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.ci.workflows import CILogCompactionWorkflow, CIRetentionWorkflow
+from workflows.lifecycle.video.workflows import VideoExpiryWorkflow, VideoOrphanSweepWorkflow
 from workflows.queues import orchestration_queue
 from workflows.version import BUILD_ID
 from workflows.video.job import VideoJobWorkflow

@@ -29,11 +29,9 @@ from testing.temporal import start_local_environment
 from tests.conftest import sqlite_url
 from tests.lifecycle.conftest import add_ci_run, add_video_job, video_result
 from workflows.ci.ids import log_chunk_key
-from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci.retention import CIRetentionWorkflow
+from workflows.lifecycle.ci.workflows import CILogCompactionWorkflow, CIRetentionWorkflow
 from workflows.lifecycle.types import LifecycleInput
-from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.video.workflows import VideoExpiryWorkflow, VideoOrphanSweepWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -9,10 +9,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 
 from tests.history_builds import replay_failure
-from workflows.lifecycle.ci.compaction import CILogCompactionWorkflow
-from workflows.lifecycle.ci.retention import CIRetentionWorkflow
-from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.ci.workflows import CILogCompactionWorkflow, CIRetentionWorkflow
+from workflows.lifecycle.video.workflows import VideoExpiryWorkflow, VideoOrphanSweepWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 WORKFLOWS = [VideoExpiryWorkflow, VideoOrphanSweepWorkflow, CILogCompactionWorkflow, CIRetentionWorkflow]

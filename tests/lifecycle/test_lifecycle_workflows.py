@@ -15,8 +15,7 @@ from leasehold.records.video.jobs import VideoJobRecord
 from leasehold.storage import LocalObjectStore
 from tests.lifecycle.conftest import add_video_job, video_result
 from workflows.lifecycle.types import LifecycleInput
-from workflows.lifecycle.video.expiry import VideoExpiryWorkflow
-from workflows.lifecycle.video.orphans import VideoOrphanSweepWorkflow
+from workflows.lifecycle.video.workflows import VideoExpiryWorkflow, VideoOrphanSweepWorkflow
 
 
 def statuses(db: sessionmaker) -> list[str]:
