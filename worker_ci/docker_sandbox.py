@@ -11,7 +11,7 @@ from pathlib import Path
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxRequest
 from worker_ci.host_view import MOUNT_POINT
 from worker_ci.job_users import JobUserPool
-from worker_ci.step_process import PopenProcess
+from worker_ci.step_process import PopenProcess, popen_step
 
 
 class _DockerProcess(PopenProcess):
@@ -106,11 +106,5 @@ class DockerSandbox:
         for key, value in request.env.items():
             args += ["-e", f"{key}={value}"]
         args += [self._image, *request.argv]
-        proc = subprocess.Popen(
-            args,
-            stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = popen_step(args, request.stdin_fd)
         return _DockerProcess(proc, self._docker, name)

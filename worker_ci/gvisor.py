@@ -94,6 +94,7 @@ from worker_ci.gvisor_selftest import (
 from worker_ci.gvisor_state import RUNSC_ENV, RUNSC_SECONDS, sweep_stale
 from worker_ci.host_view import MOUNT_POINT, runner_files
 from worker_ci.job_users import JobUserPool
+from worker_ci.step_process import popen_step
 
 log = logging.getLogger(__name__)
 
@@ -201,15 +202,7 @@ class GVisorSandbox:
                 argv += ["--pass-fd", f"{int(data_fd)}:{DATA_FD}"]
             argv.append(container.cid)
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=[data_fd] if data_fd is not None else [],
-                    env=RUNSC_ENV,
-                    start_new_session=True,
-                )
+                proc = popen_step(argv, stdin_fd, env=RUNSC_ENV, pass_fds=[data_fd] if data_fd is not None else [])
             except OSError as exc:
                 spec.unlink(missing_ok=True)
                 raise SandboxError(f"cannot start runsc exec: {exc}") from exc
@@ -225,14 +218,7 @@ class GVisorSandbox:
         write_private(spec, spec_data)
         argv = [*self._global_args(), "exec", "--process", str(spec), container.cid]
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=RUNSC_ENV,
-                start_new_session=True,
-            )
+            proc = popen_step(argv, None, env=RUNSC_ENV)
         except OSError as exc:
             spec.unlink(missing_ok=True)
             raise SandboxError(f"cannot start runsc exec: {exc}") from exc

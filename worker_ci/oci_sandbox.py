@@ -70,7 +70,7 @@ from worker_ci.oci_services import (
     wait_healthy,
     write_hosts,
 )
-from worker_ci.step_process import PopenProcess
+from worker_ci.step_process import PopenProcess, popen_step
 from workflows.ci.types.spec import ContainerSpec, JobSpec
 
 log = logging.getLogger(__name__)
@@ -403,16 +403,7 @@ class OciSandbox:
                 fd = int(request.data_fd)
                 argv = ["/bin/bash", "-c", f'exec 3>&{fd} {fd}>&-; exec "$@"', "bash", *argv]
                 pass_fds = (fd,)
-            proc = subprocess.Popen(
-                argv,
-                stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                pass_fds=pass_fds,
-                start_new_session=True,
-                cwd=self._state,
-            )
+            proc = popen_step(argv, request.stdin_fd, cwd=self._state, env=env, pass_fds=pass_fds)
         except (OSError, SandboxError) as exc:
             env_file.unlink(missing_ok=True)
             if cgroup is not None:

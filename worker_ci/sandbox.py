@@ -64,7 +64,7 @@ from worker_ci.host_view import ETC_FILES, MOUNT_POINT, NETWORK_ETC_FILES, SYSTE
 from worker_ci.job_users import JobUserPool
 from worker_ci.network import NetworkUnavailable, UserModeNetwork
 from worker_ci.seccomp_filter import SeccompUnavailable, job_filter_bpf
-from worker_ci.step_process import PopenProcess, data_fd_wrapper
+from worker_ci.step_process import PopenProcess, data_fd_wrapper, popen_step
 from worker_ci.unsafe_sandbox import UnsafeProcessSandbox
 
 log = logging.getLogger(__name__)
@@ -402,15 +402,7 @@ class BubblewrapSandbox:
             ]
             pass_fds = [args_fd, seccomp_fd, info_write] + ([block_read] if request.network else [])
             pass_fds += [fd for fd in (request.stdin_fd, request.data_fd) if fd is not None]
-            proc = subprocess.Popen(
-                command,
-                stdin=gate_read,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env={},
-                pass_fds=pass_fds,
-                start_new_session=True,
-            )
+            proc = popen_step(command, gate_read, env={}, pass_fds=pass_fds)
             os.close(gate_read)
             gate_read = -1
             # The gate holds the process before bubblewrap: its rlimits are in place before

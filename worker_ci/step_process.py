@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import IO
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import IO, TypedDict, Unpack
 
 from activities.ci.sandbox import SandboxError, SandboxLimits
 
@@ -40,6 +42,28 @@ class PopenProcess:
 
     def finish(self) -> list[str]:
         return []
+
+
+class StepOptions(TypedDict, total=False):
+    """What a sandbox backend sets of a step's process: its directory, environment, descriptors."""
+
+    cwd: str | Path
+    env: Mapping[str, str]
+    pass_fds: Collection[int]
+
+
+def popen_step(argv: Sequence[str], stdin_fd: int | None, **options: Unpack[StepOptions]) -> subprocess.Popen[bytes]:
+    """Start a step's process (or what runs it): stdin from ``stdin_fd`` (none: ``/dev/null``),
+    stdout and stderr into one pipe, the log's, and a session of its own, so that a signal to
+    its group reaches the whole tree."""
+    return subprocess.Popen(
+        argv,
+        stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        **options,
+    )
 
 
 def data_fd_wrapper(data_fd: int | None) -> list[str]:

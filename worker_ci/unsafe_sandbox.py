@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 from activities.ci.jobroot import make_layout
 from activities.ci.sandbox import JobOwner, SandboxError, SandboxRequest
-from worker_ci.step_process import PopenProcess, data_fd_wrapper, prlimit_argv
+from worker_ci.step_process import PopenProcess, data_fd_wrapper, popen_step, prlimit_argv
 
 
 class _GroupProcess(PopenProcess):
@@ -54,15 +53,12 @@ class UnsafeProcessSandbox:
 
     def start(self, request: SandboxRequest) -> _GroupProcess:
         try:
-            proc = subprocess.Popen(
+            proc = popen_step(
                 [*prlimit_argv(request.limits), *data_fd_wrapper(request.data_fd), *request.argv],
+                request.stdin_fd,
                 cwd=request.cwd,
                 env=dict(request.env),
-                stdin=request.stdin_fd if request.stdin_fd is not None else subprocess.DEVNULL,
                 pass_fds=[request.data_fd] if request.data_fd is not None else [],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
             )
         except OSError as exc:
             raise SandboxError(f"cannot start process: {exc}") from exc
