@@ -48,6 +48,7 @@ from actions_language.expression_rewrite import (
     aggregate_result,
     and_all,
     equals,
+    literal_key,
     need_path,
     or_any,
     to_source,
@@ -59,15 +60,14 @@ from actions_language.loader import MAX_WORKFLOW_BYTES, WorkflowLoader, YamlList
 from actions_language.reusable import CallDeclaration, CalledWorkflow, call_declaration, called_workflow
 from actions_language.rewriting import RewriteError, Substitution, call_inputs, call_secrets, template_node
 from actions_language.schema import (
-    JOB_ID,
-    RESERVED_ID_PREFIX,
     FileContext,
+    check_job_id,
     check_keys,
     scalar_text,
     string_list,
 )
 from actions_language.steps import RunDefaults, parse_run_defaults
-from workflows.ci.expressions import Node, parse, uses_status_function
+from workflows.ci.expressions import Node, parse, subnodes, uses_status_function
 from workflows.ci.matrix import combination_name, expand_matrix
 from workflows.ci.types.spec import MAX_JOBS_PER_WORKFLOW, JobSpec
 
@@ -198,14 +198,10 @@ def _unique(items: list[str]) -> list[str]:
 def referenced_needs(node: Node) -> list[str]:
     """The job ids ``needs['<id>']`` names in ``node`` (literal keys)."""
     found: list[str] = []
-    if node[0] == "prop" and node[1] == ("ctx", "needs") and node[2][0] == "lit" and isinstance(node[2][1], str):
-        found.append(node[2][1])
-    for part in node[1:]:
-        if isinstance(part, tuple):
-            found.extend(referenced_needs(part))
-        elif isinstance(part, list):
-            for arg in part:
-                found.extend(referenced_needs(arg))
+    if node[0] == "prop" and node[1] == ("ctx", "needs") and (job_id := literal_key(node[2])) is not None:
+        found.append(job_id)
+    for part in subnodes(node):
+        found.extend(referenced_needs(part))
     return found
 
 
@@ -253,12 +249,7 @@ class Expansion:
         for key in jobs_raw:
             line = jobs_raw.key_lines.get(key)
             job_id = scalar_text(ctx, key, line, "jobs")
-            if not JOB_ID.match(job_id):
-                raise ctx.fail(
-                    line, f"jobs.{job_id}", "job ids start with a letter or '_' and hold letters, digits, '_', '-'"
-                )
-            if job_id.startswith(RESERVED_ID_PREFIX):
-                raise ctx.fail(line, f"jobs.{job_id}", "job ids starting with '__' are reserved")
+            check_job_id(ctx, job_id, line)
             if job_id.lower() in declared:
                 raise ctx.fail(line, f"jobs.{job_id}", f"duplicate job id {job_id!r} (ids are case-insensitive)")
             declared[job_id.lower()] = job_id

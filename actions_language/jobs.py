@@ -23,10 +23,9 @@ from actions_language.contexts import (
 from actions_language.environment_names import check_name, name_expression
 from actions_language.loader import YamlList, YamlMap
 from actions_language.schema import (
-    JOB_ID,
-    RESERVED_ID_PREFIX,
     FileContext,
     boolean,
+    check_job_id,
     check_keys,
     finite_number,
     line_of,
@@ -360,10 +359,7 @@ def _job_outputs(ctx: FileContext, where: str, raw: YamlMap, needs: list[str]) -
 
 def parse_job(ctx: FileContext, job_id: str, raw: Any, line: int | None, defaults: RunDefaults) -> JobSpec:
     where = f"jobs.{job_id}"
-    if not JOB_ID.match(job_id):
-        raise ctx.fail(line, where, "job ids start with a letter or '_' and hold letters, digits, '_', '-'")
-    if job_id.startswith(RESERVED_ID_PREFIX):
-        raise ctx.fail(line, where, "job ids starting with '__' are reserved")
+    check_job_id(ctx, job_id, line)
     if not isinstance(raw, YamlMap):
         raise ctx.fail(line, where, "must be a mapping")
     check_keys(ctx, raw, JOB_KEYS, f"{where}.")

@@ -33,6 +33,7 @@ from workflows.ci.expressions import (
     evaluate,
     find_interpolations,
     parse,
+    subnodes,
     to_text,
     unterminated,
 )
@@ -68,10 +69,7 @@ def _inlined(node: Node) -> str | None:
 def _constant(node: Node) -> bool:
     if node[0] == "ctx" or (node[0] == "call" and node[1] in STATUS_FUNCTIONS | WORKSPACE_FUNCTIONS):
         return False
-    return all(
-        _constant(p) if isinstance(p, tuple) else all(_constant(a) for a in p) if isinstance(p, list) else True
-        for p in node[1:]
-    )
+    return all(_constant(p) for p in subnodes(node))
 
 
 def _folded(node: Node) -> Node:

@@ -98,6 +98,16 @@ def check_keys(ctx: FileContext, mapping: YamlMap, allowed: set[str], where: str
             raise ctx.fail(mapping.key_lines.get(key, mapping.line), f"{where}{key}", hint)
 
 
+def check_job_id(ctx: FileContext, job_id: str, line: int | None) -> None:
+    """Refuse a job id GitHub refuses: not a letter or '_' then letters, digits, '_', '-', or
+    one of the ids it keeps for itself."""
+    where = f"jobs.{job_id}"
+    if not JOB_ID.match(job_id):
+        raise ctx.fail(line, where, "job ids start with a letter or '_' and hold letters, digits, '_', '-'")
+    if job_id.startswith(RESERVED_ID_PREFIX):
+        raise ctx.fail(line, where, "job ids starting with '__' are reserved")
+
+
 def positive_minutes(ctx: FileContext, value: Any, line: int | None, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0:
         raise ctx.fail(line, key, "must be a positive number of minutes")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -474,12 +474,19 @@ def _value_function(name: str, args: list[Any]) -> Any:
         raise ExpressionError(f"fromJSON(): not JSON: {exc}") from None
 
 
+def subnodes(node: Node) -> Iterator[Node]:
+    """The nodes right under ``node``: its operands, and each argument of a call."""
+    for part in node[1:]:
+        if isinstance(part, tuple):
+            yield part
+        elif isinstance(part, list):
+            yield from part
+
+
 def uses_status_function(node: Node) -> bool:
     if node[0] == "call" and node[1] in STATUS_FUNCTIONS:
         return True
-    return any(isinstance(part, tuple) and uses_status_function(part) for part in node[1:]) or any(
-        isinstance(part, list) and any(uses_status_function(a) for a in part) for part in node[1:]
-    )
+    return any(uses_status_function(part) for part in subnodes(node))
 
 
 def evaluate_condition(expr: str | None, status: StatusFunctions, context: dict[str, Any]) -> bool:
@@ -534,12 +541,8 @@ def context_paths(node: Node) -> list[list[str]]:
             if n[0] == "prop":
                 walk(n[2])
             return
-        for part in n[1:]:
-            if isinstance(part, tuple):
-                walk(part)
-            elif isinstance(part, list):
-                for a in part:
-                    walk(a)
+        for part in subnodes(n):
+            walk(part)
 
     walk(node)
     return found
@@ -549,12 +552,8 @@ def function_names(node: Node) -> list[str]:
     names: list[str] = []
     if node[0] == "call":
         names.append(node[1])
-    for part in node[1:]:
-        if isinstance(part, tuple):
-            names.extend(function_names(part))
-        elif isinstance(part, list):
-            for a in part:
-                names.extend(function_names(a))
+    for part in subnodes(node):
+        names.extend(function_names(part))
     return names
 
 
