@@ -123,16 +123,7 @@ async def _rebuild_ci_push(client: Client, handle: WorkflowHandle, factory: sess
         break
     else:
         raise RuntimeError(f"push {handle.id} has no history")
-    push = inp.push
-    snapshot = CIPushSnapshot(
-        state=state,
-        version=version,
-        tenant_id=push.tenant_id,
-        repo_id=push.repo_id,
-        commit_sha=push.commit_sha,
-        ref=push.ref,
-        received_at=inp.received_at,
-    )
+    snapshot = CIPushSnapshot.of(inp, state, version)
 
     def write() -> bool:
         with factory.begin() as session:

@@ -31,6 +31,7 @@ from leasehold.devserver import (
     dev_server_command,
     find_temporal_binary,
     free_port,
+    log_tail,
 )
 from leasehold.settings import Settings
 from workflows import search_attributes as sa
@@ -139,10 +140,7 @@ class Child:
         self.wait_stopped(time.monotonic() + grace)
 
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, lines)
 
 
 def _check_data_dir(data_dir: Path) -> None:

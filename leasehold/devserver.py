@@ -88,3 +88,12 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a child process's log (``''`` if it cannot be read), for an
+    error that says why the process did not come up."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

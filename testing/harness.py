@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from leasehold.devserver import free_port, port_is_free
+from leasehold.devserver import free_port, log_tail, port_is_free
 from leasehold.settings import Settings
 
 if TYPE_CHECKING:
@@ -111,10 +111,7 @@ class ManagedProcess:
         return self.proc.returncode
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, lines)
 
 
 def answers_ok(url: str) -> bool:

@@ -76,16 +76,7 @@ def _write_accepted(db: sessionmaker, inp: CIPushInput, pid: str) -> None:
     """The push's row at version 0, so it is in its tenant's reads as soon as it is accepted;
     the push workflow's own snapshots (newer versions) replace it, and a redelivery of a push
     already there changes nothing."""
-    push = inp.push
-    snapshot = CIPushSnapshot(
-        state=CIPushState(push_id=pid),
-        version=0,
-        tenant_id=push.tenant_id,
-        repo_id=push.repo_id,
-        commit_sha=push.commit_sha,
-        ref=push.ref,
-        received_at=inp.received_at,
-    )
+    snapshot = CIPushSnapshot.of(inp, CIPushState(push_id=pid), 0)
     try:
         with db.begin() as session:
             write_push(session, push_row(snapshot), snapshot.version)

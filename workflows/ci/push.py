@@ -196,15 +196,7 @@ class CIPushWorkflow:
         push = self._inp.push
         await workflow.execute_activity_method(
             CIProjectionDefinition.project_ci_push,
-            CIPushSnapshot(
-                state=self._state.model_copy(deep=True),
-                version=version,
-                tenant_id=push.tenant_id,
-                repo_id=push.repo_id,
-                commit_sha=push.commit_sha,
-                ref=push.ref,
-                received_at=self._inp.received_at,
-            ),
+            CIPushSnapshot.of(self._inp, self._state.model_copy(deep=True), version),
             task_queue=orchestration_queue(push.queue_prefix),
             start_to_close_timeout=CI_PROJECTION_TIMEOUT,
             schedule_to_close_timeout=CI_PROJECTION_SCHEDULE_TO_CLOSE,

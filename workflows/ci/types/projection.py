@@ -14,7 +14,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from temporalio.workflow import Info
 
-from workflows.ci.types.push import CIPushState
+from workflows.ci.types.push import CIPushInput, CIPushState
 from workflows.ci.types.run import CIRunState
 
 ACTIVITY_PROJECT_RUN = "ci_project_run"
@@ -63,3 +63,17 @@ class CIPushSnapshot(BaseModel):
     commit_sha: str
     ref: str
     received_at: datetime
+
+    @classmethod
+    def of(cls, inp: CIPushInput, state: CIPushState, version: int) -> CIPushSnapshot:
+        """The snapshot of the push ``inp`` started, in ``state``."""
+        push = inp.push
+        return cls(
+            state=state,
+            version=version,
+            tenant_id=push.tenant_id,
+            repo_id=push.repo_id,
+            commit_sha=push.commit_sha,
+            ref=push.ref,
+            received_at=inp.received_at,
+        )
