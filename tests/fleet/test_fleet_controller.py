@@ -160,7 +160,8 @@ def test_scale_up_on_a_burst_then_drain_and_retire_with_a_job_resumed(fleet_stac
         wait_until(partial(completed, free, job["id"]), 120, "short free jobs done")
     worker = wait_until(lambda: running_on(stack, long["id"]), 60, "the long job running")
     assert "-gpu-preemptible-" in worker
-    assert status(free, long["id"])["status"] == "in_progress"
+    # The API reads the read model, which trails the engine's pending activity by a write.
+    wait_until(lambda: status(free, long["id"])["status"] == "in_progress", 30, "the long job shown in progress")
 
     # The paid job goes: the reserved worker has room for the free job left, so preemptible
     # capacity is drained (after the shrink is held three ticks) and retired.
