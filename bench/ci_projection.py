@@ -40,15 +40,12 @@ from bench.report import Table, ms, percentile
 from leasehold.database import init_database
 from leasehold.records.ci.runs import CIRunRecord, write_run
 from leasehold.records.versioned import write_versioned
-from testing.ci_runs import run_input
+from testing.ci_runs import ask_attempt, run_input
 from testing.temporal import start_local_environment
 from workflows.ci.ids import attempt_log_prefix, run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.types.job import (
     ACTIVITY_RUN_JOB,
-    UPDATE_ATTEMPT_STARTED,
-    AttemptGrant,
-    AttemptStartRequest,
     AttemptStatus,
     JobActivityInput,
     JobResult,
@@ -155,13 +152,8 @@ class FencedNoopJob:
 
     @activity.defn(name=ACTIVITY_RUN_JOB)
     async def run_job(self, inp: JobActivityInput) -> JobResult:
-        info = activity.info()
-        grant = await self._client.get_workflow_handle(inp.run_workflow_id).execute_update(
-            UPDATE_ATTEMPT_STARTED,
-            AttemptStartRequest(job_id=inp.job.id, round=inp.round, activity_attempt=info.attempt, worker="bench"),
-            id=f"attempt:{inp.job.id}:{inp.round}:{info.attempt}",
-            result_type=AttemptGrant,
-        )
+        update_id = f"attempt:{inp.job.id}:{inp.round}:{activity.info().attempt}"
+        grant = await ask_attempt(self._client, inp, "bench", update_id)
         return JobResult(job_id=inp.job.id, attempt=grant.attempt, round=inp.round, status=AttemptStatus.SUCCESS)
 
 

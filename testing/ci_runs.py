@@ -48,20 +48,25 @@ def run_input(prefix: str, jobs: list[JobSpec], **push: Any) -> CIRunInput:
     )
 
 
-def attempt_grant(client: Client, loop: asyncio.AbstractEventLoop, inp: JobActivityInput, worker: str) -> AttemptGrant:
-    """A stand-in job activity's attempt: the grant its input carries, else asked of its run
-    with the ``attempt_started`` Update as the real job activity asks; from the activity's
-    thread, on ``loop`` (where ``client`` lives)."""
-    if inp.grant is not None:
-        return inp.grant
-    ask = client.get_workflow_handle(inp.run_workflow_id).execute_update(
+async def ask_attempt(client: Client, inp: JobActivityInput, worker: str, update_id: str | None = None) -> AttemptGrant:
+    """A stand-in job activity's attempt number, asked of its run with the ``attempt_started``
+    Update as the real job activity asks (from within the activity)."""
+    return await client.get_workflow_handle(inp.run_workflow_id).execute_update(
         UPDATE_ATTEMPT_STARTED,
         AttemptStartRequest(
             job_id=inp.job.id, round=inp.round, activity_attempt=activity.info().attempt, worker=worker
         ),
+        id=update_id,
         result_type=AttemptGrant,
     )
-    return asyncio.run_coroutine_threadsafe(ask, loop).result(60)
+
+
+def attempt_grant(client: Client, loop: asyncio.AbstractEventLoop, inp: JobActivityInput, worker: str) -> AttemptGrant:
+    """A stand-in job activity's attempt: the grant its input carries, else ``ask_attempt``;
+    from the activity's thread, on ``loop`` (where ``client`` lives)."""
+    if inp.grant is not None:
+        return inp.grant
+    return asyncio.run_coroutine_threadsafe(ask_attempt(client, inp, worker), loop).result(60)
 
 
 def succeeded(inp: JobActivityInput, grant: AttemptGrant, started: datetime, worker: str) -> JobResult:

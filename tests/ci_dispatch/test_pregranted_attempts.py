@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.ci.probe import CIProbeActivities
-from testing.ci_runs import run_input
+from testing.ci_runs import ask_attempt, run_input
 from workflows.ci.ids import run_workflow_id
 from workflows.ci.run import CIRunWorkflow
 from workflows.ci.semaphore import CITenantSemaphoreWorkflow, semaphore_workflow_id
@@ -37,7 +37,6 @@ from workflows.ci.types.job import (
     UPDATE_ATTEMPT_STARTED,
     AttemptGrant,
     AttemptRunning,
-    AttemptStartRequest,
     AttemptStatus,
     JobActivityInput,
     JobResult,
@@ -69,13 +68,7 @@ class StandIn:
         self.slow_saw: CIRunState | None = None
 
     async def ask(self, inp: JobActivityInput) -> AttemptGrant:
-        return await self.client.get_workflow_handle(inp.run_workflow_id).execute_update(
-            UPDATE_ATTEMPT_STARTED,
-            AttemptStartRequest(
-                job_id=inp.job.id, round=inp.round, activity_attempt=activity.info().attempt, worker="w-asked"
-            ),
-            result_type=AttemptGrant,
-        )
+        return await ask_attempt(self.client, inp, "w-asked")
 
     @activity.defn(name=ACTIVITY_RUN_JOB)
     async def run_job(self, inp: JobActivityInput) -> JobResult:
